@@ -1,0 +1,1 @@
+"""res: a declarative resource reconciler for coding agents (see docs/ and DESIGN)."""

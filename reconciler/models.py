@@ -1,0 +1,192 @@
+"""The state model (DESIGN §2): desired requests, recorded jobs, the observed world, and plan actions.
+
+Pure data: pydantic v2 models, no I/O. Times are epoch seconds (float); memory is GB (float).
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+JobId = str  # "r-12"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------- desired
+
+
+class Request(_Model):
+    """One entry of desired/queue.toml: a job (`[[job]]`) or a note (`[[note]]`)."""
+
+    id: JobId = Field(pattern=r"^r-[1-9][0-9]{0,9}$")
+    kind: Literal["job", "note"] = "job"
+    title: str = Field(max_length=200)
+    project: str = Field(default="", max_length=200)
+    mem_gb: float = Field(gt=0, le=65536)
+    cpus: float = Field(default=1, gt=0, le=4096)
+    est_s: int = Field(gt=0, le=365 * 86400)  # --for
+    created: float
+    queue: bool = False
+    lock: str | None = Field(default=None, max_length=200)
+    force: bool = False
+    # jobs
+    cmd: list[str] = Field(default_factory=list)
+    cwd: str = ""
+    env: dict[str, str] = Field(default_factory=dict)
+    agent: str = "none"
+    # notes: the process whose exit frees the note
+    owner_pid: int | None = None
+
+    @property
+    def number(self) -> int:
+        return int(self.id[2:])
+
+
+class Game(_Model):
+    on: bool = False
+    until: float | None = None
+
+    def active(self, now: float) -> bool:
+        return self.on and (self.until is None or now < self.until)
+
+
+class Desired(_Model):
+    """Desired state as read this pass. `queue_ok` False: queue.toml did not parse, `requests` is the
+    last good version, and nothing may be started, stopped or refused because of it."""
+
+    requests: list[Request] = Field(default_factory=list)
+    queue_ok: bool = True
+    queue_error: str | None = None
+    game: Game = Field(default_factory=Game)
+
+
+# ---------------------------------------------------------------- recorded
+
+
+class Phase(str, Enum):
+    queued = "queued"
+    starting = "starting"
+    running = "running"
+    exited = "exited"
+    done = "done"
+    refused = "refused"
+    cancelled = "cancelled"
+
+
+LIVE = (Phase.starting, Phase.running, Phase.exited)
+TERMINAL = (Phase.done, Phase.refused, Phase.cancelled)
+
+
+class JobRecord(_Model):
+    """What the reconciler knows of one request (state.db)."""
+
+    request: Request
+    phase: Phase
+    unit: str | None = None
+    attempt: int = 0
+    started: float | None = None
+    ended: float | None = None
+    rc: int | None = None
+    peak_gb: float | None = None
+    why: str | None = None
+    stop_reason: str | None = None  # set by a stop action, used when the exit is settled
+    attached_by: str | None = None
+    lease_until: float | None = None
+    log_offset: int = 0
+    updated: float = 0
+
+    @property
+    def id(self) -> JobId:
+        return self.request.id
+
+    def eta(self) -> float | None:
+        if self.started is None:
+            return None
+        return self.started + self.request.est_s
+
+    def expires(self) -> float | None:
+        """Past this a running job is overdue (DESIGN §5.1: started + 2 × estimate)."""
+        if self.started is None:
+            return None
+        if self.request.kind == "note":
+            return self.started + self.request.est_s
+        return self.started + 2 * self.request.est_s
+
+
+# ---------------------------------------------------------------- observed
+
+
+class ExitObs(_Model):
+    """How a job's unit ended, as recorded by the unit itself (so it survives a dead reconciler)."""
+
+    result: str  # systemd SERVICE_RESULT: success, exit-code, signal, oom-kill, timeout, ...
+    code: str  # EXIT_CODE: exited, killed, dumped
+    status: str  # EXIT_STATUS: a number, or a signal name (KILL, TERM)
+    peak_gb: float | None = None
+    oom_kills: int = 0
+    at: float = 0
+
+
+class JobObs(_Model):
+    state: Literal["active", "activating", "deactivating", "inactive", "failed", "absent"] = "absent"
+    mem_used_gb: float = 0
+    exit: ExitObs | None = None
+
+
+class World(_Model):
+    """The live system as the planner sees it (`res observe --json`)."""
+
+    ok: bool = True  # False: jobs could not be observed; nothing destructive may be decided
+    errors: list[str] = Field(default_factory=list)
+    mem_total_gb: float
+    mem_available_gb: float
+    nproc: int
+    jobs: dict[JobId, JobObs] = Field(default_factory=dict)
+    live_pids: list[int] = Field(default_factory=list)  # note owners that are alive
+
+
+# ---------------------------------------------------------------- plan
+
+ActionKind = Literal[
+    "enqueue",  # record a new queued entry (bookkeeping)
+    "start",
+    "grant",  # a note's reservation is recorded
+    "refuse",
+    "running",  # a starting job's unit is seen started (bookkeeping)
+    "stop",
+    "settle",
+    "requeue",
+    "expire",
+    "cancel",
+    "retire",  # remove a finished entry from desired/queue.toml
+    "prune",
+]
+
+
+class Action(_Model):
+    kind: ActionKind
+    id: JobId
+    reason: str = ""
+    # settle
+    rc: int | None = None
+    peak_gb: float | None = None
+    why: str | None = None
+    # refuse: True when the request can never fit (exit 1 instead of 3)
+    never: bool = False
+
+
+class Plan(_Model):
+    actions: list[Action] = Field(default_factory=list)
+    budget_mem_gb: float = 0
+    budget_cpus: float = 0
+    notices: list[str] = Field(default_factory=list)  # e.g. the broken-file line
+
+    def of(self, kind: str) -> list[Action]:
+        return [a for a in self.actions if a.kind == kind]
+
+    def for_id(self, job_id: JobId) -> list[Action]:
+        return [a for a in self.actions if a.id == job_id]

@@ -1,0 +1,78 @@
+"""Where a user's state lives (DESIGN §4). Import-light: used on the hot path."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def state_dir() -> Path:
+    if os.environ.get("RES_STATE_DIR"):
+        return Path(os.environ["RES_STATE_DIR"])
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "res"
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path
+
+    @classmethod
+    def default(cls) -> "Paths":
+        return cls(state_dir())
+
+    @property
+    def desired(self) -> Path:
+        return self.root / "desired"
+
+    @property
+    def queue(self) -> Path:
+        return self.desired / "queue.toml"
+
+    @property
+    def game(self) -> Path:
+        return self.desired / "game.toml"
+
+    @property
+    def writer_lock(self) -> Path:
+        """Held while a desired file is edited (the small writer)."""
+        return self.desired / ".writer.lock"
+
+    @property
+    def db(self) -> Path:
+        return self.root / "state.db"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def log(self, job_id: str) -> Path:
+        return self.logs / f"{job_id}.log"
+
+    def exit_record(self, job_id: str) -> Path:
+        return self.logs / f"{job_id}.exit.json"
+
+    @property
+    def tick_lock(self) -> Path:
+        """Held for one reconcile pass: one reconciler acts at a time."""
+        return self.root / "tick.lock"
+
+    @property
+    def serve_lock(self) -> Path:
+        """Held by `res serve` for its lifetime; holds its pid."""
+        return self.root / "serve.lock"
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "serve.sock"
+
+    def ensure(self) -> None:
+        """Create the state tree 0700 (DESIGN §4). Refuses a symlinked state tree."""
+        old = os.umask(0o077)
+        try:
+            for d in (self.root, self.desired, self.logs):
+                if d.is_symlink():
+                    raise OSError(f"{d} is a symlink; refusing to use it")
+                d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        finally:
+            os.umask(old)

@@ -1,0 +1,75 @@
+"""The one small interface between the executor and whatever runs jobs (issue 2, item 15).
+
+systemd (user manager over D-Bus) is the first implementation; a cluster engine (Slurm) is meant to be
+the second, so nothing above this interface may assume systemd: callers speak job ids, the runtime
+chooses unit names, cgroup paths and the like.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ..models import JobObs
+
+
+class RuntimeUnavailable(Exception):
+    """The runtime could not be reached or did not answer: nothing it runs can be observed."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_id: str
+    cmd: list[str]  # argv, verbatim: no shell, no specifier or $VAR expansion
+    cwd: str
+    env: dict[str, str]  # the caller's environment (secrets already removed)
+    mem_gb: float
+    cpus: float
+    log_path: Path  # output is appended here
+    exit_path: Path  # the unit writes its exit record here when it ends
+    description: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class Runtime(Protocol):
+    name: str
+
+    async def connect(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def unit_name(self, job_id: str) -> str:
+        """The runtime's name for the job: the idempotency key of a start."""
+        ...
+
+    async def start(self, spec: JobSpec) -> None:
+        """Start the job. Idempotent: a job already running under its name is left alone; a stale
+        ended instance of the same name is cleared first. Raises on a start that failed."""
+        ...
+
+    async def stop(self, job_id: str) -> None:
+        """Stop the job if it runs (idempotent). Its exit record is still written."""
+        ...
+
+    async def observe(self, job_ids: list[str]) -> dict[str, JobObs]:
+        """State, memory in use and exit record of every job of ours the runtime knows, plus each id
+        asked for (as `absent` if unknown). Raises RuntimeUnavailable if it cannot tell."""
+        ...
+
+    async def forget(self, job_id: str) -> None:
+        """Drop what the runtime keeps of an ended, settled job (failed unit, exit record)."""
+        ...
+
+
+def read_output(log_path: Path, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:
+    """Bytes of a job's log from `offset`, up to the last complete line; returns (data, new offset)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            data = f.read(limit)
+    except FileNotFoundError:
+        return b"", offset
+    end = data.rfind(b"\n")
+    if end < 0:
+        return b"", offset
+    return data[: end + 1], offset + end + 1

@@ -1,0 +1,84 @@
+"""Sizes, durations and clock-time text. Pure and import-light: used on the hot path (`res run`)."""
+from __future__ import annotations
+
+import math
+import re
+import time
+
+GIB = 1024**3
+# Anything bigger than this is a typo, not a request (64 TiB).
+MAX_GB = 65536.0
+MAX_SECONDS = 365 * 86400
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([MmGgTt]?)(?:[iI]?[bB])?\s*$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_DUR_UNITS = {"": 60, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class BadValue(ValueError):
+    """A user-supplied value that cannot be used; the message is one line for the user."""
+
+
+def parse_size_gb(text: str, what: str = "--mem") -> float:
+    """'10G' -> 10.0, '512M' -> 0.5, '2.5' -> 2.5 (plain figures are GB). Must be > 0."""
+    m = _SIZE.match(str(text))
+    if not m:
+        raise BadValue(f"{what} {text!r}: not a size (use e.g. 512M, 10G or 2.5)")
+    value, unit = float(m.group(1)), m.group(2).upper()
+    gb = value / 1024 if unit == "M" else value * 1024 if unit == "T" else value
+    if gb <= 0:
+        raise BadValue(f"{what} {text!r}: must be more than 0")
+    if gb > MAX_GB or not math.isfinite(gb):
+        raise BadValue(f"{what} {text!r}: absurdly large (more than {MAX_GB:.0f} GB)")
+    return round(gb, 6)
+
+
+def parse_duration_s(text: str, what: str = "--for") -> int:
+    """'90s' -> 90, '40m' -> 2400, '4h' -> 14400, '1d' -> 86400; a plain number is minutes."""
+    m = _DURATION.match(str(text))
+    if not m:
+        raise BadValue(f"{what} {text!r}: not a duration (use e.g. 90s, 40m, 4h, 1d)")
+    seconds = float(m.group(1)) * _DUR_UNITS[m.group(2)]
+    if seconds < 1:
+        raise BadValue(f"{what} {text!r}: must be at least 1s")
+    if seconds > MAX_SECONDS:
+        raise BadValue(f"{what} {text!r}: longer than a year")
+    return int(round(seconds))
+
+
+def parse_cpus(text: str, what: str = "--cpus") -> float:
+    try:
+        cpus = float(text)
+    except ValueError:
+        raise BadValue(f"{what} {text!r}: not a number") from None
+    if not math.isfinite(cpus) or cpus <= 0:
+        raise BadValue(f"{what} {text!r}: must be more than 0")
+    if cpus > 4096:
+        raise BadValue(f"{what} {text!r}: absurdly many")
+    return cpus
+
+
+def fmt_gb(gb: float) -> str:
+    return f"{gb:.1f} GB"
+
+
+def fmt_cpus(cpus: float) -> str:
+    n = int(cpus) if float(cpus).is_integer() else cpus
+    return f"{n} cpu" if n == 1 else f"{n} cpus"
+
+
+def fmt_clock(ts: float) -> str:
+    """Local HH:MM of an epoch timestamp (a conversion, not a clock read)."""
+    return time.strftime("%H:%M", time.localtime(ts))
+
+
+def fmt_span(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    if seconds < 48 * 3600:
+        h, m = divmod(round(seconds / 60), 60)
+        return f"{h}h{m:02d}" if m else f"{h}h"
+    return f"{seconds / 86400:.1f} d"

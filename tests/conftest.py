@@ -1,0 +1,68 @@
+"""Shared fixtures. The systemd tier needs a user manager: the one in the environment if reachable
+(a desktop), else a private dbus-daemon + systemd --user booted once per run (DESIGN §9) and stopped by
+pid at the end. Slice and unit names are unique per run, so a desktop is left as it was."""
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import usermgr  # noqa: E402
+
+RUN_TAG = "t" + secrets.token_hex(3)  # unique per test run
+
+
+@pytest.fixture(scope="session")
+def user_manager():
+    """Environment variables that reach a running systemd user manager."""
+    if usermgr.manager_reachable():
+        yield {k: os.environ[k] for k in ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS") if k in os.environ}
+        return
+    if os.geteuid() != 0 and not os.path.isdir("/run/systemd/system"):
+        pytest.skip("no systemd user manager reachable and cannot boot one (needs /run/systemd/system)")
+    base = Path(tempfile.mkdtemp(prefix="res-usermgr-"))
+    try:
+        env = usermgr.start(base)
+    except RuntimeError as e:
+        usermgr.stop(base)
+        pytest.fail(f"could not boot a private user manager: {e}")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        usermgr.stop(base)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+_counter = iter(range(1, 1 << 30))
+
+
+@pytest.fixture
+def res_env(tmp_path, monkeypatch):
+    """A private state dir, policy file and unique slice/unit names for one test.
+
+    Reserves are set so that tests are about the rules, not about this machine's size: the tests
+    that need particular numbers set RES_* themselves or plan against a literal World."""
+    n = next(_counter)
+    tag = f"{RUN_TAG}x{n}"
+    state = tmp_path / "state"
+    monkeypatch.setenv("RES_STATE_DIR", str(state))
+    monkeypatch.setenv("RES_POLICY_FILE", str(tmp_path / "policy.toml"))
+    monkeypatch.setenv("RES_AGENTS_SLICE", f"{tag}.slice")
+    monkeypatch.setenv("RES_JOBS_SLICE", f"{tag}-jobs.slice")
+    monkeypatch.setenv("RES_UNIT_PREFIX", f"res{tag}")
+    monkeypatch.setenv("RES_USER_RESERVE_CPUS", "0")
+    monkeypatch.setenv("RES_GAME_RESERVE_CPUS", "0")
+    return {"state": state, "tag": tag, "tmp": tmp_path}
