@@ -153,6 +153,7 @@ class World(_Model):
 
 ActionKind = Literal[
     "enqueue",  # record a new queued entry (bookkeeping)
+    "wait",  # a queued entry stays queued this pass (no change; says why and until when)
     "start",
     "grant",  # a note's reservation is recorded
     "refuse",
@@ -171,6 +172,10 @@ class Action(_Model):
     kind: ActionKind
     id: JobId
     reason: str = ""
+    # for display: what the entry asked for
+    title: str = ""
+    mem_gb: float = 0
+    cpus: float = 0
     # settle
     rc: int | None = None
     peak_gb: float | None = None

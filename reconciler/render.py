@@ -1,0 +1,117 @@
+"""Text for people and agents: the busy line, outcome lines, the plan (DESIGN §5.2, §7). Pure.
+
+Agents parse these lines: each is one line, stable and complete.
+"""
+from __future__ import annotations
+
+from .capacity import Capacity, Holder, freed_by
+from .models import Action, Plan, Request
+from .units import fmt_clock, fmt_cpus, fmt_gb
+
+
+def _one_line(text: str, limit: int = 60) -> str:
+    """A user-supplied title as it may appear inside a one-line message."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def quoted(title: str, limit: int = 60) -> str:
+    return '"' + _one_line(title, limit).replace('"', "'") + '"'
+
+
+def _until(h: Holder) -> str:
+    if h.overdue or h.eta is None:
+        return "(overdue)"
+    return f"until ~{fmt_clock(h.eta)}"
+
+
+def _who(h: Holder) -> str:
+    project = f"{_one_line(h.project, 30)} " if h.project else ""
+    return f"{project}{quoted(h.title, 40)} ({h.id}) {_until(h)}"
+
+
+def busy_line(req: Request, cap: Capacity, now: float, head: Request | None = None) -> str:
+    """`busy: 7.5 GB held by proj-a "dotnet e2e" (r-4) until ~14:40; 2.1 GB free for agents; retry after
+    ~14:40 or work on something else` — holders named earliest ETA first."""
+    need_gb = req.mem_gb + (head.mem_gb if head else 0.0)
+    need_cpus = req.cpus + (head.cpus if head else 0.0)
+    short_mem = need_gb > cap.mem_gb + 1e-9
+    chosen, when = freed_by(cap, need_gb, need_cpus, now)
+    parts = []
+    if chosen:
+        unit = (lambda h: fmt_gb(h.held_gb)) if short_mem else (lambda h: fmt_cpus(h.cpus))
+        first, *rest = chosen
+        held = f"{unit(first)} held by {_who(first)}"
+        held += "".join(f", {unit(h)} by {_who(h)}" for h in rest)
+        parts.append(held)
+    if head:
+        parts.append(f"queue head {head.id} {quoted(head.title, 40)} waits for {fmt_gb(head.mem_gb)} first")
+    free = f"{fmt_gb(max(cap.mem_gb, 0))} free for agents" if short_mem else f"{fmt_cpus(max(cap.cpus, 0))} free for agents"
+    if not chosen:
+        asked = fmt_gb(req.mem_gb) if short_mem else fmt_cpus(req.cpus)
+        free += f", {asked} asked; the rest is in use outside res or kept as the user's reserve"
+    parts.append(free)
+    if when is None:
+        retry = "retry later or work on something else"
+    elif when <= now or any(h.overdue for h in chosen):
+        retry = "retry in a few minutes or work on something else"
+    else:
+        retry = f"retry after ~{fmt_clock(when)} or work on something else"
+    parts.append(retry)
+    return "busy: " + "; ".join(parts)
+
+
+def lock_line(req: Request, holder: Holder) -> str:
+    return (f"busy: lock {quoted(req.lock or '', 40)} held by {_who(holder)}; "
+            + (f"retry after ~{fmt_clock(holder.eta)} or work on something else"
+               if holder.eta and not holder.overdue else "retry in a few minutes or work on something else"))
+
+
+def never_line(req: Request, cap: Capacity) -> str:
+    if req.mem_gb > cap.max_mem_gb:
+        return f"{_g(req.mem_gb)} GB can never fit (max {_g(max(cap.max_mem_gb, 0))} GB)"
+    return f"{fmt_cpus(req.cpus)} can never fit (max {fmt_cpus(max(cap.max_cpus, 0))})"
+
+
+def _g(gb: float) -> str:
+    return f"{gb:.0f}" if float(gb).is_integer() else f"{gb:.1f}"
+
+
+# ---------------------------------------------------------------- the plan (DESIGN §7)
+
+_SYMBOL = {
+    "start": "+ start",
+    "grant": "+ note",
+    "refuse": "x refuse",
+    "stop": "- stop",
+    "settle": "✓ settle",
+    "requeue": "⟲ requeue",
+    "reattach": "↻ reattach",
+    "expire": "- expire",
+    "cancel": "- cancel",
+    "set": "~ set",
+    "enqueue": "· queue",
+    "running": "· running",
+    "retire": "· retire",
+    "prune": "· prune",
+}
+_SUMMARY = [("start", "to start"), ("grant", "to note"), ("refuse", "to refuse"), ("stop", "to stop"),
+            ("set", "to change"), ("reattach", "to reattach"), ("requeue", "to requeue"), ("settle", "to settle"),
+            ("expire", "to expire"), ("cancel", "to cancel")]
+
+
+def plan_line(a: Action) -> str:
+    head = f"  {_SYMBOL.get(a.kind, a.kind):<11}{a.id:<6}"
+    what = quoted(a.title, 24) if a.title else ""
+    size = f"{a.mem_gb:.1f} GB  {fmt_cpus(a.cpus):<7}" if a.kind in ("start", "grant", "refuse", "enqueue") else ""
+    reason = _one_line(a.reason, 200)
+    return f"{head}{what:<26}{size:<17}{reason}".rstrip()
+
+
+def render_plan(plan: Plan) -> str:
+    lines = [f"res: {n}" for n in plan.notices]
+    lines += [plan_line(a) for a in plan.actions if a.kind != "wait"]
+    counts = {k: len(plan.of(k)) for k, _ in _SUMMARY}
+    said = [f"{counts[k]} {label}" for k, label in _SUMMARY if counts[k]]
+    lines.append("Plan: " + ", ".join(said) + "." if said else "No changes. The world matches the desired state.")
+    return "\n".join(lines)

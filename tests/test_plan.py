@@ -1,0 +1,265 @@
+"""Pure tier: capacity, admission, lifecycle decisions and wording, with hand-written literals."""
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from reconciler.capacity import capacity
+from reconciler.models import Desired, ExitObs, Game, JobObs, JobRecord, Phase, Request, World
+from reconciler.plan import plan
+from reconciler.render import render_plan
+from reconciler.units import fmt_clock
+
+NOW = 1_780_000_000.0  # a fixed instant; the planner never reads the clock
+
+POLICY = SimpleNamespace(
+    user_reserve_gb=6, user_reserve_cpus=4, game_reserve_gb=12, game_reserve_cpus=8, small_headroom_gb=2,
+    max_starts_per_tick=4, max_concurrent_sessions=3,
+)
+
+
+def req(n, mem=1.0, cpus=1, est=600, queue=False, lock=None, kind="job", title=None, project="proj-a", **kw):
+    return Request(id=f"r-{n}", kind=kind, title=title or f"job {n}", project=project, mem_gb=mem, cpus=cpus,
+                   est_s=est, created=NOW - 100 + n, queue=queue, lock=lock,
+                   cmd=["make"] if kind == "job" else [], **kw)
+
+
+def running(n, started=NOW - 300, phase=Phase.running, **kw):
+    return JobRecord(request=req(n, **kw), phase=phase, started=started, unit=f"res-r-{n}.service")
+
+
+def world(avail=30.0, total=32.0, nproc=16, jobs=None, pids=(), ok=True):
+    return World(mem_total_gb=total, mem_available_gb=avail, nproc=nproc, jobs=jobs or {}, live_pids=list(pids), ok=ok)
+
+
+def run_plan(requests, records=(), w=None, game=None, now=NOW, queue_ok=True, released=(), seen=True):
+    """Records that are live stay in desired (unless `released`) and their units are seen alive
+    (unless `seen` is False), so that each test states only what it is about."""
+    requests = list(requests)
+    given = {r.id for r in requests}
+    for r in records:
+        if r.phase not in (Phase.done, Phase.refused, Phase.cancelled, Phase.queued) and r.id not in given and r.id not in released:
+            requests.append(r.request)
+    requests.sort(key=lambda r: r.number)
+    d = Desired(requests=requests, game=game or Game(), queue_ok=queue_ok,
+                queue_error=None if queue_ok else "desired/queue.toml:3: Expected '=' after a key")
+    w = w or world()
+    for r in records:  # running units are seen alive unless the test says otherwise
+        if seen and r.phase == Phase.running and r.request.kind == "job" and w.ok:
+            w.jobs.setdefault(r.id, JobObs(state="active"))
+    return plan(d, {r.id: r for r in records}, w, now, POLICY)
+
+
+def kinds(p):
+    return [(a.kind, a.id) for a in p.actions]
+
+
+# ---------------------------------------------------------------- capacity
+
+
+def test_capacity_counts_reserve_headroom_unused_reservations_and_notes():
+    job = running(1, mem=10.0, cpus=2)
+    note = running(2, mem=3.0, cpus=1, kind="note")
+    w = world(avail=30.0, jobs={"r-1": JobObs(state="active", mem_used_gb=4.0)})
+    cap = capacity(POLICY, Game(), w, [job, note], NOW)
+    # 30 avail − 6 reserve − 2 headroom − (10 − 4 unused of r-1) − 3 note = 13
+    assert cap.mem_gb == pytest.approx(13.0)
+    # 16 cpus − 4 reserve − 2 − 1
+    assert cap.cpus == pytest.approx(9.0)
+    assert cap.max_mem_gb == pytest.approx(24.0)
+
+
+def test_job_using_more_than_reserved_claims_nothing_extra():
+    job = running(1, mem=2.0)
+    w = world(avail=20.0, jobs={"r-1": JobObs(state="active", mem_used_gb=5.0)})
+    cap = capacity(POLICY, Game(), w, [job], NOW)
+    assert cap.mem_gb == pytest.approx(12.0)  # its 5 GB are already out of MemAvailable
+    assert cap.holders[0].held_gb == pytest.approx(5.0)
+
+
+def test_game_mode_raises_the_reserve_until_it_expires():
+    on = Game(on=True, until=NOW + 60)
+    assert capacity(POLICY, on, world(avail=30), [], NOW).mem_gb == pytest.approx(16.0)
+    assert capacity(POLICY, on, world(avail=30), [], NOW + 61).mem_gb == pytest.approx(22.0)
+
+
+def test_cpu_reserve_never_takes_the_last_cpu_on_a_small_machine():
+    cap = capacity(POLICY, Game(), world(nproc=2), [], NOW)
+    assert cap.cpus == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------- admission
+
+
+def test_fitting_request_starts_and_later_ones_see_the_claim():
+    p = run_plan([req(1, mem=9), req(2, mem=9)], w=world(avail=25))  # budget 17
+    assert kinds(p) == [("start", "r-1"), ("refuse", "r-2")]
+    assert "8.0 GB free for agents" in p.actions[1].reason
+
+
+def test_busy_line_names_holders_earliest_eta_first_and_when_to_retry():
+    late = running(4, mem=7.5, title="dotnet e2e", started=NOW - 60, est=3600)
+    soon = running(5, mem=2.0, title="lint", project="proj-b", started=NOW - 60, est=600)
+    # budget: 21 − 6 − 2 − 7.5 − 2.0 = 3.5; 5 GB needs r-5's 2 GB back, which ends first
+    p = run_plan([req(6, mem=5.0)], records=[late, soon], w=world(avail=21.0))
+    (a,) = p.actions
+    assert a.kind == "refuse"
+    eta_soon = fmt_clock(NOW - 60 + 600)
+    assert a.reason == (f'busy: 2.0 GB held by proj-b "lint" (r-5) until ~{eta_soon}; 3.5 GB free for agents; '
+                        f"retry after ~{eta_soon} or work on something else")
+
+
+def test_busy_line_with_two_holders_retries_after_the_later_one():
+    a1 = running(4, mem=4.0, title="dotnet e2e", started=NOW, est=3600)
+    a2 = running(5, mem=4.0, title="lint", started=NOW, est=600)
+    p = run_plan([req(6, mem=10.0)], records=[a1, a2], w=world(avail=20.0))  # budget 4: needs both back
+    line = p.actions[0].reason
+    assert line.index("(r-5)") < line.index("(r-4)")
+    assert line.endswith(f"retry after ~{fmt_clock(NOW + 3600)} or work on something else")
+
+
+def test_cpu_shortage_is_named_in_cpus():
+    hog = running(1, mem=1.0, cpus=10, title="build")
+    p = run_plan([req(2, mem=1.0, cpus=4)], records=[hog], w=world(avail=30, nproc=16))  # 12 − 10 = 2 cpus
+    line = p.actions[0].reason
+    assert line.startswith('busy: 10 cpus held by proj-a "build" (r-1)')
+    assert "2 cpus free for agents" in line
+
+
+def test_request_larger_than_the_whole_budget_can_never_fit():
+    p = run_plan([req(1, mem=20.0)], w=world(avail=2.0, total=24.0))
+    (a,) = p.actions
+    assert (a.kind, a.never) == ("refuse", True)
+    assert a.reason == "20 GB can never fit (max 16 GB)"
+
+
+def test_queued_fifo_blocked_head_holds_the_rest():
+    p = run_plan([req(1, mem=20, queue=True), req(2, mem=1, queue=True)], w=world(avail=25))  # budget 17
+    assert kinds(p) == [("enqueue", "r-1"), ("enqueue", "r-2")]
+    assert "behind queue head r-1" in p.actions[1].reason
+    assert p.actions[0].reason.startswith("position 1;")
+
+
+def test_queued_entry_with_held_lock_is_skipped_not_blocking():
+    holder = running(1, mem=1, lock="e2e", title="e2e a")
+    queued = [req(2, mem=1, queue=True, lock="e2e"), req(3, mem=1, queue=True)]
+    p = run_plan(queued, records=[holder], w=world(avail=30))
+    assert kinds(p) == [("enqueue", "r-2"), ("start", "r-3")]
+    assert "lock 'e2e' held by r-1" in p.actions[0].reason
+
+
+def test_unqueued_request_behind_blocked_head_is_refused_not_jumping_the_queue():
+    p = run_plan([req(1, mem=20, queue=True), req(2, mem=2)], w=world(avail=25))
+    assert kinds(p) == [("enqueue", "r-1"), ("refuse", "r-2")]
+    assert "queue head r-1" in p.actions[1].reason
+
+
+def test_start_cap_per_tick_defers_the_rest():
+    p = run_plan([req(n, mem=0.5, queue=True) for n in range(1, 8)], w=world(avail=30))
+    assert [k for k, _ in kinds(p)].count("start") == 4
+    assert kinds(p)[4] == ("enqueue", "r-5")
+
+
+def test_force_ignores_the_ledger_but_not_the_reserve():
+    hog = running(1, mem=15.0)
+    # ledger budget: 30 − 8 − 15 = 7; --force fits against 30 − 8 = 22
+    assert kinds(run_plan([req(2, mem=10.0)], records=[hog], w=world(avail=30))) == [("refuse", "r-2")]
+    p = run_plan([req(2, mem=10.0, force=True)], records=[hog], w=world(avail=30))
+    assert kinds(p) == [("start", "r-2")]
+    p = run_plan([req(2, mem=23.0, force=True)], records=[hog], w=world(avail=30))
+    assert kinds(p) == [("refuse", "r-2")]
+
+
+def test_note_is_granted_or_refused_never_queued():
+    p = run_plan([req(1, mem=3, kind="note", owner_pid=42)], w=world(avail=30, pids=[42]))
+    assert kinds(p) == [("grant", "r-1")]
+
+
+# ---------------------------------------------------------------- lifecycle
+
+
+def test_starting_job_seen_active_becomes_running():
+    rec = running(1, phase=Phase.starting)
+    p = run_plan([req(1)], records=[rec], w=world(jobs={"r-1": JobObs(state="active")}))
+    assert kinds(p) == [("running", "r-1")]
+
+
+def test_starting_job_never_appeared_is_requeued_after_its_lease():
+    rec = running(1, phase=Phase.starting).model_copy(update={"lease_until": NOW - 1})
+    assert kinds(run_plan([req(1)], records=[rec])) == [("requeue", "r-1")]
+    rec = rec.model_copy(update={"lease_until": NOW + 30})
+    assert kinds(run_plan([req(1)], records=[rec])) == []
+
+
+def test_ended_unit_is_settled_with_rc_peak_and_why():
+    rec = running(1, mem=1.0)
+    ex = ExitObs(result="exit-code", code="exited", status="3", peak_gb=0.4, at=NOW)
+    p = run_plan([req(1)], records=[rec], w=world(jobs={"r-1": JobObs(state="absent", exit=ex)}))
+    (a,) = p.actions
+    assert (a.kind, a.rc, a.peak_gb, a.why) == ("settle", 3, 0.4, "exit code 3")
+
+
+def test_memory_limit_kill_says_which_limit_and_to_raise_mem():
+    rec = running(1, mem=1.0)
+    ex = ExitObs(result="signal", code="killed", status="KILL", peak_gb=1.0, oom_kills=1, at=NOW)
+    (a,) = run_plan([req(1)], records=[rec], w=world(jobs={"r-1": JobObs(exit=ex)})).actions
+    assert a.rc == 137
+    assert a.why == "killed at its memory limit (1.0 GB, peak 1.0 GB); raise --mem (try --mem 2G)"
+
+
+def test_released_running_job_is_stopped_and_settled_as_released():
+    rec = running(1)
+    p = run_plan([], records=[rec], released=["r-1"])
+    assert [(a.kind, a.reason) for a in p.actions] == [("stop", "released")]
+    stopped = rec.model_copy(update={"stop_reason": "released"})
+    ex = ExitObs(result="success", code="killed", status="TERM", at=NOW)
+    (a,) = run_plan([], records=[stopped], released=["r-1"], w=world(jobs={"r-1": JobObs(exit=ex)})).actions
+    assert (a.kind, a.why, a.rc) == ("settle", "released", 143)
+
+
+def test_broken_queue_file_starts_and_stops_nothing():
+    rec = running(1)
+    p = run_plan([req(2)], records=[rec], w=world(jobs={"r-1": JobObs(state="active")}), queue_ok=False)
+    assert kinds(p) == []
+    assert "desired/queue.toml:3" in p.notices[0]
+
+
+def test_unobservable_world_is_never_acted_on():
+    rec = running(1)
+    p = run_plan([req(2)], records=[rec], w=world(ok=False))
+    assert kinds(p) == []
+
+
+def test_running_unit_gone_without_exit_record_is_settled_as_lost():
+    (a,) = run_plan([req(1)], records=[running(1)], seen=False).actions
+    assert (a.kind, a.rc) == ("settle", None)
+    assert a.why.startswith("lost")
+
+
+def test_note_of_dead_owner_or_past_expiry_expires():
+    note = running(1, kind="note", owner_pid=42, est=600, started=NOW - 60)
+    assert kinds(run_plan([note.request], records=[note], w=world(pids=[]))) == [("expire", "r-1")]
+    assert kinds(run_plan([note.request], records=[note], w=world(pids=[42]))) == []
+    assert kinds(run_plan([note.request], records=[note], w=world(pids=[42]), now=NOW + 600)) == [("expire", "r-1")]
+
+
+def test_queued_entry_removed_from_desired_is_cancelled_and_finished_ones_retired():
+    queued = JobRecord(request=req(1, queue=True), phase=Phase.queued)
+    done = JobRecord(request=req(2), phase=Phase.done, ended=NOW - 10)
+    old = JobRecord(request=req(3), phase=Phase.done, ended=NOW - 90000)
+    p = run_plan([req(2)], records=[queued, done, old])
+    assert kinds(p) == [("cancel", "r-1"), ("retire", "r-2"), ("prune", "r-3")]
+
+
+def test_plan_rendering_lines_and_summary():
+    rec = running(7, mem=1.0)
+    p = run_plan([req(12, mem=10.0, cpus=2, title="make e2e", queue=True)], records=[rec], released=["r-7"])
+    p2 = run_plan([req(12, mem=10.0, cpus=2, title="make e2e", queue=True)])
+    text = render_plan(p2)
+    assert text.splitlines()[0].startswith('  + start    r-12  "make e2e"')
+    assert "10.0 GB  2 cpus" in text and "queue head, fits" in text
+    assert text.splitlines()[-1] == "Plan: 1 to start."
+    assert "- stop" in render_plan(p) and "Plan: 1 to start, 1 to stop." in render_plan(p)
+    assert render_plan(run_plan([])) == "No changes. The world matches the desired state."
