@@ -13,7 +13,7 @@ JobId = str  # "r-12"
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------- desired
@@ -27,7 +27,7 @@ class Request(_Model):
     title: str = Field(max_length=200)
     project: str = Field(default="", max_length=200)
     mem_gb: float = Field(gt=0, le=65536)
-    cpus: float = Field(default=1, gt=0, le=4096)
+    cpus: float = Field(default=1.0, gt=0, le=4096)
     est_s: int = Field(gt=0, le=365 * 86400)  # --for
     created: float
     queue: bool = False
@@ -177,6 +177,7 @@ class Action(_Model):
     mem_gb: float = 0
     cpus: float = 0
     # settle
+    at: float | None = None  # when the unit ended
     rc: int | None = None
     peak_gb: float | None = None
     why: str | None = None

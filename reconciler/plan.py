@@ -77,7 +77,7 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
     obs = world.jobs.get(rec.id)
     if obs is not None and obs.exit is not None:
         rc, why, peak = settle_outcome(rec, obs.exit)
-        return [Action(kind="settle", id=rec.id, rc=rc, why=why, peak_gb=peak, reason=settle_text(rec, rc, peak, why, obs.exit.at), **tag)]
+        return [Action(kind="settle", id=rec.id, rc=rc, why=why, peak_gb=peak, at=obs.exit.at or None, reason=settle_text(rec, rc, peak, why, obs.exit.at), **tag)]
     alive = obs is not None and obs.state in ALIVE
     if rec.phase == Phase.starting:
         if alive:

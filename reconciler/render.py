@@ -10,8 +10,9 @@ from .units import fmt_clock, fmt_cpus, fmt_gb
 
 
 def _one_line(text: str, limit: int = 60) -> str:
-    """A user-supplied title as it may appear inside a one-line message."""
-    flat = " ".join(str(text).split())
+    """A user-supplied title as it may appear inside a one-line message: no newlines, no control
+    characters (an escape sequence in a title must not reach an agent's terminal or parser)."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+_CHILDREN: list[subprocess.Popen] = []  # kept so they are reaped, not garbage-collected while running
 SYSTEMD = next((p for p in ("/lib/systemd/systemd", "/usr/lib/systemd/systemd") if os.path.exists(p)), None)
 
 
@@ -43,6 +44,7 @@ def start(base: Path) -> dict[str, str]:
     log = open(base / "usermgr.log", "ab")
     dbus = subprocess.Popen(["dbus-daemon", "--session", f"--address=unix:path={bus}", "--nofork", "--nopidfile"],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
+    _CHILDREN.append(dbus)
     (base / "dbus.pid").write_text(str(dbus.pid))
     for _ in range(100):
         if bus.exists():
@@ -50,6 +52,8 @@ def start(base: Path) -> dict[str, str]:
         time.sleep(0.02)
     sd = subprocess.Popen([SYSTEMD, "--user"], stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                           start_new_session=True)
+    _CHILDREN.append(sd)
+    log.close()  # the children hold their own copies
     (base / "systemd.pid").write_text(str(sd.pid))
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -89,6 +93,8 @@ def stop(base: Path) -> None:
             except ProcessLookupError:
                 pass
         pidfile.unlink()
+    for child in [c for c in _CHILDREN if c.poll() is not None]:
+        _CHILDREN.remove(child)
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,139 @@
+"""Where a unit's memory lives in the cgroup tree, and how much it uses (DESIGN §6, §12).
+
+Small, pure-ish file reads, stdlib only. Two layouts exist:
+
+- cgroup v1 (this machine): the memory controller has its own hierarchy, usually
+  /sys/fs/cgroup/memory; a unit's directory is <mount>/<unit cgroup path>, usage is
+  memory.usage_in_bytes, the peak memory.max_usage_in_bytes.
+- cgroup v2 (desktops): one hierarchy, usually /sys/fs/cgroup, with `memory` listed in its
+  cgroup.controllers; usage is memory.current, the peak memory.peak (kernel >= 5.19).
+  A hybrid layout mounts cgroup2 at /sys/fs/cgroup/unified *without* the memory controller:
+  that one is never used for memory.
+
+A unit's cgroup path is the manager's own ControlGroup (Manager property; "" or "/" for a private
+manager that owns the root, /user.slice/user-1000.slice/user@1000.service on a desktop) + the slice
+path + the unit name.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+MOUNTINFO = "/proc/self/mountinfo"
+
+
+class MemoryMount(NamedTuple):
+    path: Path  # where the hierarchy is mounted
+    root: str  # the cgroup path that the mount's top directory is (mountinfo field 4), usually "/"
+    version: int  # 1 or 2
+
+
+def slice_path(slice_name: str) -> str:
+    """The relative directory of a slice: "a-b-c.slice" -> "a.slice/a-b.slice/a-b-c.slice"; "-.slice" -> ""."""
+    if not slice_name.endswith(".slice"):
+        raise ValueError(f"not a slice name: {slice_name!r}")
+    stem = slice_name[: -len(".slice")]
+    if stem in ("", "-"):
+        return ""
+    parts = stem.split("-")
+    return "/".join("-".join(parts[: i + 1]) + ".slice" for i in range(len(parts)))
+
+
+def unit_cgroup(manager_cgroup: str, slice_name: str, unit: str) -> str:
+    """The absolute cgroup path of `unit` in `slice_name` under a manager whose ControlGroup is given."""
+    parts = [p for p in (manager_cgroup.strip("/"), slice_path(slice_name), unit) if p]
+    return "/" + "/".join(parts)
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_memory_mount(mountinfo: str, read=lambda p: Path(p).read_text()) -> MemoryMount | None:
+    """The mount that carries the memory controller, from the text of /proc/self/mountinfo.
+
+    A v1 `cgroup` mount with `memory` among its super options wins (when it exists, v2 cannot have
+    the controller); otherwise a `cgroup2` mount whose cgroup.controllers lists `memory`."""
+    v2: list[MemoryMount] = []
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        lf, rf = left.split(), right.split()
+        if len(lf) < 5 or len(rf) < 3:
+            continue
+        root, mnt = _unescape(lf[3]), _unescape(lf[4])
+        fstype, options = rf[0], rf[2].split(",")
+        if fstype == "cgroup" and "memory" in options:
+            return MemoryMount(Path(mnt), root, 1)
+        if fstype == "cgroup2":
+            v2.append(MemoryMount(Path(mnt), root, 2))
+    for m in v2:
+        try:
+            if "memory" in read(m.path / "cgroup.controllers").split():
+                return m
+        except OSError:
+            continue
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def memory_mount() -> MemoryMount | None:
+    """This machine's memory-controller mount (cached: it does not change while we run)."""
+    try:
+        with open(MOUNTINFO) as f:
+            found = parse_memory_mount(f.read())
+    except OSError:
+        found = None
+    if found is not None:
+        return found
+    # No mountinfo (odd sandboxes): the conventional places.
+    if os.path.isdir("/sys/fs/cgroup/memory"):
+        return MemoryMount(Path("/sys/fs/cgroup/memory"), "/", 1)
+    try:
+        if "memory" in Path("/sys/fs/cgroup/cgroup.controllers").read_text().split():
+            return MemoryMount(Path("/sys/fs/cgroup"), "/", 2)
+    except OSError:
+        pass
+    return None
+
+
+def memory_dir(cgroup_path: str, mount: MemoryMount | None = None) -> tuple[Path, int] | None:
+    """(directory, cgroup version) of `cgroup_path` in the memory hierarchy; None without one."""
+    mount = mount or memory_mount()
+    if mount is None:
+        return None
+    rel = cgroup_path
+    root = mount.root.rstrip("/")
+    if root and (rel == root or rel.startswith(root + "/")):
+        rel = rel[len(root):]
+    return mount.path / rel.lstrip("/"), mount.version
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def memory_used_bytes(cgroup_path: str, mount: MemoryMount | None = None) -> int | None:
+    """Memory in use by the cgroup (v1 memory.usage_in_bytes, v2 memory.current); None if unknown."""
+    found = memory_dir(cgroup_path, mount)
+    if found is None:
+        return None
+    d, version = found
+    return _read_int(d / ("memory.usage_in_bytes" if version == 1 else "memory.current"))
+
+
+def memory_peak_bytes(cgroup_path: str, mount: MemoryMount | None = None) -> int | None:
+    """The cgroup's peak memory (v1 memory.max_usage_in_bytes, v2 memory.peak); None if unknown."""
+    found = memory_dir(cgroup_path, mount)
+    if found is None:
+        return None
+    d, version = found
+    return _read_int(d / ("memory.max_usage_in_bytes" if version == 1 else "memory.peak"))

@@ -1,0 +1,366 @@
+"""The command line (DESIGN §8). Exit codes: 0 ok, 1 error (one line `res: …`), 2 usage, 3 busy.
+
+Import-light at the top: `res run` parses, writes and asks the loop; the heavy libraries (pydantic,
+dbus-fast, APScheduler) load only in the commands that use them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from .environ import public_env
+from .paths import Paths
+from .units import BadValue, parse_cpus, parse_duration_s, parse_size_gb
+
+
+class Fail(Exception):
+    """Exit with this code after printing this one line."""
+
+    def __init__(self, line: str, code: int = 1):
+        super().__init__(line)
+        self.line, self.code = line, code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        raise Fail(f"res: {message} (see: {self.prog} --help)", 2)
+
+
+def _arg(parse, what):
+    def conv(text):
+        try:
+            return parse(text, what)
+        except BadValue as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    conv.__name__ = what
+    return conv
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="res", description="Resources for coding agents on a shared workstation.")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run a command as a job with reserved memory and CPUs")
+    run.add_argument("--mem", required=True, type=_arg(parse_size_gb, "--mem"), help="memory, e.g. 512M, 10G")
+    run.add_argument("--cpus", type=_arg(parse_cpus, "--cpus"), default=1.0)
+    run.add_argument("--for", dest="est", required=True, type=_arg(parse_duration_s, "--for"), help="estimate, e.g. 40m")
+    run.add_argument("--title")
+    run.add_argument("--project")
+    run.add_argument("--queue", action="store_true", help="wait in the queue instead of being refused")
+    run.add_argument("--lock", help="never run two jobs holding the same KEY at once")
+    run.add_argument("--force", action="store_true", help="ignore the ledger (not the reserve, not locks)")
+    run.add_argument("--agent", default="none", choices=["none", "claude"])
+    run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+
+    note = sub.add_parser("note", help="reserve memory for foreground work")
+    note.add_argument("--mem", required=True, type=_arg(parse_size_gb, "--mem"))
+    note.add_argument("--cpus", type=_arg(parse_cpus, "--cpus"), default=1.0)
+    note.add_argument("--for", dest="est", required=True, type=_arg(parse_duration_s, "--for"))
+    note.add_argument("--project")
+    note.add_argument("--force", action="store_true")
+    note.add_argument("title")
+
+    st = sub.add_parser("status", help="what runs, what waits, what agents may use")
+    st.add_argument("id", nargs="?")
+    st.add_argument("--json", action="store_true")
+
+    wt = sub.add_parser("wait", help="wait until a job is done")
+    wt.add_argument("id")
+    wt.add_argument("--timeout", type=_arg(parse_duration_s, "--timeout"), default=None)
+
+    rl = sub.add_parser("release", help="remove a queued entry or a note; --stop a running job")
+    rl.add_argument("id")
+    rl.add_argument("--stop", action="store_true")
+
+    rc = sub.add_parser("reconcile", help="run one reconcile pass (or show its plan with --dry-run)")
+    _reconcile_args(rc)
+
+    ob = sub.add_parser("observe", help="print the world as the planner sees it")
+    ob.add_argument("--json", action="store_true")
+
+    sv = sub.add_parser("serve", help="the reconciler loop")
+    sv.add_argument("-v", "--verbose", action="store_true")
+
+    it = sub.add_parser("init", help="lay down the annotated desired-state files and a policy file")
+    it.add_argument("--force", action="store_true")
+    return p
+
+
+def _reconcile_args(rc: argparse.ArgumentParser) -> None:
+    rc.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    rc.add_argument("--json", action="store_true")
+    rc.add_argument("--world", help="plan against a snapshot from `res observe --json`")
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _policy():
+    from .policy import PolicyError, load_policy
+
+    try:
+        return load_policy()
+    except PolicyError as e:
+        raise Fail(f"res: {e}") from None
+
+
+def _project(cwd: str) -> str:
+    d = cwd
+    while True:
+        if os.path.exists(os.path.join(d, ".git")):
+            return os.path.basename(d) or d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return os.path.basename(cwd) or cwd
+        d = parent
+
+
+def _owner_pid() -> int:
+    """The process whose exit frees a note: the nearest ancestor named `claude`, else our parent."""
+    pid = os.getppid()
+    cur = pid
+    for _ in range(64):
+        try:
+            with open(f"/proc/{cur}/stat") as f:
+                stat = f.read()
+        except OSError:
+            break
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        if name == "claude":
+            return cur
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if ppid <= 1:
+            break
+        cur = ppid
+    return pid
+
+
+def _which(cmd0: str, cwd: str, path: str) -> bool:
+    if "/" in cmd0:
+        full = cmd0 if os.path.isabs(cmd0) else os.path.join(cwd, cmd0)
+        return os.path.isfile(full) and os.access(full, os.X_OK)
+    return any(os.path.isfile(os.path.join(d, cmd0)) and os.access(os.path.join(d, cmd0), os.X_OK)
+               for d in path.split(os.pathsep) if d)
+
+
+def _title_from(cmd: list[str]) -> str:
+    t = " ".join(" ".join(cmd).split())
+    return t if len(t) <= 80 else t[:79] + "…"
+
+
+def _check_title(title: str) -> str:
+    if len(title) > 200:
+        raise Fail(f"res: --title is {len(title)} characters; at most 200", 2)
+    if not title.strip():
+        raise Fail("res: --title is empty", 2)
+    return title
+
+
+def _decide(paths: Paths, request: dict, local) -> tuple[int, str]:
+    """Ask the running loop; without one, run the passes here under the same lock."""
+    from .client import NoDaemon, ask
+
+    try:
+        answer = ask(paths.socket, request, timeout=float(os.environ.get("RES_ANSWER_TIMEOUT_S", "60")))
+        return answer["code"], answer["line"]
+    except NoDaemon:
+        pass
+    except TimeoutError:
+        raise Fail("res: the reconciler loop did not answer in time; see res status") from None
+    import asyncio
+
+    return asyncio.run(_with_engine(paths, local))
+
+
+async def _with_engine(paths: Paths, fn):
+    from .tick import Engine
+
+    engine = Engine(paths, _policy())
+    try:
+        await engine.connect()
+        return await fn(engine)
+    finally:
+        await engine.close()
+
+
+# ---------------------------------------------------------------- commands
+
+
+def cmd_run(a, paths: Paths) -> int:
+    cmd = list(a.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise Fail("res: no command given (res run --mem 1G --for 5m -- COMMAND ...)", 2)
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        raise Fail("res: the current directory does not exist any more; cd somewhere that does") from None
+    if not _which(cmd[0], cwd, os.environ.get("PATH", "")):
+        raise Fail(f"res: command not found or not executable: {cmd[0]}", 1)
+    env = public_env(dict(os.environ))
+    fields = dict(title=_check_title(a.title if a.title is not None else _title_from(cmd)),
+                  project=a.project or _project(cwd), mem_gb=a.mem, cpus=a.cpus, est_s=a.est,
+                  created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
+                  agent=a.agent)
+    return _submit(paths, "job", fields)
+
+
+def cmd_note(a, paths: Paths) -> int:
+    fields = dict(title=_check_title(a.title), project=a.project or _project(os.getcwd()), mem_gb=a.mem,
+                  cpus=a.cpus, est_s=a.est, created=time.time(), force=a.force, owner_pid=_owner_pid())
+    return _submit(paths, "note", fields)
+
+
+def _submit(paths: Paths, kind: str, fields: dict) -> int:
+    from . import ops
+
+    paths.ensure()
+    code, line = _decide(paths, {"op": "submit", "kind": kind, "fields": fields},
+                         lambda engine: ops.submit(engine, engine.tick, kind, fields))
+    _say(line, code)
+    return code
+
+
+def cmd_release(a, paths: Paths) -> int:
+    from . import ops
+
+    code, line = _decide(paths, {"op": "release", "id": a.id, "stop": a.stop},
+                         lambda engine: ops.release(engine, engine.tick, a.id, a.stop))
+    _say(line, code)
+    return code
+
+
+def _say(line: str, code: int) -> None:
+    print(line, file=sys.stderr if code == 1 else sys.stdout)
+
+
+def cmd_reconcile(a, paths: Paths) -> int:
+    import asyncio
+
+    from .render import render_plan
+
+    policy = _policy()
+    if a.dry_run:
+        from .models import World
+        from .tick import dry_run
+
+        world = None
+        if a.world:
+            try:
+                with open(a.world) as f:
+                    world = World.model_validate_json(f.read())
+            except (OSError, ValueError) as e:
+                raise Fail(f"res: --world {a.world}: {' '.join(str(e).split())[:300]}") from None
+        plan, _ = asyncio.run(dry_run(paths, policy, world))
+        print(plan.model_dump_json(indent=2) if a.json else render_plan(plan))
+        return 0
+    if a.world:
+        raise Fail("res: --world only plans (add --dry-run)", 2)
+    from .client import NoDaemon, ask
+
+    try:
+        answer = ask(paths.socket, {"op": "tick"}, timeout=60)
+        print(answer["line"])
+        return answer["code"]
+    except NoDaemon:
+        pass
+    paths.ensure()
+
+    async def one(engine):
+        return await engine.tick()
+
+    plan = asyncio.run(_with_engine(paths, one))
+    print(plan.model_dump_json(indent=2) if a.json else render_plan(plan))
+    return 0
+
+
+def cmd_observe(a, paths: Paths) -> int:
+    import asyncio
+
+    from .tick import dry_run
+
+    _, world = asyncio.run(dry_run(paths, _policy()))
+    if a.json:
+        print(world.model_dump_json(indent=2))
+    else:
+        print(f"memory {world.mem_available_gb:.1f} GB available of {world.mem_total_gb:.1f} GB; {world.nproc} cpus")
+        for jid, o in sorted(world.jobs.items()):
+            print(f"  {jid:<6} {o.state:<12} {o.mem_used_gb:.2f} GB" + (f"  exit {o.exit.result}/{o.exit.status}" if o.exit else ""))
+        for e in world.errors:
+            print(f"res: {e}")
+    return 0
+
+
+def cmd_status(a, paths: Paths) -> int:
+    from .status import status
+
+    out, code = status(paths, _policy(), a.id, a.json)
+    print(out, file=sys.stderr if code else sys.stdout)
+    return code
+
+
+def cmd_wait(a, paths: Paths) -> int:
+    from .status import wait
+
+    code, line = wait(paths, _policy(), a.id, a.timeout)
+    _say(line, code)
+    return code
+
+
+def cmd_serve(a, paths: Paths) -> int:
+    import asyncio
+    import logging
+
+    from .daemon import ServeBusy, serve
+
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        asyncio.run(serve(paths, _policy()))
+    except ServeBusy as e:
+        raise Fail(f"res: {e}") from None
+    return 0
+
+
+def cmd_init(a, paths: Paths) -> int:
+    from .desired import Writer
+
+    created = Writer(paths).init(force=a.force)
+    for line in created:
+        print(line)
+    if not created:
+        print(f"res: {paths.desired} already set up (--force to lay the templates down again)")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "note": cmd_note, "status": cmd_status, "wait": cmd_wait, "release": cmd_release,
+            "reconcile": cmd_reconcile, "observe": cmd_observe, "serve": cmd_serve, "init": cmd_init}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        a = build_parser().parse_args(argv)
+        return COMMANDS[a.cmd](a, Paths.default())
+    except Fail as f:
+        print(f.line, file=sys.stderr)
+        return f.code
+    except KeyboardInterrupt:
+        return 130
+    except OSError as e:
+        print(f"res: {e.filename + ': ' if getattr(e, 'filename', None) else ''}{e.strerror or e}", file=sys.stderr)
+        return 1
+
+
+def reconcile_main(argv: list[str] | None = None) -> int:
+    """`reconcile` is `res reconcile`."""
+    return main(["reconcile", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""`res serve`: the APScheduler loop and the single writer (DESIGN §2, §6).
+
+One asyncio loop holds the D-Bus connection, an AsyncIOScheduler that asks for a pass every `tick_s`,
+and a unix socket where CLI calls ask for a decision now. A request for a pass that arrives while one
+runs is never lost: it sets a dirty flag and the loop runs again (APScheduler's max_instances alone
+would drop it)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+
+from . import ops
+from .locks import LockBusy, acquire, release
+from .models import Plan
+from .paths import Paths
+
+log = logging.getLogger("res.serve")
+
+
+class ServeBusy(Exception):
+    pass
+
+
+class Ticker:
+    """Runs engine passes one at a time; `pass_after_now()` returns the plan of a pass that began after
+    the call, so whatever the caller wrote before it is seen."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.begun = 0  # passes started
+        self.finished = 0
+        self.dirty = False
+        self.task: asyncio.Task | None = None
+        self.done = asyncio.Condition()
+        self.last: Plan | None = None
+
+    def kick(self) -> int:
+        """Ask for a pass; returns the number of the pass that will answer."""
+        self.dirty = True
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+        return self.begun + 1
+
+    async def _run(self) -> None:
+        while self.dirty:
+            self.dirty = False
+            self.begun += 1
+            try:
+                self.last = await self.engine.tick()
+            except Exception:
+                log.exception("pass %d failed", self.begun)
+            self.finished = self.begun
+            async with self.done:
+                self.done.notify_all()
+
+    async def pass_after_now(self) -> Plan | None:
+        want = self.kick()
+        async with self.done:
+            await self.done.wait_for(lambda: self.finished >= want)
+        return self.last
+
+
+def take_serve_lock(paths: Paths) -> int:
+    paths.ensure()
+    try:
+        fd = acquire(paths.serve_lock, timeout=0)
+    except LockBusy:
+        try:
+            pid = open(paths.serve_lock).read().strip() or "?"
+        except OSError:
+            pid = "?"
+        raise ServeBusy(f"res serve is already running for {paths.root} (pid {pid})") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+async def serve(paths: Paths, policy, engine=None, ready=None) -> None:
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+    from .tick import Engine
+
+    lock_fd = take_serve_lock(paths)
+    engine = engine or Engine(paths, policy)
+    await engine.connect()
+    ticker = Ticker(engine)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await reader.readline()
+            answer = await answer_request(engine, ticker, json.loads(line))
+        except Exception as e:  # a bad request gets an answer, never kills the loop
+            answer = {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
+        try:
+            writer.write(json.dumps(answer).encode() + b"\n")
+            await writer.drain()
+        finally:
+            writer.close()
+
+    if paths.socket.exists() or paths.socket.is_symlink():
+        paths.socket.unlink()  # ours: we hold the serve lock
+    old = os.umask(0o077)
+    try:
+        server = await asyncio.start_unix_server(handle, path=str(paths.socket))
+    finally:
+        os.umask(old)
+    scheduler = AsyncIOScheduler()
+    scheduler.add_job(ticker.kick, "interval", seconds=policy.tick_s, id="tick", max_instances=1, coalesce=True)
+    scheduler.start()
+    ticker.kick()
+    log.info("serving %s (pid %d), a pass every %gs", paths.root, os.getpid(), policy.tick_s)
+    if ready is not None:
+        ready()
+    try:
+        await stopping.wait()
+    finally:
+        scheduler.shutdown(wait=False)
+        server.close()
+        await server.wait_closed()
+        if ticker.task is not None:
+            await asyncio.gather(ticker.task, return_exceptions=True)
+        try:
+            paths.socket.unlink()
+        except FileNotFoundError:
+            pass
+        await engine.close()
+        release(lock_fd)
+
+
+async def answer_request(engine, ticker: Ticker, req: dict) -> dict:
+    op = req.get("op")
+    if op == "submit":
+        code, line = await ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"])
+    elif op == "release":
+        code, line = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")))
+    elif op == "tick":
+        plan = await ticker.pass_after_now()
+        from .render import render_plan
+
+        code, line = 0, render_plan(plan) if plan else "no pass ran"
+    elif op == "ping":
+        code, line = 0, f"pid {os.getpid()}"
+    else:
+        code, line = 2, f"res: unknown request {op!r}"
+    return {"code": code, "line": line}

@@ -1,0 +1,122 @@
+"""Carry out a plan's actions (DESIGN §2 step 5). Each action is idempotent and written to state.db
+in its own transaction with a compare-and-set on the phase it expects, so a pass cut off anywhere
+can be run again safely."""
+from __future__ import annotations
+
+import logging
+import os
+
+from .environ import public_env
+from .models import Action, JobRecord, Phase, Request
+from .paths import Paths
+from .runtime import JobSpec, Runtime, RuntimeUnavailable
+
+log = logging.getLogger("res.executor")
+
+class Executor:
+    def __init__(self, paths: Paths, store, runtime: Runtime | None, writer, policy, holder: str):
+        self.paths, self.store, self.runtime, self.writer, self.policy, self.holder = paths, store, runtime, writer, policy, holder
+
+    async def apply(self, action: Action, requests: dict[str, Request], records: dict[str, JobRecord], now: float) -> None:
+        handler = getattr(self, "_" + action.kind, None)
+        if handler is None:
+            return
+        await handler(action, requests.get(action.id), records.get(action.id), now)
+
+    # -------------------------------------------------------------- bookkeeping
+
+    async def _enqueue(self, a, req, rec, now):
+        self.store.put(JobRecord(request=req, phase=Phase.queued, updated=now), expect_phase=None)
+
+    async def _wait(self, a, req, rec, now):
+        pass
+
+    async def _grant(self, a, req, rec, now):
+        self.store.put(JobRecord(request=req, phase=Phase.running, started=now, updated=now),
+                       expect_phase=rec.phase if rec else None)
+
+    async def _refuse(self, a, req, rec, now):
+        self.store.put(JobRecord(request=req, phase=Phase.refused, why=a.reason, ended=now, updated=now),
+                       expect_phase=rec.phase if rec else None)
+
+    async def _running(self, a, req, rec, now):
+        self.store.put(rec.model_copy(update={"phase": Phase.running, "updated": now}), expect_phase=Phase.starting)
+
+    async def _cancel(self, a, req, rec, now):
+        self.store.put(rec.model_copy(update={"phase": Phase.cancelled, "why": "released before it started",
+                                              "ended": now, "updated": now}), expect_phase=Phase.queued)
+
+    async def _expire(self, a, req, rec, now):
+        if self.store.put(rec.model_copy(update={"phase": Phase.done, "why": a.reason, "ended": now, "updated": now}),
+                          expect_phase=Phase.running):
+            self.writer.remove([rec.id])
+
+    async def _retire(self, a, req, rec, now):
+        self.writer.remove([a.id])
+
+    async def _prune(self, a, req, rec, now):
+        self.store.prune(ids=[a.id])
+
+    async def _requeue(self, a, req, rec, now):
+        # Same id, no retry spent: the unit never appeared, so this attempt never ran.
+        self.store.put(rec.model_copy(update={"phase": Phase.queued, "started": None, "lease_until": None,
+                                              "attached_by": None, "updated": now}), expect_phase=Phase.starting)
+
+    # -------------------------------------------------------------- units
+
+    async def _start(self, a, req, rec, now):
+        attempt = (rec.attempt if rec else 0) + 1
+        starting = JobRecord(
+            request=req, phase=Phase.starting, attempt=attempt, started=now, updated=now,
+            unit=self.runtime.unit_name(req.id), attached_by=self.holder,
+            lease_until=now + self.policy.attach_lease_s,
+        )
+        # `starting` (with its lease) is on disk before the unit is asked for (DESIGN §5.3).
+        if not self.store.put(starting, expect_phase=rec.phase if rec else None):
+            return
+        self._fresh_log(req.id, attempt)
+        spec = JobSpec(
+            job_id=req.id, cmd=list(req.cmd), cwd=req.cwd, env=public_env(req.env), mem_gb=req.mem_gb,
+            cpus=req.cpus, log_path=self.paths.log(req.id), exit_path=self.paths.exit_record(req.id),
+            description=f"res {req.id}: {' '.join(req.title.split())[:120]}",
+        )
+        try:
+            await self.runtime.start(spec)
+        except RuntimeUnavailable as e:
+            # Unknown whether it started: leave `starting`; the next pass sees the unit or requeues.
+            log.warning("start of %s: %s", req.id, e)
+            return
+        except Exception as e:  # the runtime refused the start: settle it now, with why
+            why = "start failed: " + " ".join(str(e).split())
+            self.store.put(starting.model_copy(update={"phase": Phase.done, "why": why, "ended": now,
+                                                       "updated": now}), expect_phase=Phase.starting)
+            await self._forget(req.id)
+            return
+        self.store.put(starting.model_copy(update={"phase": Phase.running, "updated": now}), expect_phase=Phase.starting)
+
+    async def _stop(self, a, req, rec, now):
+        # The reason goes on record first, so the settle that follows the exit uses it.
+        if rec.stop_reason is None:
+            rec = rec.model_copy(update={"stop_reason": a.reason, "updated": now})
+            self.store.put(rec, expect_phase=rec.phase)
+        await self.runtime.stop(rec.id)
+
+    async def _settle(self, a, req, rec, now):
+        done = rec.model_copy(update={"phase": Phase.done, "rc": a.rc, "peak_gb": a.peak_gb, "why": a.why,
+                                      "ended": a.at or now, "attached_by": None, "lease_until": None, "updated": now})
+        if self.store.put(done, expect_phase=rec.phase):
+            await self._forget(rec.id)
+
+    async def _forget(self, job_id: str) -> None:
+        try:
+            await self.runtime.forget(job_id)
+        except Exception as e:  # only housekeeping; the record is already settled
+            log.warning("forget %s: %s", job_id, e)
+
+    def _fresh_log(self, job_id: str, attempt: int) -> None:
+        """A new attempt of an id moves the old attempt's log aside; the log is created 0600."""
+        path = self.paths.log(job_id)
+        if attempt > 1 and path.exists():
+            os.replace(path, path.with_name(f"{job_id}.attempt{attempt - 1}.log"))
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        os.close(fd)

@@ -1,0 +1,150 @@
+"""The exit record of a job, written by the job's own unit (DESIGN §5.4, §6).
+
+Runs as the unit's ExecStopPost, `python3 -I -S exit_record.py EXIT_PATH` with RES_EXIT_RECORD=EXIT_PATH
+in its environment (which wins: see runtime/systemd.py), inside the unit's cgroup, after the main
+process (and everything else in the unit) is gone, so the cgroup's peak is the job's peak. systemd passes how the job ended in SERVICE_RESULT, EXIT_CODE and EXIT_STATUS. Because the unit
+writes the record itself, the exit is known even when no reconciler runs when the job ends.
+
+Writes, atomically (a temporary file in the same directory, then os.replace) and mode 0600:
+
+    {"result": "exit-code", "code": "exited", "status": "3", "peak_bytes": 123, "oom_kills": 0, "at": 1.7e9}
+
+Stdlib only, no imports from the package (it runs isolated, -I -S, and must keep working even if the
+package moved). Never raises and always exits 0: a missing value is written as null.
+"""
+import json
+import os
+import sys
+import time
+
+
+def _unescape(field):
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _int(text):
+    try:
+        return int(text.split()[0])
+    except (AttributeError, ValueError, IndexError):
+        return None
+
+
+def _keyed(text, key):
+    """The number after `key` in a "key value" per line file (memory.events, memory.oom_control)."""
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == key:
+            return _int(parts[1])
+    return None
+
+
+def _join(mount, root, path):
+    root = root.rstrip("/")
+    if root and (path == root or path.startswith(root + "/")):
+        path = path[len(root):]
+    return os.path.join(mount, path.lstrip("/"))
+
+
+def memory_cgroup_dir():
+    """(directory, version) of this process's memory cgroup, or (None, None)."""
+    v1_path = v2_path = None
+    for line in (_read("/proc/self/cgroup") or "").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hid, controllers, path = parts
+        if hid == "0" and controllers == "":
+            v2_path = path
+        elif "memory" in controllers.split(","):
+            v1_path = path
+    v1_mount = None
+    v2_mounts = []
+    for line in (_read("/proc/self/mountinfo") or "").splitlines():
+        left, sep, right = line.partition(" - ")
+        lf, rf = left.split(), right.split()
+        if not sep or len(lf) < 5 or len(rf) < 3:
+            continue
+        root, mnt = _unescape(lf[3]), _unescape(lf[4])
+        if rf[0] == "cgroup" and "memory" in rf[2].split(",") and v1_mount is None:
+            v1_mount = (mnt, root)
+        elif rf[0] == "cgroup2":
+            v2_mounts.append((mnt, root))
+    if v1_path is not None:
+        mnt, root = v1_mount or ("/sys/fs/cgroup/memory", "/")
+        return _join(mnt, root, v1_path), 1
+    if v2_path is not None:
+        for mnt, root in v2_mounts or [("/sys/fs/cgroup", "/")]:
+            if "memory" in (_read(os.path.join(mnt, "cgroup.controllers")) or "").split():
+                return _join(mnt, root, v2_path), 2
+    return None, None
+
+
+def measure(status):
+    """(peak_bytes, oom_kills) of this process's cgroup, as far as they can be read."""
+    peak, ooms = None, 0
+    try:
+        d, version = memory_cgroup_dir()
+        if version == 1:
+            peak = _int(_read(os.path.join(d, "memory.max_usage_in_bytes")))
+            ooms = _keyed(_read(os.path.join(d, "memory.oom_control")), "oom_kill")
+            if ooms is None:  # kernels before 4.13: hitting the limit and dying of SIGKILL is the OOM kill
+                failcnt = _int(_read(os.path.join(d, "memory.failcnt"))) or 0
+                ooms = 1 if failcnt > 0 and status == "KILL" else 0
+        elif version == 2:
+            peak = _int(_read(os.path.join(d, "memory.peak")))
+            ooms = _keyed(_read(os.path.join(d, "memory.events")), "oom_kill") or 0
+    except Exception:
+        pass
+    return peak, ooms or 0
+
+
+def write_atomic(path, record):
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+    tmp = os.path.join(directory, ".%s.%d.tmp" % (os.path.basename(path), os.getpid()))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def main(argv):
+    try:
+        env = os.environ
+        # The environment first: systemd 252 keeps Environment= intact across a daemon-reload but
+        # mangles '$' and ';' in an ExecStopPost command line.
+        path = env.get("RES_EXIT_RECORD") or (argv[1] if len(argv) > 1 else None)
+        if not path:
+            return 0
+        status = env.get("EXIT_STATUS")
+        record = {"result": env.get("SERVICE_RESULT"), "code": env.get("EXIT_CODE"), "status": status,
+                  "peak_bytes": None, "oom_kills": 0, "at": time.time()}
+        record["peak_bytes"], record["oom_kills"] = measure(status)
+        write_atomic(path, record)
+    except BaseException:  # noqa: BLE001 - the job's end must never be made to fail by its bookkeeping
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

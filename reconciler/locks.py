@@ -1,0 +1,53 @@
+"""File locks: opened without following symlinks, mode 0600 (DESIGN §4). Import-light."""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+
+class LockBusy(Exception):
+    """The lock is held by someone else (and we were not to wait, or waited long enough)."""
+
+
+def open_lock(path: Path) -> int:
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OSError(f"{path} is a symlink; refusing to lock through it") from None
+        raise
+
+
+def acquire(path: Path, timeout: float | None = None) -> int:
+    """An exclusive flock on PATH; returns the fd that holds it. timeout 0: do not wait."""
+    fd = open_lock(path)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline is not None else 0))
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise LockBusy(str(path)) from None
+            time.sleep(0.01)
+
+
+def release(fd: int) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def locked(path: Path, timeout: float | None = None):
+    fd = acquire(path, timeout)
+    try:
+        yield fd
+    finally:
+        release(fd)

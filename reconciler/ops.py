@@ -1,0 +1,90 @@
+"""The operations that need a decision (run, note, release, tick): the same code runs inside
+`res serve` (answering a CLI call over the socket) and in a CLI call with no loop running."""
+from __future__ import annotations
+
+from typing import Awaitable, Callable
+
+from .models import LIVE, Phase, Plan
+from .units import fmt_clock
+
+TickFn = Callable[[], Awaitable[Plan]]
+MAX_PASSES = 6  # a request deferred by the per-pass start cap is decided within a few passes
+
+
+def _reason(plan: Plan | None, job_id: str, kinds: tuple[str, ...]) -> str | None:
+    if plan is None:
+        return None
+    for a in plan.for_id(job_id):
+        if a.kind in kinds:
+            return a.reason
+    return None
+
+
+def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str] | None:
+    """(exit code, line) once the request is decided, None while it is not yet."""
+    rec = engine.store.get(job_id)
+    if rec is None:
+        return None
+    req = rec.request
+    if rec.phase == Phase.refused:
+        why = rec.why or "refused"
+        return (3, why) if why.startswith("busy:") else (1, f"res: {why}")
+    if rec.phase in LIVE:
+        if req.kind == "note":
+            return 0, f"{job_id} noted: {req.mem_gb:g} GB until ~{fmt_clock(rec.expires())}; free it: res release {job_id}"
+        eta = rec.eta()
+        return 0, f"{job_id} started; log {engine.paths.log(job_id)}; ETA ~{fmt_clock(eta)}"
+    if rec.phase == Phase.queued:
+        reason = _reason(plan, job_id, ("enqueue", "wait")) or "waiting"
+        return 0, f"{job_id} queued, {reason}; cancel: res release {job_id}"
+    if rec.phase == Phase.done:
+        return (1 if rec.why and rec.why.startswith("start failed") else 0,
+                f"{job_id} done rc={rec.rc} ({rec.why})" if not (rec.why or "").startswith("start failed")
+                else f"res: {job_id} {rec.why}")
+    return 1, f"res: {job_id} {rec.phase.value}"
+
+
+async def submit(engine, tick: TickFn, kind: str, fields: dict) -> tuple[int, str]:
+    from .desired import DesiredError
+
+    try:
+        req = engine.writer.add(fields, kind)
+    except DesiredError as e:
+        return 1, f"res: {e}"
+    plan = None
+    for _ in range(MAX_PASSES):
+        plan = await tick()
+        decided = outcome(engine, req.id, plan)
+        if decided is not None:
+            return decided
+    return 0, f"{req.id} accepted; not decided yet (see: res status {req.id})"
+
+
+async def release(engine, tick: TickFn, job_id: str, stop: bool) -> tuple[int, str]:
+    from .desired import DesiredError
+
+    rec = engine.store.get(job_id)
+    if rec is not None and rec.phase in LIVE and rec.request.kind == "job" and not stop:
+        return 1, f"res: {job_id} is running; --stop to kill it"
+    if rec is not None and rec.phase not in LIVE and rec.phase != Phase.queued:
+        try:
+            engine.writer.remove([job_id])
+        except DesiredError:
+            pass
+        return 0, f"{job_id} already {rec.phase.value}" + (f" ({rec.why})" if rec.why else "")
+    try:
+        removed = engine.writer.remove([job_id])
+    except DesiredError as e:
+        return 1, f"res: {e}"
+    if rec is None and not removed:
+        return 1, f"res: no such entry: {job_id}"
+    for _ in range(MAX_PASSES * 2):
+        await tick()
+        rec = engine.store.get(job_id)
+        if rec is None or rec.phase not in LIVE and rec.phase != Phase.queued:
+            break
+    if rec is None:
+        return 0, f"{job_id} released"
+    if rec.phase in LIVE or rec.phase == Phase.queued:
+        return 1, f"res: {job_id} is still {rec.phase.value}; see res status {job_id}"
+    return 0, f"{job_id} released ({rec.phase.value}" + (f", rc={rec.rc}" if rec.rc is not None else "") + ")"

@@ -1,0 +1,533 @@
+"""The systemd runtime: jobs as transient units of the user manager, over D-Bus (DESIGN §6, §12).
+
+Low-level dbus-fast `Message` calls on org.freedesktop.systemd1 /org/freedesktop/systemd1
+(interface org.freedesktop.systemd1.Manager); no introspection. This is the only module that imports
+dbus_fast (about 90 ms): callers import it lazily.
+
+What a unit gets (StartTransientUnit, mode "fail"):
+
+    Description, Slice, Type=exec, ExecStart, ExecStopPost, WorkingDirectory, Environment,
+    MemoryMax, MemoryHigh (0.9 x), MemorySwapMax=0, Nice=10,
+    StandardOutputFileToAppend, StandardErrorFileToAppend, CollectMode=inactive-or-failed
+
+The command reaches the job verbatim. Measured on systemd 252: an ExecStart set over D-Bus is never
+`%`-expanded, but `$VAR`, `${VAR}` and `$$` are expanded when the command is executed; `$$` becomes
+`$`, so every `$` is sent doubled. Not `ExecStartEx` with "no-env-expand" (equally verbatim): 252
+writes it into the transient unit file under a key its own parser does not know, so after any
+`daemon-reload` the unit is `bad-setting` and has lost its ExecStart *and* ExecStopPost(Ex) — the exit
+record would never be written. Plain ExecStart/ExecStopPost survive a reload, except that 252 puts a
+backslash before every `$` and `;` in them on the way (harmless for the running job, whose command
+was executed already; for the exit record it is avoided, see below).
+
+The unit writes its own exit record (reconciler/exit_record.py as ExecStopPost), so an exit is known
+even when no reconciler runs at the moment the job ends; CollectMode makes ended units vanish. The
+record's path also goes in the unit's environment (RES_EXIT_RECORD; Environment= survives a reload
+intact), and the script prefers it to its argv.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import errno
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from dbus_fast import Message, MessageType, Variant
+from dbus_fast.aio import MessageBus
+
+from .. import cgroup
+from ..environ import SECRET_NAME
+from ..models import ExitObs, JobObs
+from . import JobSpec, RuntimeUnavailable
+
+SYSTEMD = "org.freedesktop.systemd1"
+SYSTEMD_PATH = "/org/freedesktop/systemd1"
+MANAGER = "org.freedesktop.systemd1.Manager"
+PROPERTIES = "org.freedesktop.DBus.Properties"
+
+EXIT_RECORD_SCRIPT = str(Path(__file__).resolve().parent.parent / "exit_record.py")
+EXIT_RECORD_ENV = "RES_EXIT_RECORD"  # where the exit record goes; wins over the script's argv[1]
+
+# Set by systemd for each process it runs. Environment= would override them (it is merged last), so a
+# caller that itself runs in a unit (an agent session) must not pass its own: a stale SERVICE_RESULT or
+# EXIT_STATUS would be written into the exit record, a stale NOTIFY_SOCKET would talk to the wrong unit.
+SYSTEMD_NAMES = frozenset({
+    "INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID",
+    "LISTEN_FDNAMES", "WATCHDOG_PID", "WATCHDOG_USEC", "MANAGERPID", "MAINPID", "SERVICE_RESULT",
+    "EXIT_CODE", "EXIT_STATUS", "MONITOR_SERVICE_RESULT", "MONITOR_EXIT_CODE", "MONITOR_EXIT_STATUS",
+    "MONITOR_INVOCATION_ID", "MONITOR_UNIT", "TRIGGER_UNIT", "TRIGGER_PATH", "TRIGGER_TIMER_REALTIME_USEC",
+    "TRIGGER_TIMER_MONOTONIC_USEC", "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "CACHE_DIRECTORY",
+    "LOGS_DIRECTORY", "CONFIGURATION_DIRECTORY", "CREDENTIALS_DIRECTORY", EXIT_RECORD_ENV,
+})
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+JOB_ID = re.compile(r"^r-[0-9]+$")
+
+CALL_TIMEOUT_S = 10.0
+START_WAIT_S = 5.0
+STOP_WAIT_S = 120.0  # systemd's default TimeoutStopSec (90 s) + the exit record
+
+ACTIVE_STATES = {
+    "active": "active",
+    "reloading": "active",
+    "refreshing": "active",
+    "activating": "activating",
+    "deactivating": "deactivating",
+    "inactive": "inactive",
+    "failed": "failed",
+}
+
+# systemd's own exit statuses for a main process that could not be set up (systemd.exec(5)).
+SETUP_STATUS = {
+    200: "CHDIR", 201: "NICE", 202: "FDS", 203: "EXEC", 204: "MEMORY", 205: "LIMITS", 206: "OOM_ADJUST",
+    207: "SIGNAL_MASK", 208: "STDIN", 209: "STDOUT", 210: "CHROOT", 211: "IOPRIO", 212: "TIMERSLACK",
+    213: "SECUREBITS", 214: "SETSCHEDULER", 215: "CPUAFFINITY", 216: "GROUP", 217: "USER",
+    218: "CAPABILITIES", 219: "CGROUP", 220: "SETSID", 221: "CONFIRM", 222: "STDERR", 224: "PAM",
+    225: "NETWORK", 226: "NAMESPACE", 227: "NO_NEW_PRIVILEGES", 228: "SECCOMP", 229: "SELINUX_CONTEXT",
+    230: "PERSONALITY", 231: "APPARMOR_PROFILE", 232: "ADDRESS_FAMILIES", 233: "RUNTIME_DIRECTORY",
+    235: "CHOWN", 236: "SMACK_PROCESS_LABEL", 237: "KEYRING", 238: "STATE_DIRECTORY",
+    239: "CACHE_DIRECTORY", 240: "LOGS_DIRECTORY", 241: "CONFIGURATION_DIRECTORY",
+    242: "NUMA_POLICY", 243: "CREDENTIALS",
+}
+
+
+class DBusCallError(RuntimeError):
+    """An error reply from the bus: `name` is the D-Bus error name."""
+
+    def __init__(self, name: str, text: str):
+        super().__init__(f"{name}: {text}")
+        self.name = name
+        self.text = text
+
+
+def default_bus_address() -> str | None:
+    """The user bus: DBUS_SESSION_BUS_ADDRESS, else $XDG_RUNTIME_DIR/bus if it exists."""
+    addr = os.environ.get("DBUS_SESSION_BUS_ADDRESS")
+    if addr:
+        return addr
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.exists(os.path.join(runtime, "bus")):
+        return f"unix:path={os.path.join(runtime, 'bus')}"
+    return None
+
+
+def job_environment(env: dict[str, str], manager_env: dict[str, str]) -> list[str]:
+    """`NAME=value` entries of `env` that the unit would not get anyway (they differ from the user
+    manager's environment): never a secret-looking name, never a name systemd would refuse, never one
+    that systemd sets itself for the unit's processes."""
+    out = []
+    for name, value in env.items():
+        if SECRET_NAME.search(name) or not ENV_NAME.match(name) or name in SYSTEMD_NAMES:
+            continue
+        if "\0" in value or manager_env.get(name) == value:
+            continue
+        out.append(f"{name}={value}")
+    return out
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def read_exit_record(path: Path) -> ExitObs | None:
+    """The unit's exit record, or None if there is none (or it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
+        peak = data.get("peak_bytes")
+        return ExitObs(
+            result=str(data.get("result") or ""),
+            code=str(data.get("code") or ""),
+            status=str(data.get("status") if data.get("status") is not None else ""),
+            peak_gb=None if peak is None else int(peak) / 1024**3,
+            oom_kills=int(data.get("oom_kills") or 0),
+            at=float(data.get("at") or 0),
+        )
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
+
+
+class SystemdRuntime:
+    name = "systemd"
+
+    def __init__(self, unit_prefix: str, jobs_slice: str, logs_dir: Path | None = None,
+                 bus_address: str | None = None):
+        if logs_dir is None:
+            from ..paths import Paths
+
+            logs_dir = Paths.default().logs
+        self.prefix = unit_prefix
+        self.jobs_slice = jobs_slice
+        self.logs_dir = Path(logs_dir)
+        self._address = bus_address
+        self._bus: MessageBus | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._manager_env: dict[str, str] = {}
+        self._manager_cgroup = ""
+        self._unit_re = re.compile(rf"^{re.escape(unit_prefix)}-(r-[0-9]+)\.service$")
+        # JobRemoved: results that arrived before anyone waited for them, and waiters.
+        self._job_results: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._job_waiters: dict[str, asyncio.Future] = {}
+
+    # ------------------------------------------------------------------ connection
+
+    async def connect(self) -> None:
+        """Open the user bus and read what is cached per connection (the manager's environment and
+        control group). Raises RuntimeUnavailable with one line."""
+        if self._bus is not None and self._bus.connected and self._loop is asyncio.get_running_loop():
+            return
+        self._drop()
+        address = self._address or default_bus_address()
+        if not address:
+            raise RuntimeUnavailable("systemd user manager unreachable: DBUS_SESSION_BUS_ADDRESS is not set "
+                                     "and $XDG_RUNTIME_DIR/bus does not exist")
+        bus = None
+        try:
+            bus = MessageBus(bus_address=address)
+            await asyncio.wait_for(bus.connect(), CALL_TIMEOUT_S)
+            self._bus, self._loop = bus, asyncio.get_running_loop()
+            bus.add_message_handler(self._on_message)
+            await self._call_raw("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                                 "AddMatch", "s",
+                                 [f"type='signal',sender='{SYSTEMD}',path='{SYSTEMD_PATH}',"
+                                  f"interface='{MANAGER}',member='JobRemoved'"])
+            env = await self._manager_property("Environment")
+            self._manager_cgroup = await self._manager_property("ControlGroup")
+        except Exception as e:  # noqa: BLE001 - every way of not getting there is the same to callers
+            self._bus = None
+            if bus is not None:
+                try:
+                    bus.disconnect()
+                except Exception:  # noqa: BLE001
+                    pass
+            what = e.text if isinstance(e, DBusCallError) else (str(e) or type(e).__name__)
+            if isinstance(e, asyncio.TimeoutError):
+                what = "no answer in time"
+            raise RuntimeUnavailable(one_line(f"systemd user manager unreachable at {address}: {what}")) from None
+        self._manager_env = dict(kv.split("=", 1) for kv in env if "=" in kv)
+
+    def _drop(self) -> MessageBus | None:
+        """Forget the connection (and what waits on it); return it if it belongs to this loop."""
+        bus, self._bus = self._bus, None
+        loop, self._loop = self._loop, None
+        for fut in self._job_waiters.values():
+            if not fut.done():
+                fut.cancel()
+        self._job_waiters.clear()
+        self._job_results.clear()
+        try:
+            same = loop is asyncio.get_running_loop()
+        except RuntimeError:
+            same = False
+        if bus is not None and not same:
+            # Its event loop (an earlier asyncio.run) is gone, so it cannot be disconnected the
+            # usual way; close the socket itself (dbus-fast has no public call for that).
+            sock = getattr(bus, "_sock", None)
+            if sock is not None:
+                try:
+                    sock.close()
+                except OSError:
+                    pass
+            return None
+        return bus
+
+    async def close(self) -> None:
+        bus = self._drop()
+        if bus is None:
+            return
+        try:
+            bus.disconnect()
+            await asyncio.wait_for(bus.wait_for_disconnect(), 2)
+        except Exception:  # noqa: BLE001 - closing a broken connection is closing it
+            pass
+
+    def _on_message(self, msg: Message):
+        if (msg.message_type is MessageType.SIGNAL and msg.member == "JobRemoved"
+                and msg.interface == MANAGER and len(msg.body) == 4):
+            _, job, unit, result = msg.body
+            waiter = self._job_waiters.pop(job, None)
+            if waiter is not None:
+                if not waiter.done():
+                    waiter.set_result(result)
+            elif unit.startswith(self.prefix + "-"):
+                # Our own job, finished before its caller got to wait for it (the reply and the
+                # signal can arrive in one read).
+                self._job_results[job] = result
+                while len(self._job_results) > 256:
+                    self._job_results.popitem(last=False)
+        return None
+
+    async def _call_raw(self, destination: str, path: str, interface: str, member: str, signature: str,
+                        body: list):
+        bus = self._bus
+        if bus is None or not bus.connected:
+            raise RuntimeUnavailable("systemd user manager: not connected")
+        msg = Message(destination=destination, path=path, interface=interface, member=member,
+                      signature=signature, body=body)
+        reply = await asyncio.wait_for(bus.call(msg), CALL_TIMEOUT_S)
+        if reply.message_type is MessageType.ERROR:
+            text = reply.body[0] if reply.body else ""
+            raise DBusCallError(reply.error_name or "unknown", str(text))
+        return reply.body
+
+    async def _ensure(self) -> None:
+        """Connect if needed: first use, a broken connection, or a new event loop (asyncio.run again)."""
+        if self._bus is None or not self._bus.connected or self._loop is not asyncio.get_running_loop():
+            await self.connect()
+
+    async def _manager(self, member: str, signature: str, body: list):
+        """A Manager method call. Transport failures become RuntimeUnavailable; error replies raise
+        DBusCallError."""
+        await self._ensure()
+        try:
+            return await self._call_raw(SYSTEMD, SYSTEMD_PATH, MANAGER, member, signature, body)
+        except (DBusCallError, RuntimeUnavailable):
+            raise
+        except asyncio.TimeoutError:
+            raise RuntimeUnavailable(f"systemd user manager did not answer {member} in {CALL_TIMEOUT_S:g} s") from None
+        except Exception as e:  # noqa: BLE001 - the connection broke
+            raise RuntimeUnavailable(one_line(f"systemd user manager: {member} failed: {e or type(e).__name__}")) from None
+
+    async def _manager_property(self, name: str):
+        body = await self._call_raw(SYSTEMD, SYSTEMD_PATH, PROPERTIES, "Get", "ss", [MANAGER, name])
+        return body[0].value
+
+    async def _wait_job(self, job: str, timeout: float) -> str | None:
+        """The result of a queued job (JobRemoved), or None if it did not finish in `timeout`."""
+        if job in self._job_results:
+            return self._job_results.pop(job)
+        fut = asyncio.get_running_loop().create_future()
+        self._job_waiters[job] = fut
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            self._job_waiters.pop(job, None)
+
+    # ------------------------------------------------------------------ names and states
+
+    def unit_name(self, job_id: str) -> str:
+        if not JOB_ID.match(job_id):
+            raise ValueError(f"not a job id: {job_id!r}")
+        return f"{self.prefix}-{job_id}.service"
+
+    def exit_path(self, job_id: str) -> Path:
+        return self.logs_dir / f"{job_id}.exit.json"
+
+    async def _unit_state(self, unit: str) -> tuple[str, str]:
+        """(load state, active state) of one unit; ("not-found", "inactive") when not loaded."""
+        (rows,) = await self._manager("ListUnitsByNames", "as", [[unit]])
+        if not rows:
+            return "not-found", "inactive"
+        return rows[0][2], rows[0][3]
+
+    # ------------------------------------------------------------------ start
+
+    def _properties(self, spec: JobSpec) -> list:
+        cmd = list(spec.cmd)
+        if not cmd or not cmd[0]:
+            raise ValueError("empty command")
+        if spec.cwd and not os.path.isabs(spec.cwd):
+            raise ValueError(f"working directory must be absolute: {spec.cwd!r}")
+        path = cmd[0]
+        if "/" in path and not os.path.isabs(path):  # ./run.sh: systemd wants it absolute
+            path = os.path.normpath(os.path.join(spec.cwd or os.getcwd(), path))
+        mem = int(spec.mem_gb * 1024**3)
+        log = str(spec.log_path)
+        stop_post = [sys.executable, "-I", "-S", EXIT_RECORD_SCRIPT, str(spec.exit_path)]
+        for part in stop_post[:4]:
+            if "$" in part or ";" in part:
+                raise ValueError(f"cannot run the exit record from {part!r}: systemd loses '$' and ';' "
+                                 "in commands across a daemon-reload")
+        env = job_environment(spec.env, self._manager_env)
+        env.append(f"{EXIT_RECORD_ENV}={spec.exit_path}")
+        props = [
+            ["Description", Variant("s", one_line(spec.description or " ".join(cmd))[:400])],
+            ["Slice", Variant("s", self.jobs_slice)],
+            ["Type", Variant("s", "exec")],
+            ["ExecStart", Variant("a(sasb)", [[path, [a.replace("$", "$$") for a in cmd], False]])],
+            ["ExecStopPost", Variant("a(sasb)", [[stop_post[0], stop_post, True]])],  # True: ignore its failure
+            ["Environment", Variant("as", env)],
+            ["MemoryMax", Variant("t", mem)],
+            ["MemoryHigh", Variant("t", int(mem * 0.9))],
+            ["MemorySwapMax", Variant("t", 0)],
+            ["Nice", Variant("i", 10)],
+            ["StandardOutputFileToAppend", Variant("s", log)],
+            ["StandardErrorFileToAppend", Variant("s", log)],
+            ["CollectMode", Variant("s", "inactive-or-failed")],
+        ]
+        if spec.cwd:
+            props.append(["WorkingDirectory", Variant("s", spec.cwd)])
+        return props
+
+    @staticmethod
+    def _prepare_files(unit: str, spec: JobSpec) -> None:
+        """The log exists 0600 before systemd opens it (systemd would create it 0644; a symlink is
+        refused); an exit record of an earlier attempt is gone, so the one found later is this one's."""
+        try:
+            spec.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            os.close(fd)
+            os.unlink(spec.exit_path)
+        except FileNotFoundError as e:
+            if e.filename != str(spec.exit_path):
+                raise RuntimeError(one_line(f"start of {unit} failed: {e.filename}: {e.strerror}")) from None
+        except OSError as e:
+            raise RuntimeError(one_line(f"start of {unit} failed: {e.filename or spec.log_path}: {e.strerror}")) from None
+
+    async def _clear_ended(self, unit: str) -> None:
+        """Wait out a stopping unit and reset a failed/inactive one, so its name can be used again."""
+        for _ in range(100):  # ~5 s
+            load, active = await self._unit_state(unit)
+            if active != "deactivating":
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise RuntimeError(f"start of {unit} failed: an earlier instance is still stopping")
+        if load != "not-found":
+            try:
+                await self._manager("ResetFailedUnit", "s", [unit])
+            except DBusCallError:
+                pass
+
+    async def start(self, spec: JobSpec) -> None:
+        unit = self.unit_name(spec.job_id)
+        await self._ensure()  # the environment filter needs the manager's environment
+        props = self._properties(spec)  # bad input fails before anything changes
+        if spec.cwd and not os.path.isdir(spec.cwd):
+            # Checked here because systemd's own failure (status 200/CHDIR) would hit the exit
+            # record too (ExecStopPost runs in the same directory): no record, no reason.
+            problem = _path_problem(spec.cwd, want_dir=True) or "not a directory"
+            raise RuntimeError(one_line(f"start of {unit} failed: working directory {spec.cwd}: {problem}"))
+        load, active = await self._unit_state(unit)
+        if active in ("active", "activating", "reloading", "refreshing"):
+            return  # already running: the name is the idempotency key
+        if load != "not-found" or active != "inactive":
+            await self._clear_ended(unit)
+        self._prepare_files(unit, spec)
+        for attempt in range(40):
+            try:
+                (job,) = await self._manager("StartTransientUnit", "ssa(sv)a(sa(sv))", [unit, "fail", props, []])
+                break
+            except DBusCallError as e:
+                if e.name != "org.freedesktop.systemd1.UnitExists":
+                    raise RuntimeError(one_line(f"start of {unit} failed: {e.text}")) from None
+            # Someone else started it meanwhile (fine), or an ended instance is not collected yet.
+            load, active = await self._unit_state(unit)
+            if active in ("active", "activating", "reloading", "refreshing"):
+                return
+            await self._clear_ended(unit)
+            await asyncio.sleep(0.05)
+        else:
+            raise RuntimeError(f"start of {unit} failed: an ended instance of the unit does not go away")
+        result = await self._wait_job(job, START_WAIT_S)
+        if result == "done":
+            return
+        if result is None:
+            load, active = await self._unit_state(unit)
+            if active in ("active", "activating", "reloading", "refreshing") or load == "not-found":
+                return  # running, or already ran and ended (its exit record tells how)
+            raise RuntimeError(f"start of {unit} did not finish in {START_WAIT_S:g} s (unit {active})")
+        ended = read_exit_record(spec.exit_path)
+        if ended is not None and not self._setup_failure(ended):
+            return  # the command ran and ended at once (e.g. `false`): a job that exited, not a failed start
+        raise RuntimeError(self._start_error(unit, spec, result, ended))
+
+    @staticmethod
+    def _setup_failure(ended: ExitObs) -> bool:
+        return ended.code == "exited" and ended.status.isdigit() and int(ended.status) in SETUP_STATUS
+
+    def _start_error(self, unit: str, spec: JobSpec, result: str, ended: ExitObs | None) -> str:
+        """One line saying why a start failed, as precisely as can be told from outside."""
+        if ended is None or not self._setup_failure(ended):
+            why = f"job {result}"
+            if ended is not None:
+                why += f", {ended.result} (status {ended.status})"
+            return one_line(f"start of {unit} failed: {why}")
+        status = int(ended.status)
+        tag = f"status {status}/{SETUP_STATUS[status]}"
+        why = ""
+        if status == 203:
+            why = _exec_problem(spec.cmd[0], spec.cwd, spec.env.get("PATH") or self._manager_env.get("PATH"))
+        elif status == 200 and spec.cwd:
+            why = f"{spec.cwd}: {_path_problem(spec.cwd, want_dir=True) or 'cannot change into it'}"
+        elif status in (209, 222):
+            why = f"{spec.log_path}: cannot open the log"
+        return one_line(f"start of {unit} failed: {why + ' ' if why else ''}({tag})")
+
+    # ------------------------------------------------------------------ stop, forget
+
+    async def stop(self, job_id: str, timeout: float = STOP_WAIT_S) -> None:
+        unit = self.unit_name(job_id)
+        try:
+            (job,) = await self._manager("StopUnit", "ss", [unit, "replace"])
+        except DBusCallError as e:
+            if e.name in ("org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.systemd1.LoadFailed"):
+                return
+            raise RuntimeError(one_line(f"stop of {unit} failed: {e.text}")) from None
+        if await self._wait_job(job, timeout) is None:
+            raise RuntimeError(f"stop of {unit} did not finish in {timeout:g} s")
+
+    async def forget(self, job_id: str) -> None:
+        unit = self.unit_name(job_id)
+        try:
+            await self._manager("ResetFailedUnit", "s", [unit])
+        except (DBusCallError, RuntimeUnavailable):
+            pass
+        try:
+            os.unlink(self.exit_path(job_id))
+        except FileNotFoundError:
+            pass
+
+    # ------------------------------------------------------------------ observe
+
+    async def observe(self, job_ids: list[str]) -> dict[str, JobObs]:
+        try:
+            (rows,) = await self._manager("ListUnitsByPatterns", "asas", [[], [f"{self.prefix}-r-*.service"]])
+        except DBusCallError as e:
+            raise RuntimeUnavailable(one_line(f"systemd user manager: cannot list units: {e.text}")) from None
+        out: dict[str, JobObs] = {}
+        for row in rows:
+            name, load, active = row[0], row[2], row[3]
+            m = self._unit_re.match(name)
+            if not m or load == "not-found" and active == "inactive":
+                continue
+            job_id = m.group(1)
+            state = ACTIVE_STATES.get(active, "activating")  # unknown: alive, not ended (act on nothing)
+            used = 0.0
+            if state in ("active", "activating", "deactivating"):
+                path = cgroup.unit_cgroup(self._manager_cgroup, self.jobs_slice, name)
+                used = (cgroup.memory_used_bytes(path) or 0) / 1024**3
+            out[job_id] = JobObs(state=state, mem_used_gb=used, exit=read_exit_record(self.exit_path(job_id)))
+        for job_id in job_ids:
+            if job_id not in out:
+                out[job_id] = JobObs(state="absent", exit=read_exit_record(self.exit_path(job_id)))
+        return out
+
+
+def _path_problem(path: str, want_dir: bool = False) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return os.strerror(e.errno or errno.ENOENT)
+    if want_dir:
+        return None if os.path.isdir(path) else os.strerror(errno.ENOTDIR)
+    if os.path.isdir(path):
+        return os.strerror(errno.EISDIR)
+    if not os.access(path, os.X_OK) or not (st.st_mode & 0o111):
+        return os.strerror(errno.EACCES)
+    return None
+
+
+def _exec_problem(program: str, cwd: str, search_path: str | None) -> str:
+    """Why `program` could not be executed, told from here: "NAME: No such file or directory"."""
+    if "/" in program:
+        full = program if os.path.isabs(program) else os.path.join(cwd or os.getcwd(), program)
+        problem = _path_problem(full)
+    else:
+        problem = None if shutil.which(program, path=search_path) else os.strerror(errno.ENOENT)
+    return f"{program}: {problem or 'cannot execute'}"

@@ -1,0 +1,139 @@
+"""`res status` and `res wait`: read state.db read-only, no lock (DESIGN §2 step 6)."""
+from __future__ import annotations
+
+import json
+import time
+
+from .capacity import reserves
+from .models import LIVE, TERMINAL, Game, JobRecord, Phase
+from .paths import Paths
+from .render import quoted
+from .units import fmt_clock, fmt_cpus, fmt_span
+
+
+def _snapshot(store) -> dict:
+    raw = store.get_meta("last_tick")
+    return json.loads(raw) if raw else {}
+
+
+def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths) -> dict:
+    """One job as data: what `status --json` prints and the text lines are made of."""
+    req = rec.request
+    used = (snap.get("world", {}).get("jobs", {}).get(rec.id) or {}).get("mem_used_gb")
+    expires = rec.expires()
+    return {
+        "id": rec.id, "kind": req.kind, "state": rec.phase.value, "title": req.title, "project": req.project,
+        "mem_gb": req.mem_gb, "cpus": req.cpus, "used_gb": used if rec.phase in LIVE else None,
+        "peak_gb": rec.peak_gb, "rc": rec.rc, "why": rec.why, "queue": req.queue, "lock": req.lock,
+        "created": req.created, "started": rec.started, "ended": rec.ended, "eta": rec.eta(),
+        "overdue": bool(rec.phase in LIVE and expires is not None and now > expires),
+        "unit": rec.unit, "attempt": rec.attempt, "cmd": req.cmd, "cwd": req.cwd,
+        "log": str(paths.log(rec.id)) if req.kind == "job" else None,
+        "attached_by": rec.attached_by, "lease_until": rec.lease_until,
+    }
+
+
+def _line(v: dict) -> str:
+    gb = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
+    started = fmt_clock(v["started"]) if v["started"] else "-"
+    if v["state"] in ("done", "refused", "cancelled"):
+        tail = f"rc={v['rc']}" if v["rc"] is not None else ""
+        tail += f" {v['why']}" if v["why"] else ""
+    elif v["overdue"]:
+        tail = "overdue"
+    elif v["eta"]:
+        tail = f"ETA ~{fmt_clock(v['eta'])}"
+    else:
+        tail = "waiting"
+    return (f"{v['id']:<6} {v['project'][:16]:<16} {quoted(v['title'], 30):<32} {v['state']:<9} "
+            f"{gb(v['mem_gb'])}/{gb(v['used_gb'])}/{gb(v['peak_gb'])} GB  {fmt_cpus(v['cpus']):<7} {started:>5}  {tail}").rstrip()
+
+
+def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str, int]:
+    from .store import Store
+
+    now = time.time()
+    store = Store.open(paths, readonly=True)
+    try:
+        records = store.records()
+        snap = _snapshot(store)
+        last_good = store.get_meta("desired_last_good")
+    finally:
+        store.close()
+    if job_id:
+        rec = records.get(job_id)
+        if rec is None:
+            return f"res: no such entry: {job_id}", 1
+        v = job_view(rec, snap, now, paths)
+        if as_json:
+            return json.dumps(v, indent=2), 0
+        return "\n".join(f"{k}: {'' if val is None else val}" for k, val in v.items()), 0
+
+    world = snap.get("world") or {}
+    game = Game.model_validate(json.loads(last_good)["game"]) if last_good else Game()
+    nproc = int(world.get("nproc") or 1)
+    reserve_gb, reserve_cpus, game_on = reserves(policy, game, now, nproc)
+    budget = {"mem_gb": snap.get("budget_mem_gb"), "cpus": snap.get("budget_cpus"),
+              "reserve_gb": reserve_gb, "reserve_cpus": reserve_cpus, "as_of": snap.get("at")}
+    live = [r for r in sorted(records.values(), key=lambda r: r.request.number)
+            if r.phase not in TERMINAL or (r.ended and now - r.ended < 3600)]
+    views = [job_view(r, snap, now, paths) for r in live]
+    if as_json:
+        return json.dumps({"jobs": views, "budget": budget, "notices": snap.get("notices", [])}, indent=2), 0
+    lines = [_line(v) for v in views] or ["no entries"]
+    if budget["mem_gb"] is None:
+        lines.append(f"agents may use ? GB, ? cpus now (no pass has run yet); reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}")
+    else:
+        age = f" (as of {fmt_span(now - budget['as_of'])} ago)" if budget["as_of"] and now - budget["as_of"] > 10 else ""
+        lines.append(f"agents may use {max(budget['mem_gb'], 0):.1f} GB, {fmt_cpus(max(budget['cpus'], 0))} now; "
+                     f"reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}{age}")
+    lines += [f"res: {n}" for n in snap.get("notices", [])]
+    return "\n".join(lines), 0
+
+
+def wait(paths: Paths, policy, job_id: str, timeout: float | None) -> tuple[int, str]:
+    """Poll until the entry is finished; with no loop running, run passes here so it settles."""
+    import asyncio
+
+    from .client import NoDaemon, ask
+    from .store import Store
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        store = Store.open(paths, readonly=True)
+        try:
+            rec = store.get(job_id)
+        finally:
+            store.close()
+        if rec is None:
+            return 1, f"res: no such entry: {job_id}"
+        if rec.phase in TERMINAL:
+            return 0, done_line(rec)
+        if deadline is not None and time.monotonic() >= deadline:
+            return 1, f"res: {job_id} still {rec.phase.value} after {fmt_span(timeout)}"
+        try:
+            ask(paths.socket, {"op": "ping"}, timeout=5)
+            time.sleep(0.5)
+        except NoDaemon:
+            from .tick import Engine
+
+            async def one():
+                engine = Engine(paths, policy)
+                try:
+                    await engine.connect()
+                    await engine.tick()
+                finally:
+                    await engine.close()
+
+            asyncio.run(one())
+            time.sleep(0.5)
+
+
+def done_line(rec: JobRecord) -> str:
+    if rec.phase != Phase.done:
+        return f"{rec.id} {rec.phase.value}" + (f": {rec.why}" if rec.why else "")
+    peak = f" peak {rec.peak_gb:.1f} GB" if rec.peak_gb is not None else ""
+    took = f" in {fmt_span(rec.ended - rec.started)}" if rec.ended and rec.started else ""
+    why = "" if rec.why in (None, "exited 0") else f" ({rec.why})"
+    return f"{rec.id} done rc={rec.rc}{peak}{took}{why}"
+

@@ -1,0 +1,145 @@
+"""One reconcile pass (DESIGN §2): lock, load desired, observe, plan, apply, publish."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+
+from .executor import Executor
+from .locks import locked
+from .models import Desired, Game, Plan, Request, World
+from .observe import observe_world
+from .paths import Paths
+from .plan import plan
+
+log = logging.getLogger("res.tick")
+
+
+def holder_id() -> str:
+    return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}"
+
+
+def make_runtime(paths: Paths, policy):
+    """The job runtime (systemd for now), imported only when a pass needs it."""
+    from .runtime.systemd import SystemdRuntime
+
+    return SystemdRuntime(unit_prefix=policy.unit_prefix, jobs_slice=policy.jobs_slice, logs_dir=paths.logs)
+
+
+class Engine:
+    """A reconciler instance: the store, the runtime connection and the executor, reused across passes."""
+
+    def __init__(self, paths: Paths, policy, runtime=None):
+        from .desired import Writer
+        from .store import Store
+
+        self.paths, self.policy = paths, policy
+        paths.ensure()
+        self.store = Store.open(paths)
+        self.writer = Writer(paths)
+        self.runtime = runtime if runtime is not None else make_runtime(paths, policy)
+        self.holder = holder_id()
+        self.executor = Executor(paths, self.store, self.runtime, self.writer, policy, self.holder)
+        self.connected = False
+        self.last_plan: Plan | None = None
+
+    async def connect(self) -> None:
+        from .runtime import RuntimeUnavailable
+
+        try:
+            await self.runtime.connect()
+            self.connected = True
+        except RuntimeUnavailable as e:
+            log.warning("%s", e)
+            self.connected = False
+
+    async def close(self) -> None:
+        if self.connected:
+            await self.runtime.close()
+        self.store.close()
+
+    async def tick(self) -> Plan:
+        if not self.connected:
+            await self.connect()  # observation then says what failed, and nothing is acted on blindly
+        with locked(self.paths.tick_lock):
+            now = time.time()
+            desired, notices = load_desired(self.paths, self.store)
+            records = self.store.records()
+            world = await observe_world(self.runtime if self.connected else None, records)
+            if not world.ok:
+                self.connected = False  # reconnect next pass
+            p = plan(desired, records, world, now, self.policy)
+            p.notices.extend(notices)
+            requests = {r.id: r for r in desired.requests}
+            for action in p.actions:
+                try:
+                    await self.executor.apply(action, requests, records, now)
+                except Exception as e:  # one failed action must not stop the others; retried next pass
+                    log.error("%s %s failed: %s", action.kind, action.id, e)
+                    p.notices.append(f"{action.kind} {action.id} failed: {e}")
+            publish(self.store, world, p, now)
+            for n in p.notices:
+                log.warning("%s", n)
+            self.last_plan = p
+            return p
+
+
+def load_desired(paths: Paths, store, save: bool = True) -> tuple[Desired, list[str]]:
+    """Desired state, keeping the last good version of a file that does not parse (DESIGN §2 step 2).
+    `save`: remember this version as the last good one (never in a dry run)."""
+    from .desired import read_desired
+
+    last = store.get_meta("desired_last_good")
+    last_good = [Request.model_validate(r) for r in json.loads(last)["requests"]] if last else None
+    last_game = Game.model_validate(json.loads(last)["game"]) if last else None
+    desired, game_error = read_desired(paths, last_good, last_game)
+    notices = [f"{game_error}; keeping game mode as it was"] if game_error else []
+    if save and (desired.queue_ok or not game_error):
+        # Each file's part is remembered only from a good read of that file.
+        requests = desired.requests if desired.queue_ok else (last_good or [])
+        game = desired.game if not game_error else (last_game or Game())
+        snapshot = json.dumps({"requests": [r.model_dump(mode="json") for r in requests],
+                               "game": game.model_dump(mode="json")})
+        if snapshot != last:
+            store.set_meta("desired_last_good", snapshot)
+    return desired, notices
+
+
+def publish(store, world: World, p: Plan, now: float) -> None:
+    """What `res status` shows without a lock: the world and budget as of this pass."""
+    store.set_meta("last_tick", json.dumps({
+        "at": now, "world": world.model_dump(mode="json"),
+        "budget_mem_gb": p.budget_mem_gb, "budget_cpus": p.budget_cpus, "notices": p.notices,
+    }))
+
+
+async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Plan, World]:
+    """Steps 2–4 read-only: nothing is locked, started, written or created."""
+    from .store import Store
+
+    store = Store.open(paths, readonly=True)
+    try:
+        desired, notices = load_desired(paths, store, save=False)
+        records = store.records()
+        if world is None:
+            runtime = make_runtime(paths, policy)
+            from .runtime import RuntimeUnavailable
+
+            try:
+                await runtime.connect()
+                connected = True
+            except RuntimeUnavailable:
+                connected = False
+            try:
+                world = await observe_world(runtime if connected else None, records)
+            finally:
+                if connected:
+                    await runtime.close()
+        p = plan(desired, records, world, time.time(), policy)
+        p.notices.extend(notices)
+        return p, world
+    finally:
+        store.close()
