@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lock", help="never run two jobs holding the same KEY at once")
     run.add_argument("--force", action="store_true", help="ignore the ledger (not the reserve, not locks)")
     run.add_argument("--agent", default="none", choices=["none", "claude"])
-    run.add_argument("cmd", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
     note = sub.add_parser("note", help="reserve memory for foreground work")
     note.add_argument("--mem", required=True, type=_arg(parse_size_gb, "--mem"))
@@ -191,7 +191,7 @@ async def _with_engine(paths: Paths, fn):
 
 
 def cmd_run(a, paths: Paths) -> int:
-    cmd = list(a.cmd)
+    cmd = list(a.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
@@ -217,20 +217,24 @@ def cmd_note(a, paths: Paths) -> int:
 
 
 def _submit(paths: Paths, kind: str, fields: dict) -> int:
-    from . import ops
+    def local(engine):
+        from . import ops
+
+        return ops.submit(engine, engine.tick, kind, fields)
 
     paths.ensure()
-    code, line = _decide(paths, {"op": "submit", "kind": kind, "fields": fields},
-                         lambda engine: ops.submit(engine, engine.tick, kind, fields))
+    code, line = _decide(paths, {"op": "submit", "kind": kind, "fields": fields}, local)
     _say(line, code)
     return code
 
 
 def cmd_release(a, paths: Paths) -> int:
-    from . import ops
+    def local(engine):
+        from . import ops
 
-    code, line = _decide(paths, {"op": "release", "id": a.id, "stop": a.stop},
-                         lambda engine: ops.release(engine, engine.tick, a.id, a.stop))
+        return ops.release(engine, engine.tick, a.id, a.stop)
+
+    code, line = _decide(paths, {"op": "release", "id": a.id, "stop": a.stop}, local)
     _say(line, code)
     return code
 
@@ -320,6 +324,7 @@ def cmd_serve(a, paths: Paths) -> int:
 
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not a line per interval pass
     try:
         asyncio.run(serve(paths, _policy()))
     except ServeBusy as e:

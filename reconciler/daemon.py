@@ -111,8 +111,11 @@ async def serve(paths: Paths, policy, engine=None, ready=None) -> None:
         server = await asyncio.start_unix_server(handle, path=str(paths.socket))
     finally:
         os.umask(old)
+    async def interval_pass() -> None:  # a coroutine, so APScheduler runs it on our loop, not a thread
+        ticker.kick()
+
     scheduler = AsyncIOScheduler()
-    scheduler.add_job(ticker.kick, "interval", seconds=policy.tick_s, id="tick", max_instances=1, coalesce=True)
+    scheduler.add_job(interval_pass, "interval", seconds=policy.tick_s, id="tick", max_instances=1, coalesce=True)
     scheduler.start()
     ticker.kick()
     log.info("serving %s (pid %d), a pass every %gs", paths.root, os.getpid(), policy.tick_s)

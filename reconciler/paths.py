@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -13,9 +12,22 @@ def state_dir() -> Path:
     return Path(base) / "res"
 
 
-@dataclass(frozen=True)
 class Paths:
-    root: Path
+    """A plain class, not a dataclass: importing dataclasses costs ~12 ms on every CLI call."""
+
+    __slots__ = ("root",)
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Paths) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def __repr__(self) -> str:
+        return f"Paths({str(self.root)!r})"
 
     @classmethod
     def default(cls) -> "Paths":

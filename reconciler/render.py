@@ -114,5 +114,11 @@ def render_plan(plan: Plan) -> str:
     lines += [plan_line(a) for a in plan.actions if a.kind != "wait"]
     counts = {k: len(plan.of(k)) for k, _ in _SUMMARY}
     said = [f"{counts[k]} {label}" for k, label in _SUMMARY if counts[k]]
-    lines.append("Plan: " + ", ".join(said) + "." if said else "No changes. The world matches the desired state.")
+    bookkeeping = sum(1 for a in plan.actions if a.kind in ("enqueue", "running", "retire", "prune"))
+    if said:
+        lines.append("Plan: " + ", ".join(said) + ".")
+    elif bookkeeping:
+        lines.append(f"No changes to jobs; {bookkeeping} bookkeeping step{'s' if bookkeeping > 1 else ''} (·).")
+    else:
+        lines.append("No changes. The world matches the desired state.")
     return "\n".join(lines)
