@@ -6,7 +6,6 @@ dbus-fast, APScheduler) load only in the commands that use them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time

@@ -22,7 +22,6 @@ text edit (see `Writer.add`).
 from __future__ import annotations
 
 import errno
-import fcntl
 import math
 import os
 import re
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
 
+from .locks import LockBusy, acquire, release
 from .paths import Paths
 
 if TYPE_CHECKING:
@@ -680,27 +680,15 @@ class Writer:
         lock = self.paths.writer_lock
         try:
             try:
-                lfd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                lfd = acquire(lock, self.timeout)
+            except LockBusy:
+                raise DesiredError(f"{lock}: another writer still holds it after {self.timeout:g} s; nothing was changed") from None
             except OSError as e:
-                why = "is a symlink; refusing to use it" if e.errno == errno.ELOOP else e.strerror
-                raise DesiredError(f"{lock}: {why}") from None
+                raise DesiredError(" ".join(str(e).split())) from None
             try:
-                deadline = time.monotonic() + self.timeout
-                delay = 0.0005
-                while True:
-                    try:
-                        fcntl.flock(lfd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        if time.monotonic() >= deadline:
-                            raise DesiredError(
-                                f"{lock}: another writer still holds it after {self.timeout:g} s; nothing was changed"
-                            ) from None
-                        time.sleep(delay * (0.5 + (time.monotonic_ns() % 997) / 997))  # jittered
-                        delay = min(delay * 2, 0.02)
                 yield dfd
             finally:
-                os.close(lfd)  # releases the lock
+                release(lfd)
         finally:
             os.close(dfd)
 

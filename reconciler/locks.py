@@ -23,18 +23,24 @@ def open_lock(path: Path) -> int:
 
 
 def acquire(path: Path, timeout: float | None = None) -> int:
-    """An exclusive flock on PATH; returns the fd that holds it. timeout 0: do not wait."""
+    """An exclusive flock on PATH; returns the fd that holds it. timeout None: wait as long as it
+    takes; 0: do not wait. Waiting polls with a jittered backoff, so many writers do not lock-step."""
     fd = open_lock(path)
-    deadline = None if timeout is None else time.monotonic() + timeout
+    if timeout is None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+    deadline = time.monotonic() + timeout
+    delay = 0.0005
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline is not None else 0))
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return fd
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 os.close(fd)
                 raise LockBusy(str(path)) from None
-            time.sleep(0.01)
+            time.sleep(delay * (0.5 + (time.monotonic_ns() % 997) / 997))
+            delay = min(delay * 2, 0.02)
 
 
 def release(fd: int) -> None:

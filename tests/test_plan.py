@@ -1,7 +1,6 @@
 """Pure tier: capacity, admission, lifecycle decisions and wording, with hand-written literals."""
 from __future__ import annotations
 
-import time
 from types import SimpleNamespace
 
 import pytest
