@@ -1,6 +1,7 @@
 """Capacity (DESIGN §5.1): what agents may use now, who holds the rest, and until when. Pure."""
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 from .models import Game, JobRecord, Phase, Request, World
@@ -134,3 +135,35 @@ def freed_by(cap: Capacity, need_gb: float, need_cpus: float, now: float) -> tup
         return chosen, None
     when = max((max(h.eta or now, now) for h in chosen), default=now)
     return chosen, when
+
+
+class QueueForecast:
+    """When each waiting queue entry is expected to start, FIFO: holders end at their ETAs, and each
+    entry, once started, holds its own request until start + its estimate. Ask in queue order.
+    O((holders + entries) log n) for a whole queue."""
+
+    def __init__(self, cap: Capacity, now: float):
+        self.now = now
+        self.free_gb = cap.mem_gb
+        self.free_cpus = cap.cpus
+        self.clock = now
+        # (time it ends, gb, cpus); an overdue holder is expected to end "now"
+        self.ends = [(max(h.eta or now, now), h.held_gb, h.cpus) for h in cap.holders]
+        heapq.heapify(self.ends)
+        self.stuck = False
+
+    def start_of(self, mem_gb: float, cpus: float, est_s: float) -> float | None:
+        if self.stuck:
+            return None
+        while self.free_gb < mem_gb - 1e-9 or self.free_cpus < cpus - 1e-9:
+            if not self.ends:
+                self.stuck = True  # not even everything ending frees enough: no estimate from here on
+                return None
+            when, gb, c = heapq.heappop(self.ends)
+            self.clock = max(self.clock, when)
+            self.free_gb += gb
+            self.free_cpus += c
+        self.free_gb -= mem_gb
+        self.free_cpus -= cpus
+        heapq.heappush(self.ends, (self.clock + est_s, mem_gb, cpus))
+        return self.clock

@@ -8,12 +8,17 @@ from __future__ import annotations
 import math
 import signal
 
-from .capacity import HOLDING, Capacity, capacity, holder_of
+from .capacity import HOLDING, Capacity, QueueForecast, capacity, holder_of
 from .models import TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, Plan, Request, World
 from .render import busy_line, lock_line, never_line
 from .units import fmt_clock, fmt_gb, fmt_span
 
 PRUNE_AFTER_S = 24 * 3600
+
+
+def _act(**fields) -> Action:
+    """Actions are made here from validated inputs only: skip re-validating each (1,000s a pass)."""
+    return Action.model_construct(**fields)
 ALIVE = ("active", "activating", "deactivating")
 
 
@@ -49,26 +54,26 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
     if rec.phase in TERMINAL:
         acts = []
         if desired.queue_ok and rec.id in wanted:
-            acts.append(Action(kind="retire", id=rec.id, reason=f"{rec.phase.value}; removing it from the queue file", **tag))
+            acts.append(_act(kind="retire", id=rec.id, reason=f"{rec.phase.value}; removing it from the queue file", **tag))
         elif rec.ended is not None and now - rec.ended > PRUNE_AFTER_S:
-            acts.append(Action(kind="prune", id=rec.id, reason="finished over 24 h ago; into history", **tag))
+            acts.append(_act(kind="prune", id=rec.id, reason="finished over 24 h ago; into history", **tag))
         return acts
 
     if req.kind == "note":
         if rec.phase != Phase.running:
             return []
         if req.owner_pid is not None and world.ok and req.owner_pid not in world.live_pids:
-            return [Action(kind="expire", id=rec.id, reason=f"owner pid {req.owner_pid} is gone", **tag)]
+            return [_act(kind="expire", id=rec.id, reason=f"owner pid {req.owner_pid} is gone", **tag)]
         expires = rec.expires()
         if expires is not None and now >= expires:
-            return [Action(kind="expire", id=rec.id, reason=f"expired at {fmt_clock(expires)}", **tag)]
+            return [_act(kind="expire", id=rec.id, reason=f"expired at {fmt_clock(expires)}", **tag)]
         if desired.queue_ok and rec.id not in wanted:
-            return [Action(kind="expire", id=rec.id, reason="released", **tag)]
+            return [_act(kind="expire", id=rec.id, reason="released", **tag)]
         return []
 
     if rec.phase == Phase.queued:
         if desired.queue_ok and rec.id not in wanted:
-            return [Action(kind="cancel", id=rec.id, reason="removed from the queue", **tag)]
+            return [_act(kind="cancel", id=rec.id, reason="removed from the queue", **tag)]
         return []
 
     # starting / running / exited: only what could be observed is acted on.
@@ -77,19 +82,19 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
     obs = world.jobs.get(rec.id)
     if obs is not None and obs.exit is not None:
         rc, why, peak = settle_outcome(rec, obs.exit)
-        return [Action(kind="settle", id=rec.id, rc=rc, why=why, peak_gb=peak, at=obs.exit.at or None, reason=settle_text(rec, rc, peak, why, obs.exit.at), **tag)]
+        return [_act(kind="settle", id=rec.id, rc=rc, why=why, peak_gb=peak, at=obs.exit.at or None, reason=settle_text(rec, rc, peak, why, obs.exit.at), **tag)]
     alive = obs is not None and obs.state in ALIVE
     if rec.phase == Phase.starting:
         if alive:
-            return [Action(kind="running", id=rec.id, reason="unit seen started", **tag)]
+            return [_act(kind="running", id=rec.id, reason="unit seen started", **tag)]
         if rec.lease_until is not None and now > rec.lease_until:
-            return [Action(kind="requeue", id=rec.id, reason="never started; lease expired", **tag)]
+            return [_act(kind="requeue", id=rec.id, reason="never started; lease expired", **tag)]
         return []
     if not alive:
         why = "lost: the unit vanished without an exit record"
-        return [Action(kind="settle", id=rec.id, rc=None, why=why, peak_gb=None, reason=why, **tag)]
+        return [_act(kind="settle", id=rec.id, rc=None, why=why, peak_gb=None, reason=why, **tag)]
     if desired.queue_ok and rec.id not in wanted and rec.stop_reason is None:
-        return [Action(kind="stop", id=rec.id, reason="released", **tag)]
+        return [_act(kind="stop", id=rec.id, reason="released", **tag)]
     return []
 
 
@@ -142,7 +147,8 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
     locks = {h.lock: h for h in cap.holders if h.lock}
     starts = 0
     head: Request | None = None  # the first queued entry that waits: everything behind it waits too
-    waiting_gb = 0.0  # memory wanted by queued entries ahead that wait
+    forecast: QueueForecast | None = None  # made once the first entry waits
+    position = 0  # of a queued entry among those that stay queued
 
     for req in desired.requests:
         rec = records.get(req.id)
@@ -150,22 +156,22 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             continue
         tag = dict(title=req.title, mem_gb=req.mem_gb, cpus=req.cpus)
         if cap.never_fits(req):
-            acts.append(Action(kind="refuse", id=req.id, never=True, reason=never_line(req, cap), **tag))
+            acts.append(_act(kind="refuse", id=req.id, never=True, reason=never_line(req, cap), **tag))
             continue
         holder = locks.get(req.lock) if req.lock else None
 
         if req.kind == "note" or not req.queue:
             if holder is not None:
-                acts.append(Action(kind="refuse", id=req.id, reason=lock_line(req, holder), **tag))
+                acts.append(_act(kind="refuse", id=req.id, reason=lock_line(req, holder), **tag))
             elif head is not None and not req.force:
-                acts.append(Action(kind="refuse", id=req.id, reason=busy_line(req, cap, now, head=head), **tag))
+                acts.append(_act(kind="refuse", id=req.id, reason=busy_line(req, cap, now, head=head), **tag))
             elif not cap.fits(req):
-                acts.append(Action(kind="refuse", id=req.id, reason=busy_line(req, cap, now), **tag))
+                acts.append(_act(kind="refuse", id=req.id, reason=busy_line(req, cap, now), **tag))
             elif req.kind == "note":
-                acts.append(Action(kind="grant", id=req.id, reason=f"fits ({fmt_gb(cap.mem_gb)} free)", **tag))
+                acts.append(_act(kind="grant", id=req.id, reason=f"fits ({fmt_gb(cap.mem_gb)} free)", **tag))
                 cap.take(req, _new_holder(req, now))
             elif starts < policy.max_starts_per_tick:
-                acts.append(Action(kind="start", id=req.id, reason=f"fits ({fmt_gb(cap.mem_gb)} free)", **tag))
+                acts.append(_act(kind="start", id=req.id, reason=f"fits ({fmt_gb(cap.mem_gb)} free)", **tag))
                 cap.take(req, _new_holder(req, now))
                 starts += 1
                 if req.lock:
@@ -174,22 +180,23 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             continue
 
         # --queue: strict FIFO; a blocked head holds the rest; a held lock skips the entry.
-        position = sum(1 for a in acts if a.kind in ("enqueue", "wait")) + 1
+        position += 1
         if holder is not None:
             acts.extend(_wait(req, rec, f"position {position}; lock {req.lock!r} held by {holder.id}", **tag))
             continue
         if head is None and cap.fits(req) and starts < policy.max_starts_per_tick:
             why = "queue head, fits" if position == 1 else "fits"
-            acts.append(Action(kind="start", id=req.id, reason=f"{why} ({fmt_gb(cap.mem_gb)} free)", **tag))
+            acts.append(_act(kind="start", id=req.id, reason=f"{why} ({fmt_gb(cap.mem_gb)} free)", **tag))
             cap.take(req, _new_holder(req, now))
             starts += 1
+            position -= 1  # it did not stay queued
             if req.lock:
                 locks[req.lock] = cap.holders[-1]
             continue
         if head is None:
             head = req
-        waiting_gb += req.mem_gb
-        est = estimate_start(cap, waiting_gb, now)
+            forecast = QueueForecast(cap, now)
+        est = forecast.start_of(req.mem_gb, req.cpus, req.est_s)
         eta = f"est. start ~{fmt_clock(est)}" if est is not None else "est. start unknown"
         blocked = "" if head is req else f"; behind queue head {head.id}"
         acts.extend(_wait(req, rec, f"position {position}; {eta}{blocked}", **tag))
@@ -198,21 +205,9 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
 
 def _wait(req: Request, rec: JobRecord | None, reason: str, **tag) -> list[Action]:
     kind = "enqueue" if rec is None else "wait"
-    return [Action(kind=kind, id=req.id, reason=reason, **tag)]
+    return [_act(kind=kind, id=req.id, reason=reason, **tag)]
 
 
 def _new_holder(req: Request, now: float):
     rec = JobRecord(request=req, phase=Phase.starting, started=now)
     return holder_of(rec, 0.0, now)
-
-
-def estimate_start(cap: Capacity, need_gb: float, now: float) -> float | None:
-    """When `need_gb` is expected free: holders end at their ETAs, earliest first."""
-    free = cap.mem_gb
-    if free >= need_gb:
-        return now
-    for h in cap.by_eta():
-        free += h.held_gb
-        if free >= need_gb - 1e-9:
-            return max(h.eta or now, now)
-    return None

@@ -262,3 +262,15 @@ def test_plan_rendering_lines_and_summary():
     assert text.splitlines()[-1] == "Plan: 1 to start."
     assert "- stop" in render_plan(p) and "Plan: 1 to start, 1 to stop." in render_plan(p)
     assert render_plan(run_plan([])) == "No changes. The world matches the desired state."
+
+
+def test_queue_forecast_gives_every_waiting_position_a_start_time():
+    hog = running(1, mem=10.0, started=NOW - 300, est=600)  # ends at NOW + 300
+    queued = [req(n, mem=4.0, est=600, queue=True) for n in range(2, 7)]
+    # budget: 20 − 8 − 10 = 2; once r-1 ends, 12 GB: three 4 GB jobs start at +300; the 4th when the
+    # first of them ends (+900), the 5th with it (+900: 4 GB freed... then r-3's end frees the next).
+    p = run_plan(queued, records=[hog], w=world(avail=20.0))
+    reasons = [a.reason for a in p.actions]
+    assert [r.split(";")[0] for r in reasons] == [f"position {n}" for n in range(1, 6)]
+    starts = [r.split("est. start ~")[1].split(";")[0] for r in reasons]
+    assert starts == [fmt_clock(NOW + 300)] * 3 + [fmt_clock(NOW + 900)] * 2

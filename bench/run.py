@@ -1,0 +1,129 @@
+"""res benchmarks (DESIGN §10, issue 2): each figure as a ratio, one line per benchmark, then the raw
+numbers.
+
+    python3 bench/run.py            the full run (a few minutes)
+    python3 bench/run.py --smoke    a small, fast version for CI (well under a minute)
+    python3 bench/run.py --only b,c a subset
+
+    a  `res run --mem 100M --for 1m -- true` end to end (with `res serve` and without) vs
+       `systemd-run --user --collect -q true`, and vs `python3 -c pass` for context   target ≤ 10×
+    b  one plan over 1,000 queued, 100 running, 100 notes; growth when every count doubles
+                                                                          targets ≤ 20 ms, ≤ 2.2×
+    c  64 concurrent writers × 50 requests through the desired Writer: wall time, lost entries and
+       duplicate ids (both must be 0)
+    d  request-to-start latency with `res serve` running
+
+Exit status: 0 when everything was measured, whether or not a speed target was met; 1 when the thing
+measured is broken (an entry lost, an id handed out twice, a run not started, a benchmark that
+errored). a and d need a systemd user manager; without one they are skipped (and say so).
+Everything started here runs under a private state directory, unique slices and unit prefix, and is
+stopped by pid."""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
+
+from common import Broken, Report, manager_reachable  # noqa: E402
+
+FULL = dict(run_rounds=20, plan_runs=15, writers=(64, 50), latency_rounds=15)
+SMOKE = dict(run_rounds=5, plan_runs=5, writers=(8, 10), latency_rounds=3)
+
+
+def machine() -> str:
+    with open("/proc/meminfo") as f:
+        mem = {k: int(v.split()[0]) / 1024**2 for k, _, v in (line.partition(":") for line in f)
+               if k in ("MemTotal", "MemAvailable")}
+    try:
+        sysd = subprocess.run(["systemctl", "--version"], capture_output=True, text=True, timeout=10).stdout.split()[1]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        sysd = "?"
+    return (f"{len(os.sched_getaffinity(0))} cpus, {mem['MemTotal']:.1f} GB ({mem['MemAvailable']:.1f} available), "
+            f"load {os.getloadavg()[0]:.2f}; Python {platform.python_version()}; systemd {sysd}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="res benchmarks: figures as ratios")
+    ap.add_argument("--smoke", action="store_true", help="a small, fast version (CI)")
+    ap.add_argument("--only", default="a,b,c,d", help="which benchmarks, e.g. b,c")
+    a = ap.parse_args(argv)
+    size = SMOKE if a.smoke else FULL
+    only = set(a.only.split(","))
+    report = Report()
+
+    # Every `res` here runs with its bytecode cached, as after any install: in a private directory
+    # (nothing is written into the checkout), even where PYTHONDONTWRITEBYTECODE is set. The first
+    # round of each benchmark fills it and is not counted.
+    pycache = tempfile.mkdtemp(prefix="res-bench-pycache-")
+    no_bytecode = os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = pycache
+    if no_bytecode:
+        report.notes.append("   (PYTHONDONTWRITEBYTECODE was set; the commands measured ran with bytecode cached in "
+                            "a private PYTHONPYCACHEPREFIX)")
+    try:
+        return run_all(a, size, only, report)
+    finally:
+        shutil.rmtree(pycache, ignore_errors=True)
+
+
+def run_all(a, size: dict, only: set[str], report: Report) -> int:
+    from cli_bench import bench_latency, bench_run
+    from plan_bench import bench_plan
+    from writers_bench import bench_writers
+
+    have_manager = manager_reachable()
+    benchmarks = [
+        ("a", True, lambda: bench_run(report, size["run_rounds"])),
+        ("b", False, lambda: bench_plan(report, size["plan_runs"], profile=True)),
+        ("c", False, lambda: bench_writers(report, *size["writers"])),
+        ("d", True, lambda: bench_latency(report, size["latency_rounds"])),
+    ]
+    print(f"res benchmarks ({'smoke' if a.smoke else 'full'}) · {machine()}", flush=True)
+    started = time.monotonic()
+    for key, needs_manager, run in benchmarks:
+        if key not in only:
+            continue
+        if needs_manager and not have_manager:
+            report.notes.append(f"{key}  skipped: no systemd user manager reachable (DBUS_SESSION_BUS_ADDRESS)")
+            continue
+        t0 = time.monotonic()
+        try:
+            run()
+        except Broken as e:
+            report.broken.append(f"{key}: {e}")
+        except Exception:
+            report.broken.append(f"{key}: errored: {traceback.format_exc().strip().splitlines()[-1]}")
+            traceback.print_exc()
+        print(f"   {key} done in {time.monotonic() - t0:.1f} s", flush=True)
+
+    print()
+    for fig in report.figures:
+        print(fig.line())
+    print("\nraw:")
+    for line in report.raw:
+        print("  " + line)
+    for line in report.notes:
+        print(line)
+    missed = [f for f in report.figures if f.met is False]
+    print(f"\n{len(report.figures)} figures in {time.monotonic() - started:.1f} s; "
+          f"targets missed: {', '.join(f'{f.key} {f.name}' for f in missed) or 'none'} (not a failure)")
+    if report.broken:
+        print("BROKEN:")
+        for line in report.broken:
+            print("  " + line)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
