@@ -19,6 +19,7 @@ class Holder:
     eta: float | None  # expected end (started + estimate)
     overdue: bool
     lock: str | None = None
+    session: bool = False
 
 
 @dataclass
@@ -79,6 +80,7 @@ def holder_of(rec: JobRecord, used_gb: float, now: float) -> Holder:
         eta=rec.eta(),
         overdue=expires is not None and now > expires,
         lock=req.lock,
+        session=req.session,
     )
 
 

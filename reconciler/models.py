@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .digest import DigestState
+
 JobId = str  # "r-12"
 
 
@@ -37,13 +39,22 @@ class Request(_Model):
     cmd: list[str] = Field(default_factory=list)
     cwd: str = ""
     env: dict[str, str] = Field(default_factory=dict)
-    agent: str = "none"
+    agent: str = "none"  # "none": a plain command; else an agent session whose output is digested
+    # per-job budgets (None: the policy's default for agent sessions; 0: none)
+    max_cost_usd: float | None = Field(default=None, ge=0)
+    max_duration_s: int | None = Field(default=None, ge=0)
+    max_iterations: int | None = Field(default=None, ge=0)
     # notes: the process whose exit frees the note
     owner_pid: int | None = None
 
     @property
     def number(self) -> int:
         return int(self.id[2:])
+
+    @property
+    def session(self) -> bool:
+        """An agent session: counts against max_concurrent_sessions and the daily spend cap."""
+        return self.kind == "job" and self.agent != "none"
 
 
 class Game(_Model):
@@ -94,9 +105,12 @@ class JobRecord(_Model):
     peak_gb: float | None = None
     why: str | None = None
     stop_reason: str | None = None  # set by a stop action, used when the exit is settled
-    attached_by: str | None = None
+    attached_by: str | None = None  # "<host>/<pid>/<nonce>" of the reconciler that streams the job
     lease_until: float | None = None
-    log_offset: int = 0
+    log_offset: int = 0  # bytes of the log digested and committed
+    digest: DigestState | None = None  # what the digest knows, committed with log_offset
+    attach_failures: int = 0  # attachments in a row that failed
+    last_error: str | None = None
     updated: float = 0
 
     @property
@@ -107,6 +121,13 @@ class JobRecord(_Model):
         if self.started is None:
             return None
         return self.started + self.request.est_s
+
+    @property
+    def spend_usd(self) -> float:
+        return self.digest.spend_usd if self.digest else 0.0
+
+    def lease_live(self, now: float) -> bool:
+        return self.attached_by is not None and self.lease_until is not None and now < self.lease_until
 
     def expires(self) -> float | None:
         """Past this a running job is overdue (DESIGN §5.1: started + 2 × estimate)."""
@@ -160,6 +181,7 @@ ActionKind = Literal[
     "running",  # a starting job's unit is seen started (bookkeeping)
     "stop",
     "settle",
+    "reattach",  # claim the attachment of a live job whose holder's lease lapsed (or who gave it up)
     "requeue",
     "expire",
     "cancel",

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import math
 import signal
+import time
 
 from .capacity import HOLDING, Capacity, QueueForecast, capacity, holder_of
-from .models import TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, Plan, Request, World
-from .render import busy_line, lock_line, never_line
+from .models import LIVE, TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, Plan, Request, World
+from .render import busy_line, daily_line, lock_line, never_line, sessions_line
 from .units import fmt_clock, fmt_gb, fmt_span
 
 PRUNE_AFTER_S = 24 * 3600
+ATTACH_FAILURES_MAX = 3  # attachments in a row that fail before the job is failed and stopped
 
 
 def _act(**fields) -> Action:
@@ -22,7 +24,11 @@ def _act(**fields) -> Action:
 ALIVE = ("active", "activating", "deactivating")
 
 
-def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy) -> Plan:
+def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy,
+         me: str | None = None, pricing_error: str | None = None) -> Plan:
+    """`me`: the attachment holder id of the reconciler that will apply the plan (None: a dry run,
+    which claims nothing). `pricing_error`: the pricing table could not be read; no agent session
+    may start (a broken table is never a silently weaker cap)."""
     out = Plan()
     if not desired.queue_ok:
         out.notices.append(f"{desired.queue_error}; starting and stopping nothing because of it")
@@ -32,7 +38,7 @@ def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
     ended: set[str] = set()  # records that stop holding resources in this plan
 
     for rec in sorted(records.values(), key=lambda r: r.request.number):
-        for action in _lifecycle(rec, desired, wanted, world, now):
+        for action in _lifecycle(rec, desired, wanted, world, now, policy, me):
             out.actions.append(action)
             if action.kind in ("settle", "expire", "requeue"):
                 ended.add(rec.id)
@@ -41,14 +47,16 @@ def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
     cap = capacity(policy, desired.game, world, holding, now)
     out.budget_mem_gb, out.budget_cpus = cap.mem_gb, cap.cpus
     if desired.queue_ok and world.ok:
-        out.actions.extend(_admit(desired, records, cap, now, policy))
+        spent = spent_today(records, now)
+        out.actions.extend(_admit(desired, records, cap, now, policy, spent, pricing_error))
     return out
 
 
 # ---------------------------------------------------------------- running, ended, released
 
 
-def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World, now: float) -> list[Action]:
+def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World, now: float, policy,
+               me: str | None) -> list[Action]:
     req = rec.request
     tag = dict(title=req.title, mem_gb=req.mem_gb, cpus=req.cpus)
     if rec.phase in TERMINAL:
@@ -76,26 +84,75 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
             return [_act(kind="cancel", id=rec.id, reason="removed from the queue", **tag)]
         return []
 
-    # starting / running / exited: only what could be observed is acted on.
+    # starting / running / exited: only what could be observed is acted on, and only by the
+    # reconciler that holds the job's attachment (or may claim it: no live lease of another).
     if not world.ok:
         return []
+    if rec.lease_live(now) and rec.attached_by != me:
+        return []
     obs = world.jobs.get(rec.id)
-    if obs is not None and obs.exit is not None:
-        rc, why, peak = settle_outcome(rec, obs.exit)
-        return [_act(kind="settle", id=rec.id, rc=rc, why=why, peak_gb=peak, at=obs.exit.at or None, reason=settle_text(rec, rc, peak, why, obs.exit.at), **tag)]
     alive = obs is not None and obs.state in ALIVE
     if rec.phase == Phase.starting:
-        if alive:
+        if obs is not None and obs.exit is not None:
+            pass  # it started and already ended: settled below
+        elif alive:
             return [_act(kind="running", id=rec.id, reason="unit seen started", **tag)]
-        if rec.lease_until is not None and now > rec.lease_until:
+        elif rec.lease_until is not None and now > rec.lease_until:
             return [_act(kind="requeue", id=rec.id, reason="never started; lease expired", **tag)]
-        return []
-    if not alive:
+        else:
+            return []
+    acts = []
+    if me is not None and rec.attached_by != me:
+        acts.append(_act(kind="reattach", id=rec.id, reason=_lapsed(rec, now), **tag))
+    if obs is not None and obs.exit is not None:
+        rc, why, peak = settle_outcome(rec, obs.exit)
+        acts.append(_act(kind="settle", id=rec.id, rc=rc, why=why, peak_gb=peak, at=obs.exit.at or None,
+                         reason=settle_text(rec, rc, peak, why, obs.exit.at), **tag))
+    elif not alive:
         why = "lost: the unit vanished without an exit record"
-        return [_act(kind="settle", id=rec.id, rc=None, why=why, peak_gb=None, reason=why, **tag)]
-    if desired.queue_ok and rec.id not in wanted and rec.stop_reason is None:
-        return [_act(kind="stop", id=rec.id, reason="released", **tag)]
-    return []
+        acts.append(_act(kind="settle", id=rec.id, rc=None, why=why, peak_gb=None, reason=why, **tag))
+    elif rec.stop_reason is None:
+        if desired.queue_ok and rec.id not in wanted:
+            acts.append(_act(kind="stop", id=rec.id, reason="released", **tag))
+        elif (trip := budget_trip(rec, policy, now)) is not None:
+            acts.append(_act(kind="stop", id=rec.id, reason=trip, **tag))
+    return acts
+
+
+def _lapsed(rec: JobRecord, now: float) -> str:
+    if rec.attached_by is None:
+        return "nobody attached"
+    holder = "/".join(rec.attached_by.split("/")[:2])
+    ago = fmt_span(now - rec.lease_until) if rec.lease_until else "?"
+    return f"lease of {holder} expired {ago} ago"
+
+
+def effective_limits(req: Request, policy) -> tuple[float, int, int]:
+    """(max cost USD, max duration s, max iterations) of a job; 0 = no limit. A job's own flags win;
+    agent sessions get the policy's defaults."""
+    session = req.session
+
+    def pick(own, default):
+        return own if own is not None else (default if session else 0)
+
+    return (pick(req.max_cost_usd, policy.max_cost_usd), pick(req.max_duration_s, policy.max_duration),
+            pick(req.max_iterations, policy.max_iterations))
+
+
+def budget_trip(rec: JobRecord, policy, now: float) -> str | None:
+    """The `why` of a job over one of its budgets (DESIGN §5.5), or None."""
+    if rec.attach_failures >= ATTACH_FAILURES_MAX:
+        return f"attachment failed {rec.attach_failures} times in a row: {rec.last_error or 'unknown error'}"
+    max_cost, max_duration, max_iterations = effective_limits(rec.request, policy)
+    spend = rec.spend_usd
+    if max_cost and spend > max_cost:
+        return f"budget: cost ${spend:.2f} > ${max_cost:.2f}"
+    if max_duration and rec.started is not None and now - rec.started > max_duration:
+        return f"budget: duration {fmt_span(now - rec.started)} > {fmt_span(max_duration)}"
+    iterations = rec.digest.iterations if rec.digest else 0
+    if max_iterations and iterations > max_iterations:
+        return f"budget: iterations {iterations} > {max_iterations}"
+    return None
 
 
 def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, str, float | None]:
@@ -112,6 +169,8 @@ def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, str, float 
     oom = ex.result == "oom-kill" or (ex.oom_kills > 0 and ex.code != "exited")
     if rec.stop_reason:
         why = rec.stop_reason
+    elif rec.attach_failures >= ATTACH_FAILURES_MAX:
+        why = budget_trip(rec, None, 0)
     elif oom:
         why = (f"killed at its memory limit ({fmt_gb(req.mem_gb)}"
                + (f", peak {fmt_gb(peak)}" if peak is not None else "")
@@ -142,8 +201,35 @@ def settle_text(rec: JobRecord, rc: int | None, peak: float | None, why: str, at
 # ---------------------------------------------------------------- admission (DESIGN §5.2)
 
 
-def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: float, policy) -> list[Action]:
+def day_start(now: float) -> float:
+    """Local midnight before `now` (a conversion, not a clock read)."""
+    t = time.localtime(now)
+    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+def spent_today(records: dict[str, JobRecord], now: float) -> float:
+    """Settled spend of sessions that ended today plus what running ones have spent so far."""
+    midnight = day_start(now)
+    return sum(r.spend_usd for r in records.values()
+               if r.phase in LIVE or (r.phase == Phase.done and (r.ended or 0) >= midnight))
+
+
+def _session_block(req: Request, cap: Capacity, policy, spent: float, pricing_error: str | None) -> tuple[str, bool] | None:
+    """Why an agent session may not start now, and whether that can never change by waiting."""
+    if pricing_error:
+        return f"{pricing_error}; no agent session starts until it is fixed", True
+    running = [h for h in cap.holders if h.session]
+    if len(running) >= policy.max_concurrent_sessions:
+        return sessions_line(running, policy.max_concurrent_sessions), False
+    if policy.daily_cost_usd and spent >= policy.daily_cost_usd:
+        return daily_line(spent, policy.daily_cost_usd), False
+    return None
+
+
+def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: float, policy,
+           spent: float = 0.0, pricing_error: str | None = None) -> list[Action]:
     acts: list[Action] = []
+    session_waits = False  # a queued session waits for the session caps: later sessions wait behind it
     locks = {h.lock: h for h in cap.holders if h.lock}
     starts = 0
     head: Request | None = None  # the first queued entry that waits: everything behind it waits too
@@ -159,9 +245,13 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             acts.append(_act(kind="refuse", id=req.id, never=True, reason=never_line(req, cap), **tag))
             continue
         holder = locks.get(req.lock) if req.lock else None
+        blocked = _session_block(req, cap, policy, spent, pricing_error) if req.session else None
 
         if req.kind == "note" or not req.queue:
-            if holder is not None:
+            if blocked is not None:
+                line, final = blocked
+                acts.append(_act(kind="refuse", id=req.id, never=final, reason=line, **tag))
+            elif holder is not None:
                 acts.append(_act(kind="refuse", id=req.id, reason=lock_line(req, holder), **tag))
             elif head is not None and not req.force:
                 acts.append(_act(kind="refuse", id=req.id, reason=busy_line(req, cap, now, head=head), **tag))
@@ -183,6 +273,12 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
         position += 1
         if holder is not None:
             acts.extend(_wait(req, rec, f"position {position}; lock {req.lock!r} held by {holder.id}", **tag))
+            continue
+        if req.session and (blocked is not None or session_waits):
+            # Sessions wait for the session caps in FIFO order among themselves; other jobs go on.
+            session_waits = True
+            why = blocked[0] if blocked else "behind an earlier session that waits"
+            acts.extend(_wait(req, rec, f"position {position}; {why.removeprefix('busy: ')}", **tag))
             continue
         if head is None and cap.fits(req) and starts < policy.max_starts_per_tick:
             why = "queue head, fits" if position == 1 else "fits"

@@ -68,6 +68,21 @@ def lock_line(req: Request, holder: Holder) -> str:
                if holder.eta and not holder.overdue else "retry in a few minutes or work on something else"))
 
 
+def sessions_line(sessions: list[Holder], limit: int) -> str:
+    """Over max_concurrent_sessions: name the running sessions, earliest ETA first."""
+    ordered = sorted(sessions, key=lambda h: (h.eta is None, h.eta or 0, h.id))
+    who = ", ".join(_who(h) for h in ordered[:5]) + (f", and {len(ordered) - 5} more" if len(ordered) > 5 else "")
+    first = next((h for h in ordered if h.eta and not h.overdue), None)
+    retry = (f"retry after ~{fmt_clock(first.eta)} or work on something else" if first
+             else "retry in a few minutes or work on something else")
+    return f"busy: {len(sessions)} agent sessions running (max {limit}): {who}; {retry}"
+
+
+def daily_line(spent: float, limit: float) -> str:
+    return (f"busy: agent sessions spent ${spent:.2f} today, daily_cost_usd is ${limit:.2f}; "
+            "new sessions start again tomorrow, or raise daily_cost_usd")
+
+
 def never_line(req: Request, cap: Capacity) -> str:
     if req.mem_gb > cap.max_mem_gb:
         return f"{_g(req.mem_gb)} GB can never fit (max {_g(max(cap.max_mem_gb, 0))} GB)"

@@ -15,7 +15,8 @@ NOW = 1_780_000_000.0  # a fixed instant; the planner never reads the clock
 
 POLICY = SimpleNamespace(
     user_reserve_gb=6, user_reserve_cpus=4, game_reserve_gb=12, game_reserve_cpus=8, small_headroom_gb=2,
-    max_starts_per_tick=4, max_concurrent_sessions=3,
+    max_starts_per_tick=4, max_concurrent_sessions=3, max_cost_usd=0, max_duration=0, max_iterations=0,
+    daily_cost_usd=0,
 )
 
 
@@ -274,3 +275,120 @@ def test_queue_forecast_gives_every_waiting_position_a_start_time():
     assert [r.split(";")[0] for r in reasons] == [f"position {n}" for n in range(1, 6)]
     starts = [r.split("est. start ~")[1].split(";")[0] for r in reasons]
     assert starts == [fmt_clock(NOW + 300)] * 3 + [fmt_clock(NOW + 900)] * 2
+
+
+# ---------------------------------------------------------------- attachments, budgets, caps (issue 3)
+
+from reconciler.digest import DigestState  # noqa: E402
+
+ME = "host/100/aaaa"
+OTHER = "host/200/bbbb"
+
+
+def session(n, **kw):
+    return req(n, agent="claude", **kw)
+
+
+def attached(rec, holder=OTHER, lease_until=NOW + 30, **update):
+    return rec.model_copy(update={"attached_by": holder, "lease_until": lease_until, **update})
+
+
+def plan_as(me, requests, records=(), w=None, pricing_error=None, policy=POLICY, now=NOW):
+    requests = list(requests)
+    given = {r.id for r in requests}
+    requests += [r.request for r in records if r.phase in (Phase.starting, Phase.running) and r.id not in given]
+    requests.sort(key=lambda r: r.number)
+    w = w or world()
+    for r in records:
+        if r.phase == Phase.running and r.request.kind == "job":
+            w.jobs.setdefault(r.id, JobObs(state="active"))
+    return plan(Desired(requests=requests), {r.id: r for r in records}, w, now, policy, me=me,
+                pricing_error=pricing_error)
+
+
+def test_a_job_held_by_a_live_lease_of_another_reconciler_is_left_alone():
+    rec = attached(running(1))
+    ex = ExitObs(result="success", code="exited", status="0", at=NOW)
+    assert kinds(plan_as(ME, [], [rec], w=world(jobs={"r-1": JobObs(exit=ex)}))) == []
+
+
+def test_an_expired_lease_is_reattached_and_the_exit_settled_in_the_same_pass():
+    rec = attached(running(1), lease_until=NOW - 12)
+    (a,) = plan_as(ME, [], [rec]).actions
+    assert (a.kind, a.reason) == ("reattach", "lease of host/200 expired 12 s ago")
+    ex = ExitObs(result="success", code="exited", status="0", at=NOW)
+    p = plan_as(ME, [], [rec], w=world(jobs={"r-1": JobObs(exit=ex)}))
+    assert kinds(p) == [("reattach", "r-1"), ("settle", "r-1")]
+
+
+def test_my_own_job_is_not_reattached_and_a_dry_run_claims_nothing():
+    mine = attached(running(1), holder=ME)
+    assert kinds(plan_as(ME, [], [mine])) == []
+    assert kinds(plan_as(None, [], [attached(running(1), holder=None, lease_until=None)])) == []
+
+
+def test_budget_trips_stop_the_job_with_the_reason():
+    cost = attached(running(1, agent="claude", max_cost_usd=0.5), holder=ME,
+                    digest=DigestState(agent="claude", spend_usd=0.52))
+    assert [(a.kind, a.reason) for a in plan_as(ME, [], [cost]).actions] == [("stop", "budget: cost $0.52 > $0.50")]
+    slow = attached(running(2, max_duration_s=1800, started=NOW - 1900), holder=ME)
+    assert plan_as(ME, [], [slow]).actions[0].reason == "budget: duration 32 min > 30 min"
+    loops = attached(running(3, agent="claude", max_iterations=40), holder=ME,
+                     digest=DigestState(agent="claude", iterations=41))
+    assert plan_as(ME, [], [loops]).actions[0].reason == "budget: iterations 41 > 40"
+    under = attached(running(4, agent="claude", max_cost_usd=0.5), holder=ME,
+                     digest=DigestState(agent="claude", spend_usd=0.49))
+    assert kinds(plan_as(ME, [], [under])) == []
+
+
+def test_sessions_get_the_policy_default_budget_plain_commands_do_not():
+    policy = SimpleNamespace(**{**vars(POLICY), "max_cost_usd": 1.0})
+    spent = DigestState(agent="claude", spend_usd=1.5)
+    sess = attached(running(1, agent="claude"), holder=ME, digest=spent)
+    plain = attached(running(2), holder=ME, digest=DigestState(spend_usd=1.5))
+    p = plan_as(ME, [], [sess, plain], policy=policy)
+    assert [(a.kind, a.id) for a in p.actions] == [("stop", "r-1")]
+
+
+def test_three_failed_attachments_in_a_row_fail_and_stop_the_job():
+    rec = attached(running(1), holder=ME, attach_failures=3, last_error="log unreadable: EIO")
+    (a,) = plan_as(ME, [], [rec]).actions
+    assert (a.kind, a.reason) == ("stop", "attachment failed 3 times in a row: log unreadable: EIO")
+    two = attached(running(1), holder=ME, attach_failures=2, last_error="x")
+    assert kinds(plan_as(ME, [], [two])) == []
+
+
+def test_session_over_the_cap_is_refused_naming_the_sessions_or_waits_with_queue():
+    live = [attached(running(n, agent="claude", title=f"bot {n}", started=NOW, est=600 * n), holder=ME)
+            for n in (1, 2, 3)]
+    p = plan_as(ME, [session(4), req(5)], live)
+    assert kinds(p) == [("refuse", "r-4"), ("start", "r-5")]
+    line = p.actions[0].reason
+    assert line.startswith('busy: 3 agent sessions running (max 3): proj-a "bot 1" (r-1)')
+    assert line.endswith(f"retry after ~{fmt_clock(NOW + 600)} or work on something else")
+    p = plan_as(ME, [session(4, queue=True), session(5, queue=True), req(6, queue=True)], live)
+    assert kinds(p) == [("enqueue", "r-4"), ("enqueue", "r-5"), ("start", "r-6")]
+    assert "3 agent sessions running" in p.actions[0].reason
+    assert p.actions[1].reason.startswith("position 2; 3 agent sessions running")
+
+
+def test_sessions_started_in_one_pass_count_against_the_cap():
+    p = plan_as(ME, [session(n) for n in range(1, 6)], [])
+    assert [k for k, _ in kinds(p)] == ["start", "start", "start", "refuse", "refuse"]
+
+
+def test_daily_cost_cap_refuses_new_sessions_once_reached():
+    policy = SimpleNamespace(**{**vars(POLICY), "daily_cost_usd": 5.0})
+    done_today = JobRecord(request=session(1), phase=Phase.done, started=NOW - 600, ended=NOW - 60,
+                           digest=DigestState(agent="claude", spend_usd=4.0))
+    running_now = attached(running(2, agent="claude"), holder=ME, digest=DigestState(agent="claude", spend_usd=1.2))
+    p = plan_as(ME, [session(3), req(4)], [done_today, running_now], policy=policy)
+    assert kinds(p) == [("retire", "r-1"), ("refuse", "r-3"), ("start", "r-4")] or kinds(p) == [("refuse", "r-3"), ("start", "r-4")]
+    refused = next(a for a in p.actions if a.id == "r-3")
+    assert refused.reason.startswith("busy: agent sessions spent $5.20 today, daily_cost_usd is $5.00")
+
+
+def test_a_broken_pricing_table_starts_no_session():
+    p = plan_as(ME, [session(1), req(2)], [], pricing_error="pricing.toml:3: rates.input: must be ≥ 0")
+    assert kinds(p) == [("refuse", "r-1"), ("start", "r-2")]
+    assert p.actions[0].never and "no agent session starts until it is fixed" in p.actions[0].reason
