@@ -71,5 +71,7 @@ def read_output(log_path: Path, offset: int, limit: int = 1 << 20) -> tuple[byte
         return b"", offset
     end = data.rfind(b"\n")
     if end < 0:
-        return b"", offset
+        if len(data) < limit:
+            return b"", offset  # a line still being written
+        return data, offset + len(data)  # a line longer than `limit` is cut, never a stall
     return data[: end + 1], offset + end + 1
