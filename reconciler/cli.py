@@ -28,8 +28,31 @@ class _Parser(argparse.ArgumentParser):
         raise Fail(f"res: {message} (see: {self.prog} --help)", 2)
 
 
+_VALUED = ("--mem", "--cpus", "--for", "--timeout")
+
+
+def _join_negative(argv: list[str]) -> list[str]:
+    """`--mem -1G` is a negative value, not a missing one: pass it on as `--mem=-1G`, so it gets the
+    value's own error instead of argparse's "expected one argument"."""
+    out, i = [], 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            return out + argv[i:]
+        if tok in _VALUED and i + 1 < len(argv) and len(argv[i + 1]) > 1 and argv[i + 1][0] == "-" \
+                and (argv[i + 1][1].isdigit() or argv[i + 1][1] == "."):
+            out.append(f"{tok}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return out
+
+
 def _arg(parse, what):
     def conv(text):
+        if text.strip().startswith("-"):
+            raise argparse.ArgumentTypeError(f"{what} {text!r}: must be more than 0")
         try:
             return parse(text, what)
         except BadValue as e:
@@ -175,8 +198,18 @@ def _decide(paths: Paths, request: dict, local) -> tuple[int, str]:
     return asyncio.run(_with_engine(paths, local))
 
 
+def _quiet_logs() -> None:
+    """A one-shot command says what matters in its own lines; the passes' log records (meant for
+    `res serve`'s log) must not reach stderr as extra, unprefixed lines."""
+    import logging
+
+    logging.getLogger("res").addHandler(logging.NullHandler())
+
+
 async def _with_engine(paths: Paths, fn):
     from .tick import Engine
+
+    _quiet_logs()
 
     engine = Engine(paths, _policy())
     try:
@@ -245,9 +278,8 @@ def _say(line: str, code: int) -> None:
 def cmd_reconcile(a, paths: Paths) -> int:
     import asyncio
 
-    from .render import render_plan
-
     policy = _policy()
+    _quiet_logs()
     if a.dry_run:
         from .models import World
         from .tick import dry_run
@@ -260,32 +292,52 @@ def cmd_reconcile(a, paths: Paths) -> int:
             except (OSError, ValueError) as e:
                 raise Fail(f"res: --world {a.world}: {' '.join(str(e).split())[:300]}") from None
         plan, _ = asyncio.run(dry_run(paths, policy, world))
-        print(plan.model_dump_json(indent=2) if a.json else render_plan(plan))
-        return 0
+        return _print_plan(plan, a.json)
     if a.world:
         raise Fail("res: --world only plans (add --dry-run)", 2)
     from .client import NoDaemon, ask
 
     try:
         answer = ask(paths.socket, {"op": "tick"}, timeout=60)
-        print(answer["line"])
-        return answer["code"]
     except NoDaemon:
-        pass
+        answer = None
+    except TimeoutError:
+        raise Fail("res: the reconciler loop did not answer in time; see res status") from None
+    if answer is not None:
+        if answer.get("plan") is None:
+            _say(answer["line"], answer["code"])
+            return answer["code"]
+        from .models import Plan
+
+        return _print_plan(Plan.model_validate(answer["plan"]), a.json)
     paths.ensure()
 
     async def one(engine):
         return await engine.tick()
 
-    plan = asyncio.run(_with_engine(paths, one))
-    print(plan.model_dump_json(indent=2) if a.json else render_plan(plan))
-    return 0
+    return _print_plan(asyncio.run(_with_engine(paths, one)), a.json)
+
+
+def _print_plan(plan, as_json: bool) -> int:
+    """The plan on stdout; what kept the pass from acting on everything (a broken desired file, an
+    unobservable runtime, a failed action) one `res: ` line each on stderr, and exit 1."""
+    from .render import render_plan
+
+    if as_json:
+        print(plan.model_dump_json(indent=2))
+    else:
+        print(render_plan(plan.model_copy(update={"notices": []})))
+    for n in plan.notices:
+        print(f"res: {' '.join(n.split())}", file=sys.stderr)
+    return 1 if plan.notices else 0
 
 
 def cmd_observe(a, paths: Paths) -> int:
     import asyncio
 
     from .tick import dry_run
+
+    _quiet_logs()
 
     _, world = asyncio.run(dry_run(paths, _policy()))
     if a.json:
@@ -300,16 +352,21 @@ def cmd_observe(a, paths: Paths) -> int:
 
 
 def cmd_status(a, paths: Paths) -> int:
-    from .status import status
+    from .status import queue_problem, status
 
     out, code = status(paths, _policy(), a.id, a.json)
     print(out, file=sys.stderr if code else sys.stdout)
+    if a.id and code == 0:
+        problem = queue_problem(paths)
+        if problem:
+            print(f"res: {problem}", file=sys.stderr)
     return code
 
 
 def cmd_wait(a, paths: Paths) -> int:
     from .status import wait
 
+    _quiet_logs()
     code, line = wait(paths, _policy(), a.id, a.timeout)
     _say(line, code)
     return code
@@ -349,7 +406,7 @@ COMMANDS = {"run": cmd_run, "note": cmd_note, "status": cmd_status, "wait": cmd_
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        a = build_parser().parse_args(argv)
+        a = build_parser().parse_args(_join_negative(argv))
         return COMMANDS[a.cmd](a, Paths.default())
     except Fail as f:
         print(f.line, file=sys.stderr)
@@ -359,6 +416,21 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"res: {e.filename + ': ' if getattr(e, 'filename', None) else ''}{e.strerror or e}", file=sys.stderr)
         return 1
+    except Exception as e:
+        if not _ours(e):
+            raise  # a bug: the traceback is what a report needs
+        print(f"res: {' '.join(str(e).split()) or type(e).__name__}", file=sys.stderr)
+        return 1
+
+
+# Errors whose message is already the one line a user needs: a state.db that cannot be used, a desired
+# file the writer refuses, a broken policy, an unreachable runtime, SQLite's own.
+_OUR_ERRORS = ("StoreError", "DesiredError", "PolicyError", "RuntimeUnavailable")
+
+
+def _ours(e: Exception) -> bool:
+    mod = type(e).__module__ or ""
+    return (mod.startswith("reconciler.") and type(e).__name__ in _OUR_ERRORS) or mod == "sqlite3"
 
 
 def reconcile_main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,9 @@ from .paths import Paths
 log = logging.getLogger("res.serve")
 
 
+REQUEST_LIMIT = 64 << 20  # bytes in one request line
+
+
 class ServeBusy(Exception):
     pass
 
@@ -108,7 +111,9 @@ async def serve(paths: Paths, policy, engine=None, ready=None) -> None:
         paths.socket.unlink()  # ours: we hold the serve lock
     old = os.umask(0o077)
     try:
-        server = await asyncio.start_unix_server(handle, path=str(paths.socket))
+        # A request is one JSON line holding the caller's command and environment: far past
+        # asyncio's default 64 KiB line limit for a long command line (ARG_MAX is 2 MiB or more).
+        server = await asyncio.start_unix_server(handle, path=str(paths.socket), limit=REQUEST_LIMIT)
     finally:
         os.umask(old)
     async def interval_pass() -> None:  # a coroutine, so APScheduler runs it on our loop, not a thread
@@ -145,9 +150,12 @@ async def answer_request(engine, ticker: Ticker, req: dict) -> dict:
         code, line = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")))
     elif op == "tick":
         plan = await ticker.pass_after_now()
+        if plan is None:
+            return {"code": 1, "line": "res: the reconciler loop's pass failed; see its log"}
         from .render import render_plan
 
-        code, line = 0, render_plan(plan) if plan else "no pass ran"
+        # The plan as data too, so `res reconcile [--json]` prints the same as without a loop.
+        return {"code": 1 if plan.notices else 0, "line": render_plan(plan), "plan": plan.model_dump(mode="json")}
     elif op == "ping":
         code, line = 0, f"pid {os.getpid()}"
     else:

@@ -17,11 +17,28 @@ class Executor:
     def __init__(self, paths: Paths, store, runtime: Runtime | None, writer, policy, holder: str):
         self.paths, self.store, self.runtime, self.writer, self.policy, self.holder = paths, store, runtime, writer, policy, holder
 
+    def begin_pass(self, records: dict[str, JobRecord] | None = None) -> None:
+        """Before a pass's actions: `records` is the pass's view, updated as attachments are claimed."""
+        self._records = records if records is not None else {}
+        self._lost: set[str] = set()  # jobs whose attachment another instance took: act on nothing else of theirs
+
     async def apply(self, action: Action, requests: dict[str, Request], records: dict[str, JobRecord], now: float) -> None:
         handler = getattr(self, "_" + action.kind, None)
-        if handler is None:
+        if handler is None or action.id in getattr(self, "_lost", ()):
             return
         await handler(action, requests.get(action.id), records.get(action.id), now)
+
+    async def _reattach(self, a, req, rec, now):
+        """Claim the attachment of a live job nobody holds (or whose holder's lease lapsed): a
+        compare-and-set on the holder the plan saw, so two instances never both hold it. The pass's
+        later actions for the job see the claimed record."""
+        claimed = rec.model_copy(update={"attached_by": self.holder, "lease_until": now + self.policy.attach_lease_s,
+                                         "updated": now})
+        if self.store.put(claimed, expect_phase=rec.phase, expect_holder=rec.attached_by):
+            if getattr(self, "_records", None) is not None:
+                self._records[a.id] = claimed
+        else:
+            self._lost.add(a.id)
 
     # -------------------------------------------------------------- bookkeeping
 

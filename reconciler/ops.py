@@ -57,6 +57,20 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict) -> tuple[int, st
         decided = outcome(engine, req.id, plan)
         if decided is not None:
             return decided
+        if getattr(engine, "blocked", None) and not (plan and plan.for_id(req.id)):
+            break  # the pass could not admit anything (systemd unreachable, a broken file): say why
+    why = "; ".join(" ".join(n.split()) for n in getattr(engine, "blocked", []))
+    if why and not req.queue and engine.store.get(req.id) is None:
+        # Asked for now, and nothing can be decided now: withdraw it rather than start it by
+        # surprise whenever the world can be seen again.
+        try:
+            engine.writer.remove([req.id])
+        except DesiredError as e:
+            return 1, f"res: {req.id} not decided ({why}) and could not be withdrawn: {e}"
+        if engine.store.get(req.id) is None:
+            return 1, f"res: {req.id} not {'noted' if kind == 'note' else 'started'}: {why}"
+    if why:
+        return 0, f"{req.id} queued, not decided yet: {why}; cancel: res release {req.id}"
     return 0, f"{req.id} accepted; not decided yet (see: res status {req.id})"
 
 

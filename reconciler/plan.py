@@ -272,7 +272,8 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
         # --queue: strict FIFO; a blocked head holds the rest; a held lock skips the entry.
         position += 1
         if holder is not None:
-            acts.extend(_wait(req, rec, f"position {position}; lock {req.lock!r} held by {holder.id}", **tag))
+            eta = f"est. start ~{fmt_clock(max(holder.eta, now))}" if holder.eta and not holder.overdue else "est. start unknown"
+            acts.extend(_wait(req, rec, f"position {position}; {eta}; lock {req.lock!r} held by {holder.id}", **tag))
             continue
         if req.session and (blocked is not None or session_waits):
             # Sessions wait for the session caps in FIFO order among themselves; other jobs go on.

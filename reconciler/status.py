@@ -49,7 +49,29 @@ def _line(v: dict) -> str:
             f"{gb(v['mem_gb'])}/{gb(v['used_gb'])}/{gb(v['peak_gb'])} GB  {fmt_cpus(v['cpus']):<7} {started:>5}  {tail}").rstrip()
 
 
+def queue_problem(paths: Paths) -> str | None:
+    """One line if queue.toml cannot be used right now (it names the file and the line), else None."""
+    from .desired import DesiredError, read_queue
+
+    try:
+        read_queue(paths)
+    except DesiredError as e:
+        return f"{' '.join(str(e).split())}; starting and stopping nothing because of it"
+    return None
+
+
+def notices(paths: Paths, snap: dict) -> list[str]:
+    """What kept the last pass from acting on everything, with queue.toml checked now: a file broken
+    (or fixed) since the last pass is reported as it is, not as it was."""
+    queue = str(paths.queue)
+    out = [n for n in snap.get("notices", []) if not n.startswith(queue)]
+    problem = queue_problem(paths)
+    return ([problem] if problem else []) + out
+
+
 def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str, int]:
+    """(text, exit code) of `res status [ID] [--json]`. With an id, the text is the entry alone (the
+    CLI says a queue_problem on stderr), so the output stays one entry."""
     from .store import Store
 
     now = time.time()
@@ -68,18 +90,20 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str
         if as_json:
             return json.dumps(v, indent=2), 0
         return "\n".join(f"{k}: {'' if val is None else val}" for k, val in v.items()), 0
+    warn = notices(paths, snap)
 
     world = snap.get("world") or {}
     game = Game.model_validate(json.loads(last_good)["game"]) if last_good else Game()
     nproc = int(world.get("nproc") or 1)
     reserve_gb, reserve_cpus, game_on = reserves(policy, game, now, nproc)
     budget = {"mem_gb": snap.get("budget_mem_gb"), "cpus": snap.get("budget_cpus"),
-              "reserve_gb": reserve_gb, "reserve_cpus": reserve_cpus, "as_of": snap.get("at")}
+              "reserve_gb": reserve_gb, "reserve_cpus": reserve_cpus, "as_of": snap.get("at"),
+              "mem_available_gb": world.get("mem_available_gb")}  # what the budget was taken from
     live = [r for r in sorted(records.values(), key=lambda r: r.request.number)
             if r.phase not in TERMINAL or (r.ended and now - r.ended < 3600)]
     views = [job_view(r, snap, now, paths) for r in live]
     if as_json:
-        return json.dumps({"jobs": views, "budget": budget, "notices": snap.get("notices", [])}, indent=2), 0
+        return json.dumps({"jobs": views, "budget": budget, "notices": warn}, indent=2), 0
     lines = [_line(v) for v in views] or ["no entries"]
     if budget["mem_gb"] is None:
         lines.append(f"agents may use ? GB, ? cpus now (no pass has run yet); reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}")
@@ -87,7 +111,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str
         age = f" (as of {fmt_span(now - budget['as_of'])} ago)" if budget["as_of"] and now - budget["as_of"] > 10 else ""
         lines.append(f"agents may use {max(budget['mem_gb'], 0):.1f} GB, {fmt_cpus(max(budget['cpus'], 0))} now; "
                      f"reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}{age}")
-    lines += [f"res: {n}" for n in snap.get("notices", [])]
+    lines += [f"res: {' '.join(n.split())}" for n in warn]
     return "\n".join(lines), 0
 
 

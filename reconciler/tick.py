@@ -10,7 +10,7 @@ import time
 
 from .executor import Executor
 from .locks import locked
-from .models import Desired, Game, Plan, Request, World
+from .models import Desired, Game, Phase, Plan, Request, World
 from .observe import observe_world
 from .paths import Paths
 from .plan import plan
@@ -44,22 +44,47 @@ class Engine:
         self.holder = holder_id()
         self.executor = Executor(paths, self.store, self.runtime, self.writer, policy, self.holder)
         self.connected = False
+        self.connect_error: str | None = None
         self.last_plan: Plan | None = None
+        # Why the last pass could admit nothing (a broken queue file, an unobservable runtime); [] if it could.
+        self.blocked: list[str] = []
 
     async def connect(self) -> None:
         from .runtime import RuntimeUnavailable
 
         try:
             await self.runtime.connect()
-            self.connected = True
+            self.connected, self.connect_error = True, None
         except RuntimeUnavailable as e:
             log.warning("%s", e)
-            self.connected = False
+            self.connected, self.connect_error = False, str(e)
 
     async def close(self) -> None:
-        if self.connected:
-            await self.runtime.close()
-        self.store.close()
+        """Give up this instance's attachments (so the next instance takes over at once, DESIGN
+        §5.4), then disconnect."""
+        try:
+            self.give_up_leases()
+        finally:
+            if self.connected:
+                await self.runtime.close()
+            self.store.close()
+
+    def give_up_leases(self) -> list[str]:
+        """Release the attachment of every live job this instance holds (compare-and-set on the
+        holder: one taken over meanwhile is left alone). A `starting` job keeps its lease: until it
+        expires nobody may decide that the start never happened."""
+        now, given = time.time(), []
+        try:
+            records = self.store.records()
+        except Exception as e:  # closing must not fail because the store cannot be read
+            log.warning("giving up attachments: %s", e)
+            return given
+        for rec in records.values():
+            if rec.attached_by == self.holder and rec.phase in (Phase.running, Phase.exited):
+                if self.store.put(rec.model_copy(update={"attached_by": None, "lease_until": None, "updated": now}),
+                                  expect_phase=rec.phase, expect_holder=self.holder):
+                    given.append(rec.id)
+        return given
 
     async def tick(self) -> Plan:
         if not self.connected:
@@ -69,11 +94,16 @@ class Engine:
             desired, notices = load_desired(self.paths, self.store)
             records = self.store.records()
             world = await observe_world(self.runtime if self.connected else None, records)
+            if not self.connected and self.connect_error:
+                world.errors = [self.connect_error]  # why, not just "no runtime connected"
             if not world.ok:
                 self.connected = False  # reconnect next pass
-            p = plan(desired, records, world, now, self.policy)
+            p = plan(desired, records, world, now, self.policy, me=self.holder)
             p.notices.extend(notices)
+            self.blocked = ([desired.queue_error or "queue.toml cannot be read"] if not desired.queue_ok else []) + \
+                ([f"could not observe jobs ({'; '.join(world.errors)})"] if not world.ok else [])
             requests = {r.id: r for r in desired.requests}
+            self.executor.begin_pass(records)
             for action in p.actions:
                 try:
                     await self.executor.apply(action, requests, records, now)
@@ -128,13 +158,16 @@ async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Pla
             runtime = make_runtime(paths, policy)
             from .runtime import RuntimeUnavailable
 
+            error = None
             try:
                 await runtime.connect()
                 connected = True
-            except RuntimeUnavailable:
-                connected = False
+            except RuntimeUnavailable as e:
+                connected, error = False, str(e)
             try:
                 world = await observe_world(runtime if connected else None, records)
+                if error:
+                    world.errors = [error]
             finally:
                 if connected:
                     await runtime.close()

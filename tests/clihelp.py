@@ -1,0 +1,261 @@
+"""Helpers for the command-line tests: `res` as a real subprocess (so exit codes and output lines are
+what a user sees), capacity shaped through RES_* variables, unit properties read back over D-Bus, and
+a fixture that leaves no unit, slice or process of the test behind."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PY = sys.executable
+GIB = 1024**3
+CLOCK = r"\d\d:\d\d"
+
+
+def meminfo_gb(key: str) -> float:
+    """A /proc/meminfo figure in GB (GiB, as res counts them)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, _, rest = line.partition(":")
+            if k == key:
+                return int(rest.split()[0]) / (1024 * 1024)
+    raise KeyError(key)
+
+
+def nproc() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+@dataclass
+class Out:
+    code: int
+    out: str
+    err: str
+    args: tuple
+
+    @property
+    def lines(self) -> list[str]:
+        return self.out.splitlines()
+
+    @property
+    def err_lines(self) -> list[str]:
+        return self.err.splitlines()
+
+    def one_line(self, stream: str = "out") -> str:
+        text = self.out if stream == "out" else self.err
+        lines = text.splitlines()
+        assert len(lines) == 1, f"res {' '.join(self.args)}: expected one line on std{stream}, got {text!r} (other: {self.err if stream == 'out' else self.out!r})"
+        return lines[0]
+
+    def __str__(self) -> str:
+        return f"res {' '.join(map(repr, self.args))} -> {self.code}\nstdout: {self.out!r}\nstderr: {self.err!r}"
+
+
+class Res:
+    """`res` for one test: its own state dir, slices and unit prefix (from the res_env fixture)."""
+
+    def __init__(self, res_env: dict):
+        self.state: Path = res_env["state"]
+        self.tmp: Path = res_env["tmp"]
+        self.tag: str = res_env["tag"]
+        self.prefix = os.environ["RES_UNIT_PREFIX"]
+        self.jobs_slice = os.environ["RES_JOBS_SLICE"]
+        self.agents_slice = os.environ["RES_AGENTS_SLICE"]
+        self.env = dict(os.environ)
+        self.env.pop("RES_ANSWER_TIMEOUT_S", None)
+        self.work = self.tmp / "work"
+        self.work.mkdir(exist_ok=True)
+        self.procs: list[subprocess.Popen] = []
+
+    # ------------------------------------------------------------ running res
+
+    def __call__(self, *args: str, cwd: Path | str | None = None, env: dict | None = None,
+                 timeout: float = 120) -> Out:
+        e = dict(self.env)
+        if env:
+            e.update(env)
+        r = subprocess.run([PY, "-m", "reconciler.cli", *args], cwd=str(cwd or self.work), env=e,
+                           capture_output=True, text=True, timeout=timeout)
+        return Out(r.returncode, r.stdout, r.stderr, args)
+
+    def ok(self, *args: str, **kw) -> Out:
+        r = self(*args, **kw)
+        assert r.code == 0, str(r)
+        return r
+
+    def run_job(self, *cmd: str, mem: str = "256M", est: str = "5m", cpus: str = "0.1", extra: tuple = (),
+                **kw) -> Out:
+        return self("run", "--mem", mem, "--for", est, "--cpus", cpus, *extra, "--", *cmd, **kw)
+
+    def started(self, *cmd: str, **kw) -> str:
+        """Run a job that must start; its id."""
+        r = self.run_job(*cmd, **kw)
+        m = re.fullmatch(rf"(r-\d+) started; log (\S+); ETA ~{CLOCK}", r.one_line())
+        assert r.code == 0 and m, str(r)
+        return m.group(1)
+
+    def status(self, job_id: str) -> dict:
+        r = self.ok("status", job_id, "--json")
+        return json.loads(r.out)
+
+    def status_all(self) -> dict:
+        return json.loads(self.ok("status", "--json").out)
+
+    def budget_gb(self) -> float:
+        return self.status_all()["budget"]["mem_gb"]
+
+    def reconcile_until(self, job_id: str, pred, what: str, limit_s: float = 60) -> dict:
+        """Run passes until pred(status) holds (a bound on waiting, not an assertion on time)."""
+        deadline = time.monotonic() + limit_s
+        while True:
+            self.ok("reconcile")
+            st = self.status(job_id)
+            if pred(st):
+                return st
+            assert time.monotonic() < deadline, f"{job_id}: never {what}: {st}"
+            time.sleep(0.2)
+
+    # ------------------------------------------------------------ capacity
+
+    def shape(self, free_gb: float = 1.5) -> float:
+        """Set the user's reserve so that agents may use about `free_gb` now (no headroom)."""
+        avail = meminfo_gb("MemAvailable")
+        reserve = avail - free_gb
+        if reserve < 1:
+            pytest.skip(f"machine too small to shape a {free_gb} GB budget ({avail:.1f} GB available)")
+        self.env["RES_SMALL_HEADROOM_GB"] = "0"
+        self.env["RES_USER_RESERVE_GB"] = f"{reserve:.3f}"
+        return reserve
+
+    # ------------------------------------------------------------ files and units
+
+    @property
+    def queue(self) -> Path:
+        return self.state / "desired" / "queue.toml"
+
+    def unit(self, job_id: str) -> str:
+        return f"{self.prefix}-{job_id}.service"
+
+    def units(self) -> list[tuple[str, str, str]]:
+        """(name, active, sub) of every unit of this test's prefix the manager knows."""
+        r = subprocess.run(["systemctl", "--user", "list-units", "--all", "--plain", "--no-legend", "--no-pager",
+                            f"{self.prefix}-*"], capture_output=True, text=True, env=self.env, timeout=30)
+        assert r.returncode == 0, r.stderr
+        out = []
+        for line in r.stdout.splitlines():
+            f = line.split()
+            if len(f) >= 4:
+                out.append((f[0], f[2], f[3]))
+        return sorted(out)
+
+    def active(self, job_id: str) -> str:
+        r = subprocess.run(["systemctl", "--user", "is-active", self.unit(job_id)], capture_output=True,
+                           text=True, env=self.env, timeout=30)
+        return r.stdout.strip()
+
+    def digest(self) -> dict[str, str]:
+        """sha256 of state.db (and its WAL) and of the desired files that exist."""
+        out = {}
+        for p in (self.state / "state.db", self.queue, self.state / "desired" / "game.toml"):
+            if p.exists():
+                out[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
+        # a read-only SQLite connection may create an empty WAL file: no WAL and an empty one are the same
+        wal = self.state / "state.db-wal"
+        out["state.db-wal"] = hashlib.sha256(wal.read_bytes() if wal.exists() else b"").hexdigest()
+        return out
+
+    # ------------------------------------------------------------ processes
+
+    def spawn(self, *args: str, **kw) -> subprocess.Popen:
+        p = subprocess.Popen([PY, "-m", "reconciler.cli", *args], cwd=str(self.work), env=self.env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def popen(self, argv: list[str], **kw) -> subprocess.Popen:
+        kw.setdefault("env", self.env)
+        kw.setdefault("cwd", str(self.work))
+        p = subprocess.Popen(argv, **kw)
+        self.procs.append(p)
+        return p
+
+    def cleanup(self) -> None:
+        for p in self.procs:  # ours, by pid
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(5)
+        names = [u for u, *_ in self.units()]
+        if names:
+            subprocess.run(["systemctl", "--user", "stop", *names], env=self.env, capture_output=True, timeout=120)
+            subprocess.run(["systemctl", "--user", "reset-failed", *names], env=self.env, capture_output=True,
+                           timeout=30)
+        subprocess.run(["systemctl", "--user", "stop", self.jobs_slice, self.agents_slice], env=self.env,
+                       capture_output=True, timeout=60)
+        left = self.units()
+        assert not left, f"units left behind: {left}"
+
+
+@pytest.fixture
+def res(user_manager, res_env):
+    r = Res(res_env)
+    try:
+        yield r
+    finally:
+        r.cleanup()
+
+
+# ---------------------------------------------------------------- D-Bus
+
+
+async def _props(unit: str, ifaces: tuple[str, ...]) -> dict:
+    from dbus_fast import Message, MessageType
+    from dbus_fast.aio import MessageBus
+
+    async def call(bus, path, interface, member, signature, body):
+        reply = await bus.call(Message(destination="org.freedesktop.systemd1", path=path, interface=interface,
+                                       member=member, signature=signature, body=body))
+        assert reply.message_type is not MessageType.ERROR, (reply.error_name, reply.body)
+        return reply.body
+
+    bus = await MessageBus(bus_address=os.environ["DBUS_SESSION_BUS_ADDRESS"]).connect()
+    try:
+        (path,) = await call(bus, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", "GetUnit", "s",
+                             [unit])
+        out = {}
+        for iface in ifaces:
+            (props,) = await call(bus, path, "org.freedesktop.DBus.Properties", "GetAll", "s", [iface])
+            out.update({k: v.value for k, v in props.items()})
+        return out
+    finally:
+        bus.disconnect()
+        await bus.wait_for_disconnect()
+
+
+def unit_props(unit: str, kind: str = "Service") -> dict:
+    """Unit and Service (or Slice) properties of a loaded unit, over a D-Bus connection of our own."""
+    return asyncio.run(_props(unit, ("org.freedesktop.systemd1.Unit", f"org.freedesktop.systemd1.{kind}")))
+
+
+def wait_for(pred, what: str, limit_s: float = 60, step: float = 0.1):
+    deadline = time.monotonic() + limit_s
+    while True:
+        v = pred()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"never {what}"
+        time.sleep(step)
+
