@@ -85,3 +85,88 @@ def _read_rest(log_path: Path, offset: int) -> tuple[bytes, int]:
     except FileNotFoundError:
         return b"", offset
     return data, offset + len(data)
+
+
+class Streamer:
+    """This reconciler's attachments: each pass it reads on the output of the jobs it holds, commits
+    offset + digest state with a renewed lease (a compare-and-set on its hold), and gives up an
+    attachment whose read failed so that it is re-attached (and counted) by a later pass."""
+
+    def __init__(self, store, policy, holder: str, log_path):
+        self.store, self.policy, self.holder, self.log_path = store, policy, holder, log_path
+        self.pricing: PricingTable | None = None
+        self.pricing_error: str | None = None
+        self._pricing_key: tuple | None = None
+        # Test-only fault injection (the fault tier): "once" fails the first read of each job in this
+        # process, "always" every read.
+        self.fault = os.environ.get("RES_FAULT_INGEST", "")
+        self._faulted: set[str] = set()
+
+    def refresh_pricing(self) -> None:
+        """Reload the pricing table when its files change. A broken table keeps the last good one for
+        sessions already running (never weaker) and reports the error, which starts no new session."""
+        key = tuple(_stat_key(p) for p in (shipped("policies") / "pricing.toml", pricing_override_path()))
+        if key == self._pricing_key:
+            return
+        table, error = load_pricing_files()
+        self._pricing_key = key
+        self.pricing_error = error
+        if table is not None:
+            self.pricing = table
+
+    def stream(self, records: dict[str, JobRecord], now: float) -> None:
+        """Read on every job this instance holds; `records` is updated with what was committed."""
+        from .models import Phase
+
+        for rec in list(records.values()):
+            if rec.phase != Phase.running or rec.request.kind != "job" or rec.attached_by != self.holder:
+                continue
+            if rec.request.agent != "none" and self.pricing is None:
+                continue  # no table to price it with yet: read nothing, count nothing
+            try:
+                read = self._ingest(rec)
+            except AttachError as e:
+                self._failed(rec, str(e), now, records)
+                continue
+            renew = rec.lease_until is None or rec.lease_until - now < self.policy.attach_lease_s - self.policy.attach_renew_s
+            if read.log_offset == rec.log_offset and not renew and rec.attach_failures == 0:
+                continue
+            update = {"attach_failures": 0, "updated": now}
+            if renew:
+                update["lease_until"] = now + self.policy.attach_lease_s
+            new = read.model_copy(update=update)
+            if self.store.put(new, expect_phase=rec.phase, expect_holder=self.holder):
+                records[rec.id] = new
+
+    def final(self, rec: JobRecord, rc: int | None, now: float) -> JobRecord | None:
+        """The record with its whole log digested and the digest finished; None if the read failed
+        (recorded; a later pass retries), unless that was the last failure allowed."""
+        from .plan import ATTACH_FAILURES_MAX
+
+        try:
+            return self._ingest(rec, final=True, rc=rc)
+        except AttachError as e:
+            if rec.attach_failures + 1 >= ATTACH_FAILURES_MAX:
+                return rec.model_copy(update={"attach_failures": rec.attach_failures + 1, "last_error": str(e)})
+            self._failed(rec, str(e), now, None)
+            return None
+
+    def _ingest(self, rec: JobRecord, final: bool = False, rc: int | None = None) -> JobRecord:
+        if self.fault == "always" or (self.fault == "once" and rec.id not in self._faulted):
+            self._faulted.add(rec.id)
+            raise AttachError("injected read failure (RES_FAULT_INGEST)")
+        return ingest(rec, self.log_path(rec.id), self.pricing, final_rc=rc, final=final)
+
+    def _failed(self, rec: JobRecord, error: str, now: float, records: dict[str, JobRecord] | None) -> None:
+        given_up = rec.model_copy(update={"attach_failures": rec.attach_failures + 1, "last_error": error,
+                                          "attached_by": None, "lease_until": None, "updated": now})
+        if self.store.put(given_up, expect_phase=rec.phase, expect_holder=self.holder) and records is not None:
+            records[rec.id] = given_up
+
+
+def _stat_key(path: Path) -> tuple:
+    try:
+        st = path.stat()
+        return (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        return (str(path), None)

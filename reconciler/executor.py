@@ -8,25 +8,30 @@ import os
 
 from .environ import public_env
 from .models import Action, JobRecord, Phase, Request
+from .plan import agent_why
 from .paths import Paths
 from .runtime import JobSpec, Runtime, RuntimeUnavailable
 
 log = logging.getLogger("res.executor")
 
+
 class Executor:
-    def __init__(self, paths: Paths, store, runtime: Runtime | None, writer, policy, holder: str):
+    def __init__(self, paths: Paths, store, runtime: Runtime | None, writer, policy, holder: str, streamer=None):
         self.paths, self.store, self.runtime, self.writer, self.policy, self.holder = paths, store, runtime, writer, policy, holder
+        self.streamer = streamer  # reads a job's output into its digest (attach.Streamer)
+        self._records: dict[str, JobRecord] = {}
+        self._lost: set[str] = set()
 
-    def begin_pass(self, records: dict[str, JobRecord] | None = None) -> None:
+    def begin_pass(self, records: dict[str, JobRecord]) -> None:
         """Before a pass's actions: `records` is the pass's view, updated as attachments are claimed."""
-        self._records = records if records is not None else {}
-        self._lost: set[str] = set()  # jobs whose attachment another instance took: act on nothing else of theirs
+        self._records = records
+        self._lost = set()  # jobs whose attachment another instance took: act on nothing else of theirs
 
-    async def apply(self, action: Action, requests: dict[str, Request], records: dict[str, JobRecord], now: float) -> None:
+    async def apply(self, action: Action, requests: dict[str, Request], now: float) -> None:
         handler = getattr(self, "_" + action.kind, None)
-        if handler is None or action.id in getattr(self, "_lost", ()):
+        if handler is None or action.id in self._lost:
             return
-        await handler(action, requests.get(action.id), records.get(action.id), now)
+        await handler(action, requests.get(action.id), self._records.get(action.id), now)
 
     async def _reattach(self, a, req, rec, now):
         """Claim the attachment of a live job nobody holds (or whose holder's lease lapsed): a
@@ -35,8 +40,7 @@ class Executor:
         claimed = rec.model_copy(update={"attached_by": self.holder, "lease_until": now + self.policy.attach_lease_s,
                                          "updated": now})
         if self.store.put(claimed, expect_phase=rec.phase, expect_holder=rec.attached_by):
-            if getattr(self, "_records", None) is not None:
-                self._records[a.id] = claimed
+            self._records[a.id] = claimed
         else:
             self._lost.add(a.id)
 
@@ -119,9 +123,18 @@ class Executor:
         await self.runtime.stop(rec.id)
 
     async def _settle(self, a, req, rec, now):
-        done = rec.model_copy(update={"phase": Phase.done, "rc": a.rc, "peak_gb": a.peak_gb, "why": a.why,
+        """Once: the rest of the log into the digest, then rc, peak, why and spend in one write, a
+        compare-and-set on this instance's hold."""
+        why = a.why
+        if self.streamer is not None:
+            read = self.streamer.final(rec, a.rc, now)
+            if read is None:
+                return  # the read failed and was recorded; a later pass settles it
+            rec = read
+            why = agent_why(rec, why)
+        done = rec.model_copy(update={"phase": Phase.done, "rc": a.rc, "peak_gb": a.peak_gb, "why": why,
                                       "ended": a.at or now, "attached_by": None, "lease_until": None, "updated": now})
-        if self.store.put(done, expect_phase=rec.phase):
+        if self.store.put(done, expect_phase=rec.phase, expect_holder=rec.attached_by):
             await self._forget(rec.id)
 
     async def _forget(self, job_id: str) -> None:

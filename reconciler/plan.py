@@ -184,6 +184,16 @@ def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, str, float 
     return rc, why, peak
 
 
+def agent_why(rec: JobRecord, why: str) -> str:
+    """An agent session's own verdict, once its output is read to the end: a failure it reported
+    (a result event, or an error signal without one) is the reason, unless we stopped it ourselves
+    or the kernel killed it at its memory limit."""
+    d = rec.digest
+    if d is None or d.outcome != "failure" or rec.stop_reason or why.startswith("killed at its memory limit"):
+        return why
+    return f"agent failed: {d.failure_reason or 'reported an error'}"
+
+
 def suggest_mem(mem_gb: float) -> str:
     """A bigger --mem to try after a kill at the limit: 1.5 ×, rounded up to a whole GB (or 256 MB)."""
     want = mem_gb * 1.5

@@ -8,6 +8,7 @@ import secrets
 import socket
 import time
 
+from .attach import Streamer
 from .executor import Executor
 from .locks import locked
 from .models import Desired, Game, Phase, Plan, Request, World
@@ -42,7 +43,8 @@ class Engine:
         self.writer = Writer(paths)
         self.runtime = runtime if runtime is not None else make_runtime(paths, policy)
         self.holder = holder_id()
-        self.executor = Executor(paths, self.store, self.runtime, self.writer, policy, self.holder)
+        self.streamer = Streamer(self.store, policy, self.holder, paths.log)
+        self.executor = Executor(paths, self.store, self.runtime, self.writer, policy, self.holder, self.streamer)
         self.connected = False
         self.connect_error: str | None = None
         self.last_plan: Plan | None = None
@@ -93,12 +95,14 @@ class Engine:
             now = time.time()
             desired, notices = load_desired(self.paths, self.store)
             records = self.store.records()
+            self.streamer.refresh_pricing()
+            self.streamer.stream(records, now)  # before planning: budgets see what was spent so far
             world = await observe_world(self.runtime if self.connected else None, records)
             if not self.connected and self.connect_error:
                 world.errors = [self.connect_error]  # why, not just "no runtime connected"
             if not world.ok:
                 self.connected = False  # reconnect next pass
-            p = plan(desired, records, world, now, self.policy, me=self.holder)
+            p = plan(desired, records, world, now, self.policy, me=self.holder, pricing_error=self.streamer.pricing_error)
             p.notices.extend(notices)
             self.blocked = ([desired.queue_error or "queue.toml cannot be read"] if not desired.queue_ok else []) + \
                 ([f"could not observe jobs ({'; '.join(world.errors)})"] if not world.ok else [])
@@ -106,7 +110,7 @@ class Engine:
             self.executor.begin_pass(records)
             for action in p.actions:
                 try:
-                    await self.executor.apply(action, requests, records, now)
+                    await self.executor.apply(action, requests, now)
                 except Exception as e:  # one failed action must not stop the others; retried next pass
                     log.error("%s %s failed: %s", action.kind, action.id, e)
                     p.notices.append(f"{action.kind} {action.id} failed: {e}")
