@@ -12,7 +12,7 @@ import time
 
 from .environ import public_env
 from .paths import Paths
-from .units import BadValue, parse_cpus, parse_duration_s, parse_size_gb
+from .units import BadValue, parse_count, parse_cpus, parse_duration_s, parse_size_gb, parse_usd
 
 
 class Fail(Exception):
@@ -75,7 +75,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--queue", action="store_true", help="wait in the queue instead of being refused")
     run.add_argument("--lock", help="never run two jobs holding the same KEY at once")
     run.add_argument("--force", action="store_true", help="ignore the ledger (not the reserve, not locks)")
-    run.add_argument("--agent", default="none", choices=["none", "claude"])
+    run.add_argument("--agent", default="none", choices=["none", "claude"],
+                     help="digest the output of this agent kind (claude: stream-json); none: a plain command")
+    run.add_argument("--max-cost-usd", type=_arg(parse_usd, "--max-cost-usd"), default=None,
+                     help="stop the job once its spend passes this (agent sessions: policy default)")
+    run.add_argument("--max-duration", type=_arg(parse_duration_s, "--max-duration"), default=None,
+                     help="stop the job once it has run this long")
+    run.add_argument("--max-iterations", type=_arg(parse_count, "--max-iterations"), default=None,
+                     help="stop an agent session after this many turns")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
     note = sub.add_parser("note", help="reserve memory for foreground work")
@@ -106,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sv = sub.add_parser("serve", help="the reconciler loop")
     sv.add_argument("-v", "--verbose", action="store_true")
+    sv.add_argument("--standby", action="store_true",
+                    help="if a loop already runs for this state directory, wait and take over when it ends")
 
     it = sub.add_parser("init", help="lay down the annotated desired-state files and a policy file")
     it.add_argument("--force", action="store_true")
@@ -238,7 +247,8 @@ def cmd_run(a, paths: Paths) -> int:
     fields = dict(title=_check_title(a.title if a.title is not None else _title_from(cmd)),
                   project=a.project or _project(cwd), mem_gb=a.mem, cpus=a.cpus, est_s=a.est,
                   created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
-                  agent=a.agent)
+                  agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
+                  max_iterations=a.max_iterations)
     return _submit(paths, "job", fields)
 
 
@@ -382,7 +392,7 @@ def cmd_serve(a, paths: Paths) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not a line per interval pass
     try:
-        asyncio.run(serve(paths, _policy()))
+        asyncio.run(serve(paths, _policy(), standby=a.standby))
     except ServeBusy as e:
         raise Fail(f"res: {e}") from None
     return 0

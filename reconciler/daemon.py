@@ -81,19 +81,32 @@ def take_serve_lock(paths: Paths) -> int:
     return fd
 
 
-async def serve(paths: Paths, policy, engine=None, ready=None) -> None:
+async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = False) -> None:
+    """The loop. `standby`: wait while another loop holds the state directory, take over when it
+    ends (its leases are then claimed as they lapse, or at once if it handed them over)."""
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
     from .tick import Engine
 
-    lock_fd = take_serve_lock(paths)
-    engine = engine or Engine(paths, policy)
-    await engine.connect()
-    ticker = Ticker(engine)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
+    while True:
+        try:
+            lock_fd = take_serve_lock(paths)
+            break
+        except ServeBusy:
+            if not standby:
+                raise
+        try:
+            await asyncio.wait_for(stopping.wait(), 0.2)
+            return  # asked to stop while standing by
+        except asyncio.TimeoutError:
+            pass
+    engine = engine or Engine(paths, policy)
+    await engine.connect()
+    ticker = Ticker(engine)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -120,7 +133,9 @@ async def serve(paths: Paths, policy, engine=None, ready=None) -> None:
         ticker.kick()
 
     scheduler = AsyncIOScheduler()
-    scheduler.add_job(interval_pass, "interval", seconds=policy.tick_s, id="tick", max_instances=1, coalesce=True)
+    # A pass every tick_s; expired attachments are claimed by a pass, so at least every sweep_s too.
+    scheduler.add_job(interval_pass, "interval", seconds=min(policy.tick_s, policy.sweep_s), id="tick",
+                      max_instances=1, coalesce=True)
     scheduler.start()
     ticker.kick()
     log.info("serving %s (pid %d), a pass every %gs", paths.root, os.getpid(), policy.tick_s)

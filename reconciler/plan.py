@@ -189,7 +189,7 @@ def agent_why(rec: JobRecord, why: str) -> str:
     (a result event, or an error signal without one) is the reason, unless we stopped it ourselves
     or the kernel killed it at its memory limit."""
     d = rec.digest
-    if d is None or d.outcome != "failure" or rec.stop_reason or why.startswith("killed at its memory limit"):
+    if not rec.request.session or d is None or d.outcome != "failure" or rec.stop_reason or why.startswith("killed at its memory limit"):
         return why
     return f"agent failed: {d.failure_reason or 'reported an error'}"
 

@@ -5,6 +5,7 @@ import json
 import time
 
 from .capacity import reserves
+from .plan import spent_today
 from .models import LIVE, TERMINAL, Game, JobRecord, Phase
 from .paths import Paths
 from .render import quoted
@@ -21,6 +22,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths) -> dict:
     req = rec.request
     used = (snap.get("world", {}).get("jobs", {}).get(rec.id) or {}).get("mem_used_gb")
     expires = rec.expires()
+    d = rec.digest
     return {
         "id": rec.id, "kind": req.kind, "state": rec.phase.value, "title": req.title, "project": req.project,
         "mem_gb": req.mem_gb, "cpus": req.cpus, "used_gb": used if rec.phase in LIVE else None,
@@ -30,6 +32,10 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths) -> dict:
         "unit": rec.unit, "attempt": rec.attempt, "cmd": req.cmd, "cwd": req.cwd,
         "log": str(paths.log(rec.id)) if req.kind == "job" else None,
         "attached_by": rec.attached_by, "lease_until": rec.lease_until,
+        "agent": req.agent, "spend_usd": round(rec.spend_usd, 6),
+        "input_tokens": d.input_tokens if d else 0, "output_tokens": d.output_tokens if d else 0,
+        "iterations": d.iterations if d else 0, "lines": d.lines if d else 0,
+        "log_offset": rec.log_offset, "attach_failures": rec.attach_failures, "last_error": rec.last_error,
     }
 
 
@@ -45,6 +51,8 @@ def _line(v: dict) -> str:
         tail = f"ETA ~{fmt_clock(v['eta'])}"
     else:
         tail = "waiting"
+    if v["agent"] != "none":
+        tail += f" ${v['spend_usd']:.2f} {v['iterations']} turns"
     return (f"{v['id']:<6} {v['project'][:16]:<16} {quoted(v['title'], 30):<32} {v['state']:<9} "
             f"{gb(v['mem_gb'])}/{gb(v['used_gb'])}/{gb(v['peak_gb'])} GB  {fmt_cpus(v['cpus']):<7} {started:>5}  {tail}").rstrip()
 
@@ -96,9 +104,11 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str
     game = Game.model_validate(json.loads(last_good)["game"]) if last_good else Game()
     nproc = int(world.get("nproc") or 1)
     reserve_gb, reserve_cpus, game_on = reserves(policy, game, now, nproc)
+    spent = spent_today(records, now)
     budget = {"mem_gb": snap.get("budget_mem_gb"), "cpus": snap.get("budget_cpus"),
               "reserve_gb": reserve_gb, "reserve_cpus": reserve_cpus, "as_of": snap.get("at"),
-              "mem_available_gb": world.get("mem_available_gb")}  # what the budget was taken from
+              "mem_available_gb": world.get("mem_available_gb"),  # what the budget was taken from
+              "spend_today_usd": round(spent, 6), "daily_cost_usd": policy.daily_cost_usd or None}
     live = [r for r in sorted(records.values(), key=lambda r: r.request.number)
             if r.phase not in TERMINAL or (r.ended and now - r.ended < 3600)]
     views = [job_view(r, snap, now, paths) for r in live]
@@ -111,6 +121,8 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str
         age = f" (as of {fmt_span(now - budget['as_of'])} ago)" if budget["as_of"] and now - budget["as_of"] > 10 else ""
         lines.append(f"agents may use {max(budget['mem_gb'], 0):.1f} GB, {fmt_cpus(max(budget['cpus'], 0))} now; "
                      f"reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}{age}")
+    cap = f" of ${policy.daily_cost_usd:.2f}" if policy.daily_cost_usd else ""
+    lines.append(f"agent sessions spent ${spent:.2f} today{cap}")
     lines += [f"res: {' '.join(n.split())}" for n in warn]
     return "\n".join(lines), 0
 

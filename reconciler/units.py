@@ -58,6 +58,28 @@ def parse_cpus(text: str, what: str = "--cpus") -> float:
     return cpus
 
 
+def parse_usd(text: str, what: str = "--max-cost-usd") -> float:
+    """'0.50', '$2' -> USD; 0 means no limit."""
+    try:
+        usd = float(str(text).strip().lstrip("$"))
+    except ValueError:
+        raise BadValue(f"{what} {text!r}: not an amount in USD (e.g. 0.50)") from None
+    if not math.isfinite(usd) or usd < 0:
+        raise BadValue(f"{what} {text!r}: must be 0 (no limit) or more")
+    if usd > 1e6:
+        raise BadValue(f"{what} {text!r}: absurdly large")
+    return usd
+
+
+def parse_count(text: str, what: str = "--max-iterations") -> int:
+    if not str(text).strip().isdigit():
+        raise BadValue(f"{what} {text!r}: not a whole number")
+    n = int(text)
+    if n > 10**9:
+        raise BadValue(f"{what} {text!r}: absurdly large")
+    return n
+
+
 def fmt_gb(gb: float) -> str:
     return f"{gb:.1f} GB"
 
