@@ -12,7 +12,7 @@ import time
 from .capacity import HOLDING, Capacity, QueueForecast, capacity, holder_of
 from .models import LIVE, TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, Plan, Request, World
 from .render import busy_line, daily_line, lock_line, never_line, sessions_line
-from .units import fmt_clock, fmt_gb, fmt_span
+from .units import fmt_clock, fmt_gb, fmt_span, fmt_usd_pair
 
 PRUNE_AFTER_S = 24 * 3600
 ATTACH_FAILURES_MAX = 3  # attachments in a row that fail before the job is failed and stopped
@@ -146,7 +146,8 @@ def budget_trip(rec: JobRecord, policy, now: float) -> str | None:
     max_cost, max_duration, max_iterations = effective_limits(rec.request, policy)
     spend = rec.spend_usd
     if max_cost and spend > max_cost:
-        return f"budget: cost ${spend:.2f} > ${max_cost:.2f}"
+        shown, cap = fmt_usd_pair(spend, max_cost)
+        return f"budget: cost {shown} > {cap}"
     if max_duration and rec.started is not None and now - rec.started > max_duration:
         return f"budget: duration {fmt_span(now - rec.started)} > {fmt_span(max_duration)}"
     iterations = rec.digest.iterations if rec.digest else 0

@@ -80,6 +80,15 @@ def parse_count(text: str, what: str = "--max-iterations") -> int:
     return n
 
 
+def fmt_usd_pair(value: float, limit: float) -> tuple[str, str]:
+    """Two amounts as $x.xx, with more digits where cents alone would show them equal."""
+    for digits in (2, 4, 6):
+        a, b = f"${value:.{digits}f}", f"${limit:.{digits}f}"
+        if a != b:
+            return a, b
+    return a, b
+
+
 def fmt_gb(gb: float) -> str:
     return f"{gb:.1f} GB"
 

@@ -336,6 +336,9 @@ def test_budget_trips_stop_the_job_with_the_reason():
     loops = attached(running(3, agent="claude", max_iterations=40), holder=ME,
                      digest=DigestState(agent="claude", iterations=41))
     assert plan_as(ME, [], [loops]).actions[0].reason == "budget: iterations 41 > 40"
+    tiny = attached(running(5, agent="claude", max_cost_usd=0.01), holder=ME,
+                    digest=DigestState(agent="claude", spend_usd=0.010164))
+    assert plan_as(ME, [], [tiny]).actions[0].reason == "budget: cost $0.0102 > $0.0100"
     under = attached(running(4, agent="claude", max_cost_usd=0.5), holder=ME,
                      digest=DigestState(agent="claude", spend_usd=0.49))
     assert kinds(plan_as(ME, [], [under])) == []
