@@ -12,6 +12,9 @@ numbers.
     c  64 concurrent writers × 50 requests through the desired Writer: wall time, lost entries and
        duplicate ids (both must be 0)
     d  request-to-start latency with `res serve` running
+    e  SIGKILL of `res serve` while 5 sessions stream → all re-attached, vs lease + sweep
+    f  digest ingestion throughput on a stream-json log (MB/s)
+    g  the loop's CPU while 5 jobs stream 1,000 lines/s each
 
 Exit status: 0 when everything was measured, whether or not a speed target was met; 1 when the thing
 measured is broken (an entry lost, an id handed out twice, a run not started, a benchmark that
@@ -55,7 +58,7 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="res benchmarks: figures as ratios")
     ap.add_argument("--smoke", action="store_true", help="a small, fast version (CI)")
-    ap.add_argument("--only", default="a,b,c,d", help="which benchmarks, e.g. b,c")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g", help="which benchmarks, e.g. b,c")
     a = ap.parse_args(argv)
     size = SMOKE if a.smoke else FULL
     only = set(a.only.split(","))
@@ -79,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_all(a, size: dict, only: set[str], report: Report) -> int:
     from cli_bench import bench_latency, bench_run
     from plan_bench import bench_plan
+    from attach_bench import bench_digest, bench_loop_cpu, bench_reattach
     from writers_bench import bench_writers
 
     have_manager = manager_reachable()
@@ -87,6 +91,9 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
         ("b", False, lambda: bench_plan(report, size["plan_runs"], profile=True)),
         ("c", False, lambda: bench_writers(report, *size["writers"])),
         ("d", True, lambda: bench_latency(report, size["latency_rounds"])),
+        ("e", True, lambda: bench_reattach(report, a.smoke)),
+        ("f", False, lambda: bench_digest(report, a.smoke)),
+        ("g", True, lambda: bench_loop_cpu(report, a.smoke)),
     ]
     print(f"res benchmarks ({'smoke' if a.smoke else 'full'}) · {machine()}", flush=True)
     started = time.monotonic()

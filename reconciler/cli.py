@@ -179,7 +179,8 @@ def _which(cmd0: str, cwd: str, path: str) -> bool:
 
 
 def _title_from(cmd: list[str]) -> str:
-    t = " ".join(" ".join(cmd).split())
+    """The command as a title: the program's own name, not its path (`python3 -m pytest`)."""
+    t = " ".join(" ".join([os.path.basename(cmd[0]) or cmd[0], *cmd[1:]]).split())
     return t if len(t) <= 80 else t[:79] + "…"
 
 

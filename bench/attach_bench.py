@@ -1,0 +1,160 @@
+"""Benchmarks of issue 3: runs that outlive the reconciler, and the digest.
+
+    e  SIGKILL of `res serve` while 5 sessions stream → every job re-attached by a new instance;
+       measured with test intervals, vs the bound lease + sweep (defaults: computed)
+    f  digest ingestion throughput on a synthetic stream-json log (MB/s)
+    g  the loop's CPU while 5 jobs stream 1,000 lines/s each
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from common import PY, REPO, Broken, Figure, Report, ResEnv
+
+FAKE = str(REPO / "tests" / "fake_agent.py")
+TEST_INTERVALS = dict(attach_lease_s=3, attach_renew_s=1, sweep_s=0.5, tick_s=0.5, user_reserve_cpus=0,
+                      max_concurrent_sessions=5)
+
+
+def _status(env: ResEnv) -> list[dict]:
+    _, r = env.res("status", "--json")
+    return json.loads(r.stdout)["jobs"]
+
+
+def _wait(cond, what: str, limit: float = 60.0, step: float = 0.05) -> float:
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > limit:
+            raise Broken(f"{what}: not within {limit:g} s")
+        time.sleep(step)
+    return time.monotonic() - t0
+
+
+def _start_sessions(env: ResEnv, n: int, lines: int, pace: float) -> list[str]:
+    ids = []
+    for _ in range(n):
+        _, r = env.res("run", "--agent", "claude", "--mem", "64M", "--cpus", "0.1", "--for", "10m", "--",
+                       PY, FAKE, str(lines), "--pace", str(pace))
+        if r.returncode != 0 or " started;" not in r.stdout:
+            raise Broken(f"a session did not start: {r.stdout.strip()} {r.stderr.strip()}")
+        ids.append(r.stdout.split()[0])
+    return ids
+
+
+def bench_reattach(report: Report, smoke: bool) -> None:
+    env = ResEnv("e", **TEST_INTERVALS)
+    try:
+        env.start_serve()
+        first = env.serve_proc.pid
+        ids = _start_sessions(env, 5, 400 if smoke else 1200, 0.02)
+        _wait(lambda: all((j["attached_by"] or "").split("/")[1:2] == [str(first)] for j in _status(env) if j["id"] in ids),
+              "all attached to the first loop")
+        env.serve_proc.send_signal(signal.SIGKILL)  # ours, by pid
+        env.serve_proc.wait(10)
+        killed = time.monotonic()
+        env.serve_proc = None
+        env.start_serve()
+        second = env.serve_proc.pid
+
+        def all_back() -> bool:
+            jobs = {j["id"]: j for j in _status(env)}
+            return all(jobs[i]["state"] == "done" or (jobs[i]["attached_by"] or "").split("/")[1:2] == [str(second)]
+                       for i in ids)
+
+        _wait(all_back, "all re-attached", limit=120)
+        took = time.monotonic() - killed
+        bound = TEST_INTERVALS["attach_lease_s"] + TEST_INTERVALS["sweep_s"]
+        report.figures.append(Figure("e", "SIGKILL → 5 jobs re-attached / lease+sweep", took / bound,
+                                     f"{took:.2f} s vs {bound:g} s (lease 3 s, sweep 0.5 s)", "≤ 1.5×", took / bound <= 1.5))
+        report.raw.append("e  with the default intervals the bound is lease 60 s + sweep 5 s = 65 s (computed, not measured)")
+        left = env.settle(limit_s=120)
+        if left:
+            raise Broken(f"jobs still live after the run: {left}")
+        jobs = {j["id"]: j for j in _status(env)}
+        n = 400 if smoke else 1200
+        bad = [i for i in ids if jobs[i]["input_tokens"] != n * (n + 1) // 2 or jobs[i]["output_tokens"] != n]
+        if bad:
+            raise Broken(f"lines counted twice or missed after the kill: {[(i, jobs[i]['input_tokens']) for i in bad]}")
+        report.raw.append(f"e  after the kill every job's tokens were exact (each of {n} lines once): {', '.join(ids)}")
+    finally:
+        env.close()
+
+
+def synthetic_log(path: Path, megabytes: int) -> int:
+    """A stream-json log like a real session's: assistant turns (several lines per message id), tool
+    results as user events, stderr noise."""
+    text = "x" * 600
+    lines = 0
+    with open(path, "w") as f:
+        f.write(json.dumps({"type": "system", "subtype": "init", "model": "claude-sonnet-4-5-20250929", "session_id": "s"}) + "\n")
+        i = 0
+        while f.tell() < megabytes << 20:
+            i += 1
+            usage = {"input_tokens": 12, "output_tokens": 300, "cache_creation_input_tokens": 1000, "cache_read_input_tokens": 20000}
+            for block in range(2):
+                f.write(json.dumps({"type": "assistant", "message": {"id": f"msg_{i}", "model": "claude-sonnet-4-5-20250929",
+                                    "content": [{"type": "text", "text": text}], "usage": usage}, "parent_tool_use_id": None}) + "\n")
+            f.write(json.dumps({"type": "user", "message": {"content": [{"type": "tool_result", "content": text * 3}]}}) + "\n")
+            if i % 50 == 0:
+                f.write("npm WARN something on stderr\n")
+                lines += 1
+            lines += 3
+    return lines + 1
+
+
+def bench_digest(report: Report, smoke: bool) -> None:
+    import tempfile
+
+    from reconciler.attach import ingest, load_pricing_files
+    from reconciler.models import JobRecord, Phase, Request
+
+    pricing, err = load_pricing_files()
+    if err:
+        raise Broken(err)
+    mb = 20 if smoke else 100
+    with tempfile.TemporaryDirectory() as d:
+        log = Path(d) / "r-1.log"
+        nlines = synthetic_log(log, mb)
+        size = log.stat().st_size
+        req = Request(id="r-1", title="bench", mem_gb=1, est_s=60, created=0, agent="claude", cmd=["claude"])
+        rec = JobRecord(request=req, phase=Phase.running)
+        t0 = time.perf_counter()
+        out = ingest(rec, log, pricing, final_rc=0, final=True)
+        took = time.perf_counter() - t0
+    if out.digest.lines != nlines or out.log_offset != size:
+        raise Broken(f"digest read {out.digest.lines} lines / {out.log_offset} bytes of {nlines} / {size}")
+    rate = size / took / 2**20
+    report.figures.append(Figure("f", f"digest ingestion, {mb} MB stream-json / 25 MB/s", rate / 25,
+                                 f"{rate:.0f} MB/s ({nlines / took:,.0f} lines/s, {took:.2f} s)", "≥ 1×", rate >= 25))
+
+
+def _cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_loop_cpu(report: Report, smoke: bool) -> None:
+    seconds = 4 if smoke else 15
+    env = ResEnv("g", user_reserve_cpus=0, max_concurrent_sessions=5)
+    try:
+        env.start_serve()
+        pid = env.serve_proc.pid
+        ids = _start_sessions(env, 5, 1000 * seconds, 0.001)
+        c0, t0 = _cpu_s(pid), time.monotonic()
+        time.sleep(seconds)
+        cpu = (_cpu_s(pid) - c0) / (time.monotonic() - t0)
+        jobs = {j["id"]: j for j in _status(env)}
+        read = sum(jobs[i]["lines"] for i in ids)
+        report.figures.append(Figure("g", "loop CPU, 5 jobs × 1,000 lines/s / one core", cpu,
+                                     f"{cpu * 100:.1f} % of a core over {seconds} s; {read:,} lines read meanwhile",
+                                     "≤ 0.25×", cpu <= 0.25))
+        for i in ids:
+            env.res("release", i, "--stop")
+    finally:
+        env.close()
