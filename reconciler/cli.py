@@ -192,20 +192,25 @@ def _check_title(title: str) -> str:
     return title
 
 
-def _decide(paths: Paths, request: dict, local) -> tuple[int, str]:
-    """Ask the running loop; without one, run the passes here under the same lock."""
-    from .client import NoDaemon, ask
+def _decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str]:
+    """Ask the running loop; without one, run the passes here under the same lock. `resume`: what
+    to run here instead of `local` when the loop took the request and ended before answering (it may
+    have acted on it already)."""
+    from .client import NoAnswer, NoDaemon, ask
 
+    fn = local
     try:
         answer = ask(paths.socket, request, timeout=float(os.environ.get("RES_ANSWER_TIMEOUT_S", "60")))
         return answer["code"], answer["line"]
+    except NoAnswer:
+        fn = resume or local
     except NoDaemon:
         pass
     except TimeoutError:
         raise Fail("res: the reconciler loop did not answer in time; see res status") from None
     import asyncio
 
-    return asyncio.run(_with_engine(paths, local))
+    return asyncio.run(_with_engine(paths, fn))
 
 
 def _quiet_logs() -> None:
@@ -260,13 +265,14 @@ def cmd_note(a, paths: Paths) -> int:
 
 
 def _submit(paths: Paths, kind: str, fields: dict) -> int:
-    def local(engine):
+    def local(engine, resume=False):
         from . import ops
 
-        return ops.submit(engine, engine.tick, kind, fields)
+        return ops.submit(engine, engine.tick, kind, fields, resume=resume)
 
     paths.ensure()
-    code, line = _decide(paths, {"op": "submit", "kind": kind, "fields": fields}, local)
+    code, line = _decide(paths, {"op": "submit", "kind": kind, "fields": fields}, local,
+                         resume=lambda engine: local(engine, resume=True))
     _say(line, code)
     return code
 

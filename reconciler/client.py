@@ -10,6 +10,11 @@ class NoDaemon(Exception):
     pass
 
 
+class NoAnswer(NoDaemon):
+    """The loop took the whole request and ended before answering: it may have acted on it (a
+    `res run` may be in the queue already), so the caller must not simply ask again."""
+
+
 def ask(sock_path: Path, request: dict, timeout: float) -> dict:
     """Send one JSON request, return the JSON answer. NoDaemon if nobody listens."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -19,15 +24,21 @@ def ask(sock_path: Path, request: dict, timeout: float) -> dict:
             s.connect(str(sock_path))
         except (FileNotFoundError, ConnectionRefusedError, OSError) as e:
             raise NoDaemon(str(e)) from None
-        s.sendall(json.dumps(request).encode() + b"\n")
+        try:
+            s.sendall(json.dumps(request).encode() + b"\n")
+        except (BrokenPipeError, ConnectionResetError) as e:
+            raise NoDaemon(str(e)) from None  # it never read the whole request: nothing was done
         buf = b""
-        while not buf.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            buf += chunk
+        try:
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+        except ConnectionResetError:
+            buf = b""
     finally:
         s.close()
-    if not buf:
-        raise NoDaemon("the loop closed the connection without an answer")
+    if not buf.endswith(b"\n"):
+        raise NoAnswer("the loop closed the connection without an answer")
     return json.loads(buf)

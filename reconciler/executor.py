@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 
 from .environ import public_env
 from .models import Action, JobRecord, Phase, Request
@@ -79,9 +80,11 @@ class Executor:
         self.store.prune(ids=[a.id])
 
     async def _requeue(self, a, req, rec, now):
-        # Same id, no retry spent: the unit never appeared, so this attempt never ran.
+        # Same id, no retry spent: the unit never appeared, so this attempt never ran and is not
+        # counted (the next start is the same attempt again, its log not moved aside).
         self.store.put(rec.model_copy(update={"phase": Phase.queued, "started": None, "lease_until": None,
-                                              "attached_by": None, "updated": now}), expect_phase=Phase.starting)
+                                              "attached_by": None, "attempt": max(rec.attempt - 1, 0),
+                                              "updated": now}), expect_phase=Phase.starting)
 
     # -------------------------------------------------------------- units
 
@@ -95,6 +98,10 @@ class Executor:
         # `starting` (with its lease) is on disk before the unit is asked for (DESIGN §5.3).
         if not self.store.put(starting, expect_phase=rec.phase if rec else None):
             return
+        # Test-only fault injection (the fault tier, like RES_FAULT_INGEST): "kill" dies here, with
+        # `starting` on disk and no unit asked for, the window a requeue after the lease covers.
+        if os.environ.get("RES_FAULT_AFTER_STARTING") == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
         self._fresh_log(req.id, attempt)
         spec = JobSpec(
             job_id=req.id, cmd=list(req.cmd), cwd=req.cwd, env=public_env(req.env), mem_gb=req.mem_gb,

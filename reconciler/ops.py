@@ -29,6 +29,8 @@ def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str] | None:
     if rec.phase == Phase.refused:
         why = rec.why or "refused"
         return (3, why) if why.startswith("busy:") else (1, f"res: {why}")
+    if rec.phase == Phase.starting:
+        return None  # not started yet: its unit is not seen (e.g. the loop that asked for it died)
     if rec.phase in LIVE:
         if req.kind == "note":
             return 0, f"{job_id} noted: {req.mem_gb:g} GB until ~{fmt_clock(rec.expires())}; free it: res release {job_id}"
@@ -44,13 +46,34 @@ def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str] | None:
     return 1, f"res: {job_id} {rec.phase.value}"
 
 
-async def submit(engine, tick: TickFn, kind: str, fields: dict) -> tuple[int, str]:
-    from .desired import DesiredError
+def find_submitted(engine, kind: str, fields: dict):
+    """The request these very fields were submitted as, if a loop that ended before answering
+    recorded it (in the queue file or the records), else None."""
+    from .desired import DesiredError, read_queue
+
+    def same(req) -> bool:
+        return (req.kind == kind and req.created == fields.get("created") and req.title == fields.get("title")
+                and req.cmd == list(fields.get("cmd") or []) and req.cwd == (fields.get("cwd") or ""))
 
     try:
-        req = engine.writer.add(fields, kind)
-    except DesiredError as e:
-        return 1, f"res: {e}"
+        queued = read_queue(engine.paths)
+    except DesiredError:
+        queued = []
+    recorded = [r.request for r in engine.store.records().values()]
+    return next((r for r in [*queued, *recorded] if same(r)), None)
+
+
+async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = False) -> tuple[int, str]:
+    """`resume`: a loop took this request and ended before answering; decide the request it
+    recorded, if it did, rather than add it a second time."""
+    from .desired import DesiredError
+
+    req = find_submitted(engine, kind, fields) if resume else None
+    if req is None:
+        try:
+            req = engine.writer.add(fields, kind)
+        except DesiredError as e:
+            return 1, f"res: {e}"
     plan = None
     for _ in range(MAX_PASSES):
         plan = await tick()

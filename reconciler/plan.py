@@ -15,6 +15,7 @@ from .render import busy_line, daily_line, lock_line, never_line, sessions_line
 from .units import fmt_clock, fmt_gb, fmt_span, fmt_usd_pair
 
 PRUNE_AFTER_S = 24 * 3600
+OUTSIDE_STOP = ("TERM", "INT", "HUP")  # the signals of a stop request (systemctl stop, kill, ^C)
 ATTACH_FAILURES_MAX = 3  # attachments in a row that fail before the job is failed and stopped
 
 
@@ -180,6 +181,9 @@ def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, str, float 
         why = "could not execute the command (not found or not executable)"
     elif ex.code == "exited":
         why = "exited 0" if rc == 0 else f"exit code {rc}"
+    elif ex.status in OUTSIDE_STOP:
+        # res asked for no stop (no stop_reason): someone else did, e.g. `systemctl --user stop`.
+        why = f"stopped from outside res (signal {ex.status})"
     else:
         why = f"killed by signal {ex.status}"
     return rc, why, peak
@@ -188,9 +192,12 @@ def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, str, float 
 def agent_why(rec: JobRecord, why: str) -> str:
     """An agent session's own verdict, once its output is read to the end: a failure it reported
     (a result event, or an error signal without one) is the reason, unless we stopped it ourselves
-    or the kernel killed it at its memory limit."""
+    or the kernel killed it at its memory limit. An outcome the digest took from the exit code alone
+    says nothing the exit's own why (exit code, signal, stopped from outside) does not say better."""
     d = rec.digest
     if not rec.request.session or d is None or d.outcome != "failure" or rec.stop_reason or why.startswith("killed at its memory limit"):
+        return why
+    if not d.result_seen and not d.failure_signal:
         return why
     return f"agent failed: {d.failure_reason or 'reported an error'}"
 

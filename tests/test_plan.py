@@ -219,6 +219,27 @@ def test_released_running_job_is_stopped_and_settled_as_released():
     assert (a.kind, a.why, a.rc) == ("settle", "released", 143)
 
 
+def test_a_stop_res_did_not_ask_for_says_it_came_from_outside():
+    ex = ExitObs(result="signal", code="killed", status="TERM", at=NOW)
+    (a,) = run_plan([req(1)], records=[running(1)], w=world(jobs={"r-1": JobObs(exit=ex)})).actions
+    assert (a.kind, a.rc, a.why) == ("settle", 143, "stopped from outside res (signal TERM)")
+    ex = ExitObs(result="core-dump", code="dumped", status="SEGV", at=NOW)
+    (a,) = run_plan([req(1)], records=[running(1)], w=world(jobs={"r-1": JobObs(exit=ex)})).actions
+    assert (a.rc, a.why) == (139, "killed by signal SEGV")
+
+
+def test_a_session_verdict_taken_from_the_exit_code_alone_keeps_the_exit_why():
+    from reconciler.digest import DigestState
+    from reconciler.plan import agent_why
+
+    rec = running(1, agent="claude")
+    by_rc = DigestState(agent="claude", outcome="failure", failure_reason="exit code 143", finished=True, rc=143)
+    assert agent_why(rec.model_copy(update={"digest": by_rc}), "stopped from outside res (signal TERM)") == \
+        "stopped from outside res (signal TERM)"
+    said = by_rc.model_copy(update={"result_seen": True, "failure_reason": "error_during_execution"})
+    assert agent_why(rec.model_copy(update={"digest": said}), "exit code 1") == "agent failed: error_during_execution"
+
+
 def test_broken_queue_file_starts_and_stops_nothing():
     rec = running(1)
     p = run_plan([req(2)], records=[rec], w=world(jobs={"r-1": JobObs(state="active")}), queue_ok=False)

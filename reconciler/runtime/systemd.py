@@ -485,6 +485,14 @@ class SystemdRuntime:
 
     # ------------------------------------------------------------------ observe
 
+    async def failed_units(self) -> list[str]:
+        """Names of our units in the failed state (for `res clean`'s reset-failed)."""
+        (rows,) = await self._manager("ListUnitsByPatterns", "asas", [["failed"], [f"{self.prefix}-*"]])
+        return [row[0] for row in rows]
+
+    async def reset_failed_unit(self, name: str) -> None:
+        await self._manager("ResetFailedUnit", "s", [name])
+
     async def observe(self, job_ids: list[str]) -> dict[str, JobObs]:
         try:
             (rows,) = await self._manager("ListUnitsByPatterns", "asas", [[], [f"{self.prefix}-r-*.service"]])

@@ -1,0 +1,113 @@
+"""The user's side of the command line (issue 4): `res game`, `res hist`, `res clean`.
+(`res hook` is dispatched before anything else is imported: see cli.main.)"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from .paths import Paths
+
+
+def game_report(paths: Paths, policy, now: float) -> list[str]:
+    """The game line and, when the reserve is not free now, the shortfall line, from what the last
+    pass recorded (state.db, read-only)."""
+    from .capacity import HOLDING, capacity
+    from .game import on_line, shortfall_line
+    from .models import World
+    from .store import Store
+    from .desired import read_game
+
+    game, error = read_game(paths)
+    if error:
+        return [f"res: {error}"]
+    if not game.active(now):
+        return ["game off" + (f" (ended {time.strftime('%H:%M', time.localtime(game.until))})" if game.on and game.until else "")]
+    lines = [on_line(game.until, now) if game.until else "game on (no end set); CPU/IO now yours"]
+    with Store.open(paths, readonly=True) as store:
+        records = store.records()
+        raw = store.get_meta("last_tick")
+    snap = json.loads(raw) if raw else {}
+    if snap.get("world"):
+        world = World.model_validate(snap["world"])
+        holding = [r for r in records.values() if r.phase in HOLDING]
+        short = shortfall_line(capacity(policy, game, world, holding, now), now)
+        if short:
+            lines.append(short)
+    return lines
+
+
+def cmd_game(a, paths: Paths, policy, decide) -> tuple[int, list[str]]:
+    from .desired import DesiredError, Writer, read_game
+
+    now = time.time()
+    if a.action == "status":
+        return 0, game_report(paths, policy, now)
+    writer = Writer(paths)
+    try:
+        if a.action == "on":
+            length = a.length if a.length is not None else int(policy.game_hours * 3600)
+            game, _ = read_game(paths)
+            until = now + length
+            if game.active(now) and game.until and game.until > until:
+                until = game.until  # `on` while on extends, never shortens
+            writer.set_game(True, until)
+        else:
+            writer.set_game(False, None)
+    except DesiredError as e:
+        return 1, [f"res: {e}"]
+    decide()  # the next pass applies the reserve (and the slice) at once
+    if a.action == "off":
+        return 0, ["game off; agents get their share back"]
+    return 0, game_report(paths, policy, now)
+
+
+def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
+    from .hist import hist_rows, render_hist
+    from .models import Phase
+    from .store import Store
+
+    with Store.open(paths, readonly=True) as store:
+        records = list(store.records([Phase.done]).values()) + store.history()
+    return 0, [render_hist(hist_rows(records, a.project))]
+
+
+def hint(paths: Paths, project: str, title: str, mem_gb: float, est_s: float) -> str | None:
+    """The one-line hint when a request asks for more than 2× what its kind usually needs."""
+    from .hist import hint_for, suggestion_for
+    from .models import Phase
+    from .store import Store
+
+    try:
+        with Store.open(paths, readonly=True) as store:
+            records = list(store.records([Phase.done]).values()) + store.history()
+    except Exception:  # noqa: BLE001 - a hint is never worth failing a request for
+        return None
+    return hint_for(mem_gb, est_s, suggestion_for(records, project, title))
+
+
+def cmd_clean(a, paths: Paths, policy) -> tuple[int, list[str]]:
+    import asyncio
+
+    from .clean import clean, default_roots, read_patterns, reset_failed
+
+    uid = os.getuid()
+    roots, lines = default_roots(uid), []
+    root, errors = read_patterns(os.getcwd(), uid)
+    lines += errors
+    if root is not None:
+        roots.append(root)
+    lines += clean(roots, time.time(), uid, policy.scratch_hours * 3600, yes=a.yes)
+
+    async def units() -> list[str]:
+        from .tick import make_runtime
+
+        runtime = make_runtime(paths, policy)
+        try:
+            return await reset_failed(runtime.failed_units, runtime.reset_failed_unit, yes=a.yes,
+                                      prefix=policy.unit_prefix)
+        finally:
+            await runtime.close()
+
+    lines += asyncio.run(units())
+    return 0, lines or ["nothing to clean"]
