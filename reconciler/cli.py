@@ -118,6 +118,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     it = sub.add_parser("init", help="lay down the annotated desired-state files and a policy file")
     it.add_argument("--force", action="store_true")
+
+    gm = sub.add_parser("game", help="game mode: the user's bigger reserve, agents yield CPU and IO")
+    gm.add_argument("action", choices=["on", "off", "status"])
+    gm.add_argument("--for", dest="length", type=_arg(parse_duration_s, "--for"), default=None,
+                    help="how long (default: the policy's game_hours)")
+
+    hk = sub.add_parser("hook", help="Claude Code PreToolUse hook for Bash (reads JSON on stdin)")
+    hk.add_argument("--print-config", action="store_true", help="print the settings.json snippet")
+
+    hs = sub.add_parser("hist", help="what past jobs of each kind used, and what to ask for")
+    hs.add_argument("--project")
+
+    cl = sub.add_parser("clean", help="stale agent scratch and dead litter in /tmp (lists; --yes removes)")
+    cl.add_argument("--yes", action="store_true")
     return p
 
 
@@ -201,6 +215,8 @@ def _decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str]:
     fn = local
     try:
         answer = ask(paths.socket, request, timeout=float(os.environ.get("RES_ANSWER_TIMEOUT_S", "60")))
+        if answer.get("hint"):
+            print(answer["hint"], file=sys.stderr)
         return answer["code"], answer["line"]
     except NoAnswer:
         fn = resume or local
@@ -265,10 +281,14 @@ def cmd_note(a, paths: Paths) -> int:
 
 
 def _submit(paths: Paths, kind: str, fields: dict) -> int:
-    def local(engine, resume=False):
+    async def local(engine, resume=False):
         from . import ops
 
-        return ops.submit(engine, engine.tick, kind, fields, resume=resume)
+        decided = await ops.submit(engine, engine.tick, kind, fields, resume=resume)
+        hint = ops.request_hint(engine, kind, fields)
+        if hint:
+            print(hint, file=sys.stderr)
+        return decided
 
     paths.ensure()
     code, line = _decide(paths, {"op": "submit", "kind": kind, "fields": fields}, local,
@@ -416,12 +436,64 @@ def cmd_init(a, paths: Paths) -> int:
     return 0
 
 
+def _print_lines(code: int, lines: list[str]) -> int:
+    for line in lines:
+        print(line, file=sys.stderr if code == 1 else sys.stdout)
+    return code
+
+
+def cmd_game(a, paths: Paths) -> int:
+    from .usercmds import cmd_game as game
+
+    def decide() -> None:
+        from .client import NoDaemon, ask
+
+        try:
+            ask(paths.socket, {"op": "tick"}, timeout=30)
+        except (NoDaemon, OSError):
+            import asyncio
+
+            async def one(engine):
+                return await engine.tick()
+
+            paths.ensure()
+            asyncio.run(_with_engine(paths, one))
+
+    return _print_lines(*game(a, paths, _policy(), decide))
+
+
+def cmd_hook(a, paths: Paths) -> int:
+    from .hook import print_config, run
+
+    if a.print_config:
+        print(print_config())
+        return 0
+    return run()
+
+
+def cmd_hist(a, paths: Paths) -> int:
+    from .usercmds import cmd_hist as hist
+
+    return _print_lines(*hist(a, paths))
+
+
+def cmd_clean(a, paths: Paths) -> int:
+    from .usercmds import cmd_clean as clean
+
+    return _print_lines(*clean(a, paths, _policy()))
+
+
 COMMANDS = {"run": cmd_run, "note": cmd_note, "status": cmd_status, "wait": cmd_wait, "release": cmd_release,
-            "reconcile": cmd_reconcile, "observe": cmd_observe, "serve": cmd_serve, "init": cmd_init}
+            "reconcile": cmd_reconcile, "observe": cmd_observe, "serve": cmd_serve, "init": cmd_init,
+            "game": cmd_game, "hook": cmd_hook, "hist": cmd_hist, "clean": cmd_clean}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv == ["hook"]:  # before every agent Bash command: nothing else is parsed or imported
+        from .hook import run
+
+        return run()
     try:
         a = build_parser().parse_args(_join_negative(argv))
         return COMMANDS[a.cmd](a, Paths.default())

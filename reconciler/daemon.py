@@ -161,6 +161,9 @@ async def answer_request(engine, ticker: Ticker, req: dict) -> dict:
     op = req.get("op")
     if op == "submit":
         code, line = await ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"])
+        hint = ops.request_hint(engine, req["kind"], req["fields"])
+        if hint:
+            return {"code": code, "line": line, "hint": hint}
     elif op == "release":
         code, line = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")))
     elif op == "tick":

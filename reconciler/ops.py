@@ -125,3 +125,15 @@ async def release(engine, tick: TickFn, job_id: str, stop: bool) -> tuple[int, s
     if rec.phase in LIVE or rec.phase == Phase.queued:
         return 1, f"res: {job_id} is still {rec.phase.value}; see res status {job_id}"
     return 0, f"{job_id} released ({rec.phase.value}" + (f", rc={rec.rc}" if rec.rc is not None else "") + ")"
+
+
+def request_hint(engine, kind: str, fields: dict) -> str | None:
+    """`res: hint: …` when the request asks for more than 2× what its kind needed before (res hist)."""
+    from .hist import hint_for, suggestion_for
+
+    try:
+        records = [r for r in engine.store.records().values() if r.phase == Phase.done] + engine.store.history()
+        return hint_for(float(fields["mem_gb"]), float(fields["est_s"]),
+                        suggestion_for(records, fields.get("project", ""), fields.get("title", "")))
+    except Exception:  # noqa: BLE001 - a hint is never worth failing a request for
+        return None

@@ -121,7 +121,7 @@ def plan_line(a: Action) -> str:
     what = quoted(a.title, 24) if a.title else ""
     size = f"{a.mem_gb:.1f} GB  {fmt_cpus(a.cpus):<7}" if a.kind in ("start", "grant", "refuse", "enqueue") else ""
     reason = _one_line(a.reason, 200)
-    return f"{head}{what:<26}{size:<17}{reason}".rstrip()
+    return f"{head}{what:<26} {size:<17}{reason}".rstrip()
 
 
 def render_plan(plan: Plan) -> str:

@@ -122,7 +122,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str
         lines.append(f"agents may use {max(budget['mem_gb'], 0):.1f} GB, {fmt_cpus(max(budget['cpus'], 0))} now; "
                      f"reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}{age}")
     cap = f" of ${policy.daily_cost_usd:.2f}" if policy.daily_cost_usd else ""
-    lines.append(f"agent sessions spent ${spent:.2f} today{cap}")
+    lines[-1] += f"; sessions spent ${spent:.2f} today{cap}"  # the totals line
     lines += [f"res: {' '.join(n.split())}" for n in warn]
     return "\n".join(lines), 0
 

@@ -94,7 +94,8 @@ def fmt_gb(gb: float) -> str:
 
 
 def fmt_cpus(cpus: float) -> str:
-    n = int(cpus) if float(cpus).is_integer() else cpus
+    cpus = round(float(cpus), 2)
+    n = int(cpus) if cpus.is_integer() else cpus
     return f"{n} cpu" if n == 1 else f"{n} cpus"
 
 

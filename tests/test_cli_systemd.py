@@ -333,7 +333,8 @@ def test_status_lines_budget_and_json(res):
                     lines[0]), lines[0]
     assert re.match(r'r-2 +\S+ +"waits for k" +queued +0\.2/-/- GB +0\.1 cpus +- +waiting$', lines[1]), lines[1]
     assert re.match(r'r-3 +\S+ +"a note" +running +0\.2/', lines[2]), lines[2]
-    assert re.fullmatch(r"agents may use [\d.]+ GB, [\d.]+ cpus? now; reserve [\d.]+ GB/0 cpus", lines[3]), lines[3]
+    assert re.fullmatch(r"agents may use [\d.]+ GB, [\d.]+ cpus? now; reserve [\d.]+ GB/0 cpus; "
+                        r"sessions spent \$0\.00 today", lines[3]), lines[3]
 
     run_go.touch()
     assert res("wait", "r-1").code == 0
