@@ -121,19 +121,19 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
-def memory_used_bytes(cgroup_path: str, mount: MemoryMount | None = None) -> int | None:
-    """Memory in use by the cgroup (v1 memory.usage_in_bytes, v2 memory.current); None if unknown."""
+def _memory_file(cgroup_path: str, v1: str, v2: str, mount: MemoryMount | None) -> int | None:
     found = memory_dir(cgroup_path, mount)
     if found is None:
         return None
     d, version = found
-    return _read_int(d / ("memory.usage_in_bytes" if version == 1 else "memory.current"))
+    return _read_int(d / (v1 if version == 1 else v2))
+
+
+def memory_used_bytes(cgroup_path: str, mount: MemoryMount | None = None) -> int | None:
+    """Memory in use by the cgroup (v1 memory.usage_in_bytes, v2 memory.current); None if unknown."""
+    return _memory_file(cgroup_path, "memory.usage_in_bytes", "memory.current", mount)
 
 
 def memory_peak_bytes(cgroup_path: str, mount: MemoryMount | None = None) -> int | None:
     """The cgroup's peak memory (v1 memory.max_usage_in_bytes, v2 memory.peak); None if unknown."""
-    found = memory_dir(cgroup_path, mount)
-    if found is None:
-        return None
-    d, version = found
-    return _read_int(d / ("memory.max_usage_in_bytes" if version == 1 else "memory.peak"))
+    return _memory_file(cgroup_path, "memory.max_usage_in_bytes", "memory.peak", mount)

@@ -423,17 +423,9 @@ def _measure(fd: int, st: os.stat_result, owner: int, depth: int, children: list
                     if cst.st_dev != st.st_dev:
                         sub = _Tree(0, cst.st_mtime, False, "holds a mount point")
                     else:
-                        try:
-                            cfd = _open_dir(de.name, fd, cst)
-                        except FileNotFoundError:
+                        sub = _measure_child(de.name, fd, cst, owner, depth + 1)
+                        if sub is None:
                             continue
-                        except OSError as e:
-                            sub = _Tree(cst.st_blocks * 512, cst.st_mtime, False, f"cannot read inside: {e.strerror}")
-                        else:
-                            try:
-                                sub = _measure(cfd, cst, owner, depth + 1)
-                            finally:
-                                os.close(cfd)
                 else:
                     other = ("holds a socket, FIFO or device"
                              if not (stat.S_ISREG(cst.st_mode) or stat.S_ISLNK(cst.st_mode)) else "")
@@ -448,6 +440,22 @@ def _measure(fd: int, st: os.stat_result, owner: int, depth: int, children: list
     except OSError as e:
         return _Tree(size, newest, False, hazard or f"cannot read inside: {e.strerror}")
     return _Tree(size, newest, empty, hazard)
+
+
+def _measure_child(name: str, dir_fd: int, st: os.stat_result, owner: int, depth: int,
+                   children: list | None = None) -> _Tree | None:
+    """_measure of the subdirectory `name` of `dir_fd` (opened without following links, checked to be
+    the inode `st`); None if it vanished meanwhile."""
+    try:
+        cfd = _open_dir(name, dir_fd, st)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return _Tree(st.st_blocks * 512, st.st_mtime, False, f"cannot read inside: {e.strerror}")
+    try:
+        return _measure(cfd, st, owner, depth, children)
+    finally:
+        os.close(cfd)
 
 
 def _entry(root: Root, rel: tuple, st: os.stat_result, tree: _Tree, live: bool, **kw) -> Entry:
@@ -519,17 +527,9 @@ def _collect_scratch(root, fd, rst, live, is_live) -> list[Entry]:
         elif st.st_dev != rst.st_dev:
             tree = _Tree(0, st.st_mtime, False, "a mount point")
         else:
-            try:
-                cfd = _open_dir(name, fd, st)
-            except FileNotFoundError:
+            tree = _measure_child(name, fd, st, st.st_uid, 1, kids)
+            if tree is None:
                 continue
-            except OSError as e:
-                tree = _Tree(st.st_blocks * 512, st.st_mtime, False, f"cannot read inside: {e.strerror}")
-            else:
-                try:
-                    tree = _measure(cfd, st, st.st_uid, 1, kids)
-                finally:
-                    os.close(cfd)
         children = [_entry(root, (name, k), kst, ktree, is_live((name, k))) for k, kst, ktree in kids]
         parent_live = is_live((name,)) or _slug_live(name, live) or any(c.live for c in children)
         out.append(_entry(root, (name,), st, tree, parent_live))

@@ -80,9 +80,9 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
         decided = outcome(engine, req.id, plan)
         if decided is not None:
             return decided
-        if getattr(engine, "blocked", None) and not (plan and plan.for_id(req.id)):
+        if engine.blocked and not (plan and plan.for_id(req.id)):
             break  # the pass could not admit anything (systemd unreachable, a broken file): say why
-    why = "; ".join(" ".join(n.split()) for n in getattr(engine, "blocked", []))
+    why = "; ".join(" ".join(n.split()) for n in engine.blocked)
     if why and not req.queue and engine.store.get(req.id) is None:
         # Asked for now, and nothing can be decided now: withdraw it rather than start it by
         # surprise whenever the world can be seen again.
