@@ -132,6 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = sub.add_parser("clean", help="stale agent scratch and dead litter in /tmp (lists; --yes removes)")
     cl.add_argument("--yes", action="store_true")
+
+    ad = sub.add_parser("adopt", help="move running agent sessions (claude) into the agents slice")
+    ad.add_argument("--json", action="store_true")
+
+    sub.add_parser("shell-init", help="print the alias line that starts new agent sessions in the slice")
+
+    se = sub.add_parser("service", help="res serve as a user service: install, uninstall, status")
+    se.add_argument("action", choices=["install", "uninstall", "status"])
+
+    sub.add_parser("doctor", help="check what res needs from this machine; one line per gap, with the fix")
     return p
 
 
@@ -483,9 +493,37 @@ def cmd_clean(a, paths: Paths) -> int:
     return _print_lines(*clean(a, paths, _policy()))
 
 
+def cmd_adopt(a, paths: Paths) -> int:
+    from .adopt import cmd_adopt as adopt
+
+    _quiet_logs()
+    return _print_lines(*adopt(paths, _policy()))
+
+
+def cmd_shell_init(a, paths: Paths) -> int:
+    from .adopt import shell_init
+
+    print(shell_init(_policy()))
+    return 0
+
+
+def cmd_service(a, paths: Paths) -> int:
+    from .service import cmd_service as service
+
+    _quiet_logs()
+    return _print_lines(*service(a.action, paths, _policy()))
+
+
+def cmd_doctor(a, paths: Paths) -> int:
+    from .doctor import cmd_doctor as doctor
+
+    return _print_lines(*doctor(paths, _policy()))
+
+
 COMMANDS = {"run": cmd_run, "note": cmd_note, "status": cmd_status, "wait": cmd_wait, "release": cmd_release,
             "reconcile": cmd_reconcile, "observe": cmd_observe, "serve": cmd_serve, "init": cmd_init,
-            "game": cmd_game, "hook": cmd_hook, "hist": cmd_hist, "clean": cmd_clean}
+            "game": cmd_game, "hook": cmd_hook, "hist": cmd_hist, "clean": cmd_clean,
+            "adopt": cmd_adopt, "shell-init": cmd_shell_init, "service": cmd_service, "doctor": cmd_doctor}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,9 @@
 """Unit files that are files (slices, the loop's own service) rendered from templates/units/ with
-jinja2 (DESIGN §6). Rendering is pure text; writing them is the caller's."""
+jinja2 (DESIGN §6). Rendering is pure text; `install_unit` is the one place that writes them."""
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 
 def render(template: str, **values) -> str:
@@ -12,3 +15,46 @@ def render(template: str, **values) -> str:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                              trim_blocks=True, lstrip_blocks=True, autoescape=False)
     return env.get_template(template).render(**values)
+
+
+def user_unit_dir() -> Path:
+    """Where the user's own unit files go: $XDG_CONFIG_HOME/systemd/user (~/.config/systemd/user),
+    the first persistent directory of a user manager's search path (systemd.unit(5))."""
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(config) / "systemd" / "user"
+
+
+def install_unit(directory: Path, name: str, text: str) -> bool:
+    """Write unit file `name` if its content differs; True when it changed (a daemon-reload is then
+    due). Atomic (temp file + rename), never through a symlink: a unit file that is a symlink is
+    the user's own arrangement and is refused, not replaced."""
+    if "/" in name or name.startswith("."):
+        raise ValueError(f"not a unit name: {name!r}")
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    if path.is_symlink():
+        raise OSError(f"{path} is a symlink; refusing to replace it")
+    try:
+        if path.read_text() == text:
+            return False
+    except FileNotFoundError:
+        pass
+    tmp = directory / f".{name}.res-tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return True
+
+
+def remove_unit(directory: Path, name: str) -> bool:
+    """Remove unit file `name` if it is there (not through a symlink's target); True if removed."""
+    path = directory / name
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False

@@ -22,7 +22,8 @@ RUN_TAG = "t" + secrets.token_hex(3)  # unique per test run
 def user_manager():
     """Environment variables that reach a running systemd user manager."""
     if usermgr.manager_reachable():
-        yield {k: os.environ[k] for k in ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS") if k in os.environ}
+        yield {k: os.environ[k] for k in ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "XDG_CONFIG_HOME")
+               if k in os.environ}
         return
     if os.geteuid() != 0 and not os.path.isdir("/run/systemd/system"):
         pytest.skip("no systemd user manager reachable and cannot boot one (needs /run/systemd/system)")
@@ -49,6 +50,25 @@ def user_manager():
 _counter = iter(range(1, 1 << 30))
 
 
+def _remove_unit_files(tag: str) -> None:
+    """Unit files a test installed under its unique names (slices, the loop's service), from the
+    user's unit directory and from the manager's runtime drop-ins (SetUnitProperties)."""
+    from reconciler.unitfiles import user_unit_dir
+
+    dirs = [user_unit_dir()]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        dirs.append(Path(os.environ["XDG_RUNTIME_DIR"]) / "systemd" / "user.control")
+    for d in dirs:
+        for p in d.glob(f"*{tag}*"):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+        for wants in d.glob("*.wants"):
+            for p in wants.glob(f"*{tag}*"):
+                p.unlink(missing_ok=True)
+
+
 @pytest.fixture
 def res_env(tmp_path, monkeypatch):
     """A private state dir, policy file and unique slice/unit names for one test.
@@ -65,4 +85,5 @@ def res_env(tmp_path, monkeypatch):
     monkeypatch.setenv("RES_UNIT_PREFIX", f"res{tag}")
     monkeypatch.setenv("RES_USER_RESERVE_CPUS", "0")
     monkeypatch.setenv("RES_GAME_RESERVE_CPUS", "0")
-    return {"state": state, "tag": tag, "tmp": tmp_path}
+    yield {"state": state, "tag": tag, "tmp": tmp_path}
+    _remove_unit_files(tag)

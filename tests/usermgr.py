@@ -40,7 +40,12 @@ def start(base: Path) -> dict[str, str]:
     # systemd --user refuses to run unless the system looks booted with systemd.
     os.makedirs("/run/systemd/system", exist_ok=True)
     bus = runtime / "bus"
-    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), DBUS_SESSION_BUS_ADDRESS=f"unix:path={bus}")
+    # Its own config directory: unit files that tests install (slices, the loop's service) land in
+    # BASE/config/systemd/user and go away with BASE, never in the user's ~/.config.
+    config = base / "config"
+    (config / "systemd" / "user").mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, XDG_RUNTIME_DIR=str(runtime), DBUS_SESSION_BUS_ADDRESS=f"unix:path={bus}",
+               XDG_CONFIG_HOME=str(config))
     log = open(base / "usermgr.log", "ab")
     dbus = subprocess.Popen(["dbus-daemon", "--session", f"--address=unix:path={bus}", "--nofork", "--nopidfile"],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True)
@@ -60,7 +65,7 @@ def start(base: Path) -> dict[str, str]:
         if sd.poll() is not None:
             raise RuntimeError(f"systemd --user exited with {sd.returncode}; see {base / 'usermgr.log'}")
         if manager_reachable(env):
-            return {k: env[k] for k in ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")}
+            return {k: env[k] for k in ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "XDG_CONFIG_HOME")}
         time.sleep(0.1)
     raise RuntimeError(f"systemd --user did not come up in 30 s; see {base / 'usermgr.log'}")
 

@@ -516,6 +516,114 @@ class SystemdRuntime:
                 out[job_id] = JobObs(state="absent", exit=read_exit_record(self.exit_path(job_id)))
         return out
 
+    # ------------------------------------------------------------------ slices, scopes, unit files
+    # Beyond jobs (issue 4): the agents slice's properties for game mode, agent sessions adopted into
+    # scopes, unit files reloaded. systemd only; callers reach them through this runtime.
+
+    @property
+    def manager_cgroup(self) -> str:
+        return self._manager_cgroup
+
+    async def manager_property(self, name: str):
+        await self._ensure()
+        return await self._manager_property(name)
+
+    async def daemon_reload(self) -> None:
+        """Reload unit files (the reply comes once the reload is done)."""
+        await self._manager("Reload", "", [])
+
+    async def unit_properties(self, unit: str, interface: str) -> dict:
+        """Every property of `interface` (e.g. "Slice", "Scope", "Unit") of `unit`, loading it if
+        needed; values unwrapped."""
+        (path,) = await self._manager("LoadUnit", "s", [unit])
+        try:
+            (props,) = await self._call_raw(SYSTEMD, path, PROPERTIES, "GetAll", "s",
+                                            [f"org.freedesktop.systemd1.{interface}"])
+        except (DBusCallError, RuntimeUnavailable):
+            raise
+        except Exception as e:  # noqa: BLE001 - the connection broke
+            raise RuntimeUnavailable(one_line(f"systemd user manager: reading {unit} failed: {e}")) from None
+        return {k: v.value for k, v in props.items()}
+
+    async def set_unit_properties(self, unit: str, values: dict[str, int]) -> None:
+        """SetUnitProperties at runtime (not persisted past a reboot). Integers only: the weights and
+        memory limits are all D-Bus `t`."""
+        props = [[k, Variant("t", int(v))] for k, v in values.items()]
+        try:
+            await self._manager("SetUnitProperties", "sba(sv)", [unit, True, props])
+        except DBusCallError as e:
+            raise RuntimeError(one_line(f"setting {', '.join(values)} of {unit} failed: {e.text}")) from None
+
+    async def unit_processes(self, unit: str) -> list[tuple[str, int, str]]:
+        """(cgroup path, pid, command line) of every process in `unit`'s cgroup subtree; [] when the
+        unit is not loaded or has no cgroup."""
+        try:
+            (rows,) = await self._manager("GetUnitProcesses", "s", [unit])
+        except DBusCallError as e:
+            if e.name in ("org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.systemd1.NoUnitForPID") \
+                    or "not loaded" in e.text or "no cgroup" in e.text.lower():
+                return []
+            raise RuntimeError(one_line(f"listing the processes of {unit} failed: {e.text}")) from None
+        return [(str(r[0]), int(r[1]), str(r[2])) for r in rows]
+
+    async def start_scope(self, name: str, slice_name: str, pids: list[int], description: str,
+                          values: dict[str, int]) -> None:
+        """A new scope `name` in `slice_name` holding the running `pids` (moved, not restarted)."""
+        props = [["Description", Variant("s", one_line(description)[:400])],
+                 ["Slice", Variant("s", slice_name)],
+                 ["PIDs", Variant("au", [int(p) for p in pids])],
+                 ["CollectMode", Variant("s", "inactive-or-failed")]]
+        props += [[k, Variant("t", int(v))] for k, v in values.items()]
+        try:
+            (job,) = await self._manager("StartTransientUnit", "ssa(sv)a(sa(sv))", [name, "fail", props, []])
+        except DBusCallError as e:
+            raise RuntimeError(one_line(f"start of {name} failed: {e.text}")) from None
+        result = await self._wait_job(job, START_WAIT_S)
+        if result not in ("done", None):
+            raise RuntimeError(f"start of {name} failed: job {result}")
+
+    async def attach_processes(self, unit: str, pids: list[int]) -> None:
+        """Move running `pids` into `unit`'s own cgroup (systemd >= 238)."""
+        try:
+            await self._manager("AttachProcessesToUnit", "ssau", [unit, "", [int(p) for p in pids]])
+        except DBusCallError as e:
+            raise RuntimeError(one_line(f"moving pids {pids[:5]} into {unit} failed: {e.text}")) from None
+
+    async def enable_unit_files(self, names: list[str]) -> None:
+        try:
+            await self._manager("EnableUnitFiles", "asbb", [names, False, True])
+        except DBusCallError as e:
+            raise RuntimeError(one_line(f"enabling {' '.join(names)} failed: {e.text}")) from None
+
+    async def disable_unit_files(self, names: list[str]) -> None:
+        try:
+            await self._manager("DisableUnitFiles", "asb", [names, False])
+        except DBusCallError as e:
+            raise RuntimeError(one_line(f"disabling {' '.join(names)} failed: {e.text}")) from None
+
+    async def start_unit(self, name: str, timeout: float = START_WAIT_S) -> str | None:
+        """StartUnit (mode "replace"); the job's result, None if it did not finish in `timeout`."""
+        try:
+            (job,) = await self._manager("StartUnit", "ss", [name, "replace"])
+        except DBusCallError as e:
+            raise RuntimeError(one_line(f"start of {name} failed: {e.text}")) from None
+        return await self._wait_job(job, timeout)
+
+    async def stop_unit(self, name: str, timeout: float = STOP_WAIT_S) -> str | None:
+        """StopUnit (mode "replace") of any unit; its job's result, or None if it was not loaded."""
+        try:
+            (job,) = await self._manager("StopUnit", "ss", [name, "replace"])
+        except DBusCallError as e:
+            if e.name in ("org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.systemd1.LoadFailed"):
+                return None
+            raise RuntimeError(one_line(f"stop of {name} failed: {e.text}")) from None
+        return await self._wait_job(job, timeout)
+
+    async def list_units(self, states: list[str], patterns: list[str]) -> list[tuple[str, str, str, str]]:
+        """(name, load state, active state, sub state) of units matching `patterns` in `states`."""
+        (rows,) = await self._manager("ListUnitsByPatterns", "asas", [states, patterns])
+        return [(str(r[0]), str(r[2]), str(r[3]), str(r[4])) for r in rows]
+
 
 def _path_problem(path: str, want_dir: bool = False) -> str | None:
     try:
