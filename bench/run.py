@@ -15,10 +15,13 @@ numbers.
     e  SIGKILL of `res serve` while 5 sessions stream → all re-attached, vs lease + sweep
     f  digest ingestion throughput on a stream-json log (MB/s)
     g  the loop's CPU while 5 jobs stream 1,000 lines/s each
+    h  `res hook` whole process (a PreToolUse JSON for Bash on stdin), game mode off and on, vs
+       `python3 -c pass`: median and p90; every output checked                    target ≤ 3×
+    i  `res status` over 200 entries vs `systemctl --user list-units --no-pager`
 
 Exit status: 0 when everything was measured, whether or not a speed target was met; 1 when the thing
 measured is broken (an entry lost, an id handed out twice, a run not started, a benchmark that
-errored). a and d need a systemd user manager; without one they are skipped (and say so).
+errored). a, d, e, g and i need a systemd user manager; without one they are skipped (and say so).
 Everything started here runs under a private state directory, unique slices and unit prefix, and is
 stopped by pid."""
 from __future__ import annotations
@@ -39,8 +42,8 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from common import Broken, Report, manager_reachable  # noqa: E402
 
-FULL = dict(run_rounds=20, plan_runs=15, writers=(64, 50), latency_rounds=15)
-SMOKE = dict(run_rounds=5, plan_runs=5, writers=(8, 10), latency_rounds=3)
+FULL = dict(run_rounds=20, plan_runs=15, writers=(64, 50), latency_rounds=15, hook_rounds=40, status_rounds=20)
+SMOKE = dict(run_rounds=5, plan_runs=5, writers=(8, 10), latency_rounds=3, hook_rounds=8, status_rounds=5)
 
 
 def machine() -> str:
@@ -58,7 +61,7 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="res benchmarks: figures as ratios")
     ap.add_argument("--smoke", action="store_true", help="a small, fast version (CI)")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g", help="which benchmarks, e.g. b,c")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i", help="which benchmarks, e.g. b,c")
     a = ap.parse_args(argv)
     size = SMOKE if a.smoke else FULL
     only = set(a.only.split(","))
@@ -83,6 +86,7 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
     from cli_bench import bench_latency, bench_run
     from plan_bench import bench_plan
     from attach_bench import bench_digest, bench_loop_cpu, bench_reattach
+    from user_bench import bench_hook, bench_status
     from writers_bench import bench_writers
 
     have_manager = manager_reachable()
@@ -94,6 +98,8 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
         ("e", True, lambda: bench_reattach(report, a.smoke)),
         ("f", False, lambda: bench_digest(report, a.smoke)),
         ("g", True, lambda: bench_loop_cpu(report, a.smoke)),
+        ("h", False, lambda: bench_hook(report, size["hook_rounds"])),
+        ("i", True, lambda: bench_status(report, size["status_rounds"])),
     ]
     print(f"res benchmarks ({'smoke' if a.smoke else 'full'}) · {machine()}", flush=True)
     started = time.monotonic()

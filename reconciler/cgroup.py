@@ -137,3 +137,72 @@ def memory_used_bytes(cgroup_path: str, mount: MemoryMount | None = None) -> int
 def memory_peak_bytes(cgroup_path: str, mount: MemoryMount | None = None) -> int | None:
     """The cgroup's peak memory (v1 memory.max_usage_in_bytes, v2 memory.peak); None if unknown."""
     return _memory_file(cgroup_path, "memory.max_usage_in_bytes", "memory.peak", mount)
+
+
+def slice_cgroup(manager_cgroup: str, slice_name: str) -> str:
+    """The absolute cgroup path of a slice of the manager whose ControlGroup is given."""
+    parts = [p for p in (manager_cgroup.strip("/"), slice_path(slice_name)) if p]
+    return "/" + "/".join(parts)
+
+
+def memory_file_cache_bytes(cgroup_path: str, mount: MemoryMount | None = None) -> int | None:
+    """The page-cache part of the cgroup's memory, which the kernel reclaims under pressure (v1
+    memory.stat total_cache, v2 memory.stat file); None if unknown."""
+    found = memory_dir(cgroup_path, mount)
+    if found is None:
+        return None
+    d, version = found
+    key = "total_cache" if version == 1 else "file"
+    try:
+        with open(d / "memory.stat") as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def memory_pressure_some_avg60(cgroup_path: str, mount: MemoryMount | None = None) -> float | None:
+    """`some avg60` of the cgroup's memory.pressure (percent of the last minute in which some task
+    stalled on memory). cgroup v2 only; None on v1 or when it cannot be read."""
+    found = memory_dir(cgroup_path, mount)
+    if found is None or found[1] != 2:
+        return None
+    return parse_pressure_some_avg60(_read_text(found[0] / "memory.pressure"))
+
+
+def parse_pressure_some_avg60(text: str | None) -> float | None:
+    """From `some avg10=0.00 avg60=21.50 avg300=3.00 total=123`."""
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if fields and fields[0] == "some":
+            for f in fields[1:]:
+                if f.startswith("avg60="):
+                    try:
+                        return float(f[6:])
+                    except ValueError:
+                        return None
+    return None
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def process_unit_cgroup(proc_cgroup: str) -> str | None:
+    """The cgroup that systemd placed a process in, from the text of /proc/PID/cgroup: the
+    `name=systemd` hierarchy on v1/hybrid machines, else the unified `0::` one."""
+    unified = None
+    for line in proc_cgroup.splitlines():
+        _, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if controllers == "name=systemd":
+            return path
+        if controllers == "":
+            unified = path
+    return unified

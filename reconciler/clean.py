@@ -74,7 +74,6 @@ SCRATCH = "scratch"
 LITTER = "litter"
 PROJECT = "project"
 
-AUTO_EVERY_S = 600.0  # the loop runs the cleanup at most this often
 PATTERN_FILE = ".res-clean"
 MAX_DEPTH = 256  # deeper trees are kept (and a descriptor per level stays within limits)
 MAX_PID_FILE = 32
@@ -199,7 +198,7 @@ def select(entries: Iterable[Entry], now: float, uid: int, scratch_s: float) -> 
     return out
 
 
-def due(last_run: float | None, now: float, every_s: float = AUTO_EVERY_S) -> bool:
+def due(last_run: float | None, now: float, every_s: float) -> bool:
     """Whether the loop's automatic cleanup should run now: never ran, ran `every_s` ago or more, or
     the clock went back past the last run (which then cannot be trusted)."""
     if last_run is None:

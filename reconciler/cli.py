@@ -176,18 +176,18 @@ def _project(cwd: str) -> str:
 
 def _owner_pid() -> int:
     """The process whose exit frees a note: the nearest ancestor named `claude`, else our parent."""
+    from .procs import SESSION_NAME, parse_stat
+
     pid = os.getppid()
     cur = pid
     for _ in range(64):
         try:
             with open(f"/proc/{cur}/stat") as f:
-                stat = f.read()
-        except OSError:
+                name, ppid, _ = parse_stat(f.read())
+        except (OSError, ValueError):
             break
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        if name == "claude":
+        if name == SESSION_NAME:
             return cur
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         if ppid <= 1:
             break
         cur = ppid
@@ -517,7 +517,9 @@ def cmd_service(a, paths: Paths) -> int:
 def cmd_doctor(a, paths: Paths) -> int:
     from .doctor import cmd_doctor as doctor
 
-    return _print_lines(*doctor(paths, _policy()))
+    code, lines = doctor(paths, _policy())
+    print("\n".join(lines))  # the report is the output, gaps or not: stdout; the exit code says which
+    return code
 
 
 COMMANDS = {"run": cmd_run, "note": cmd_note, "status": cmd_status, "wait": cmd_wait, "release": cmd_release,

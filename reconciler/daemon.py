@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import time
 
 from . import ops
 from .locks import LockBusy, acquire, release
@@ -133,6 +134,13 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
         ticker.kick()
 
     scheduler = AsyncIOScheduler()
+    if policy.clean_every_minutes > 0:
+        from .clean import default_roots
+
+        async def cleanup() -> None:
+            await auto_clean(engine, default_roots(os.getuid()), time.time())
+
+        scheduler.add_job(cleanup, "interval", seconds=60, id="clean", max_instances=1, coalesce=True)
     # A pass every tick_s; expired attachments are claimed by a pass, so at least every sweep_s too.
     scheduler.add_job(interval_pass, "interval", seconds=min(policy.tick_s, policy.sweep_s), id="tick",
                       max_instances=1, coalesce=True)
@@ -155,6 +163,26 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
             pass
         await engine.close()
         release(lock_fd)
+
+
+async def auto_clean(engine, roots, now: float) -> list[str] | None:
+    """The loop's silent cleanup (issue 4, item 6): like `res clean --yes` without project patterns,
+    at most every `clean_every_minutes` (the last run is kept in state.db, so a restarted loop does
+    not clean sooner). The sweep runs in a thread; the loop keeps ticking. None when not due."""
+    from .clean import clean, due, reset_failed
+
+    policy = engine.policy
+    last = engine.store.get_meta("clean_last")
+    if not due(float(last) if last else None, now, policy.clean_every_minutes * 60):
+        return None
+    engine.store.set_meta("clean_last", repr(now))
+    lines = await asyncio.to_thread(clean, roots, now, os.getuid(), policy.scratch_hours * 3600, yes=False, auto=True)
+    if engine.connected and hasattr(engine.runtime, "failed_units"):
+        lines += await reset_failed(engine.runtime.failed_units, engine.runtime.reset_failed_unit, yes=True,
+                                    prefix=policy.unit_prefix)
+    for line in lines:
+        log.info("clean: %s", line)
+    return lines
 
 
 async def answer_request(engine, ticker: Ticker, req: dict) -> dict:

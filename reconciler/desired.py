@@ -995,8 +995,10 @@ class Writer:
 
     # ---------------------------------------------------------- game
 
-    def set_game(self, on: bool, until: float | None = None) -> "Game":
-        """Write game mode: `on`, and `until` (epoch seconds) or no `until`. Keeps the file's comments."""
+    def set_game(self, on: bool, until: float | None = None, if_until: float | None = None) -> "Game":
+        """Write game mode: `on`, and `until` (epoch seconds) or no `until`. Keeps the file's comments.
+        `if_until`: only if the file still says on until exactly then (the reconciler ending game
+        mode must not undo a `game on` that extended it meanwhile); else the file's game is returned."""
         import tomlkit
         import tomllib
 
@@ -1017,9 +1019,11 @@ class Writer:
                 got = _read_file(dfd, path.name)
                 raw, ident = got if got is not None else (None, None)
                 text = _template("game.toml") if raw is None else _decode(raw)
-                data = _parse_game(text)[0]
+                data, current = _parse_game(text)
             except _Bad as b:
                 raise self._refuse(path, b) from None
+            if if_until is not None and not (current.on and current.until == if_until):
+                return current
             try:
                 doc = tomlkit.parse(text)
                 doc["on"] = game.on

@@ -86,6 +86,23 @@ class Executor:
                                               "attached_by": None, "attempt": max(rec.attempt - 1, 0),
                                               "updated": now}), expect_phase=Phase.starting)
 
+    # -------------------------------------------------------------- the user's side (issue 4)
+
+    async def _set(self, a, req, rec, now):
+        await self.runtime.set_unit_properties(a.id, a.props)
+        log.info("set %s: %s", a.id, a.reason)
+
+    async def _adopt(self, a, req, rec, now):
+        if a.existing:
+            await self.runtime.attach_processes(a.id, a.pids)
+        else:
+            await self.runtime.start_scope(a.id, self.policy.agents_slice, a.pids,
+                                           f"res: agent session pid {a.pids[0]}", a.props)
+        log.info("adopt %s: %s", a.id, a.reason)
+
+    async def _end_game(self, a, req, rec, now):
+        self.writer.set_game(False, None, if_until=a.at)
+
     # -------------------------------------------------------------- units
 
     async def _start(self, a, req, rec, now):

@@ -1,13 +1,17 @@
-"""Game mode (DESIGN §5.6): the agents slice's target values and the shortfall line. Pure."""
+"""Game mode (DESIGN §5.6): the agents slice's target values, its actions, and the shortfall line. Pure."""
 from __future__ import annotations
 
 from .capacity import Capacity, freed_by
-from .models import Game
+from .models import Action, Desired, Game, World
 from .render import quoted
 from .units import GIB, fmt_clock, fmt_gb, fmt_span
 
 GAME_WEIGHT = 5
 NORMAL_WEIGHT = 20
+# MemoryHigh is rounded up to this, so a slice whose use grows past the game target is not re-set
+# on every pass for a few pages more.
+MEMORY_HIGH_STEP = 256 * 1024 * 1024
+UNSET = 1 << 63  # systemd reports an unset weight or limit as UINT64_MAX; anything this big is "unset"
 
 
 def slice_target(policy, game: Game, now: float, ram_gb: float, slice_used_gb: float) -> dict[str, int]:
@@ -19,20 +23,56 @@ def slice_target(policy, game: Game, now: float, ram_gb: float, slice_used_gb: f
     else:
         high = ram_gb - policy.user_reserve_gb
         weight = NORMAL_WEIGHT
-    return {"CPUWeight": weight, "IOWeight": weight, "MemoryHigh": int(max(high, 0) * GIB)}
+    steps = -(-int(max(high, 0) * GIB) // MEMORY_HIGH_STEP)  # ceiling
+    return {"CPUWeight": weight, "IOWeight": weight, "MemoryHigh": max(steps, 1) * MEMORY_HIGH_STEP}
 
 
-def slice_diff(current: dict[str, int], target: dict[str, int]) -> str | None:
+def _shown(key: str, value: int | None) -> str:
+    if value is None or value >= UNSET:
+        return "max" if key == "MemoryHigh" else "default"
+    return fmt_gb(value / GIB) if key == "MemoryHigh" else str(value)
+
+
+def slice_diff(current: dict[str, int | None], target: dict[str, int]) -> str | None:
     """`MemoryHigh 18.0 GB → 12.0 GB, CPUWeight 20 → 5`, or None when nothing differs."""
-    parts = []
-    for key in ("MemoryHigh", "CPUWeight", "IOWeight"):
-        if current.get(key) != target[key]:
-            if key == "MemoryHigh":
-                was = current.get(key)
-                parts.append(f"MemoryHigh {fmt_gb(was / GIB) if isinstance(was, int) else '?'} → {fmt_gb(target[key] / GIB)}")
-            else:
-                parts.append(f"{key} {current.get(key, '?')} → {target[key]}")
+    parts = [f"{key} {_shown(key, current.get(key))} → {_shown(key, target[key])}"
+             for key in ("MemoryHigh", "CPUWeight", "IOWeight") if key in target and current.get(key) != target[key]]
     return ", ".join(parts) or None
+
+
+def game_actions(desired: Desired, world: World, now: float, policy) -> list[Action]:
+    """Game mode's time is up → clear it in game.toml; the agents slice differs from what game mode
+    (on or off) wants → set it. Nothing when the slice could not be observed."""
+    game = desired.game
+    acts = []
+    if desired.game_ok and game.on and game.until is not None and now >= game.until:
+        acts.append(Action(kind="end_game", id="game.toml", at=game.until,
+                           reason=f"game mode ended at {fmt_clock(game.until)}; clearing it"))
+    s = world.agents_slice
+    if s is None:
+        return acts
+    target = slice_target(policy, game, now, world.mem_total_gb, s.mem_used_gb)
+    diff = slice_diff({"CPUWeight": s.cpu_weight, "IOWeight": s.io_weight, "MemoryHigh": s.memory_high}, target)
+    if diff:
+        why = (f"game on until {fmt_clock(game.until)}" if game.until else "game on") if game.active(now) else "game off"
+        acts.append(Action(kind="set", id=s.name, props=target, reason=f"{diff} ({why})"))
+    return acts
+
+
+def game_lines(policy, game: Game, world: World | None, holding, now: float) -> list[str]:
+    """`res game status` and the game part of `res status`: on/off with the time left, and while on
+    the shortfall line when agents still hold part of the reserve (`world`: the last pass's view)."""
+    from .capacity import capacity
+
+    if not game.active(now):
+        ended = f" (ended {fmt_clock(game.until)})" if game.on and game.until else ""
+        return [f"game off{ended}"]
+    lines = [on_line(game.until, now) if game.until else "game on (no end set); CPU/IO now yours"]
+    if world is not None:
+        short = shortfall_line(capacity(policy, game, world, list(holding), now), now)
+        if short:
+            lines.append(short)
+    return lines
 
 
 def on_line(until: float, now: float) -> str:

@@ -73,6 +73,7 @@ class Desired(_Model):
     queue_ok: bool = True
     queue_error: str | None = None
     game: Game = Field(default_factory=Game)
+    game_ok: bool = True  # False: game.toml did not parse; `game` is the last good version
 
 
 # ---------------------------------------------------------------- recorded
@@ -155,7 +156,31 @@ class ExitObs(_Model):
 class JobObs(_Model):
     state: Literal["active", "activating", "deactivating", "inactive", "failed", "absent"] = "absent"
     mem_used_gb: float = 0
+    pressure_avg60: float | None = None  # memory.pressure `some avg60` (%), cgroup v2 only
     exit: ExitObs | None = None
+
+
+class SliceObs(_Model):
+    """The agents slice as systemd and its cgroup report it. Weights and MemoryHigh are systemd's raw
+    values: None when unset (systemd says UINT64_MAX: the default weight, no limit)."""
+
+    name: str
+    cpu_weight: int | None = None
+    io_weight: int | None = None
+    memory_high: int | None = None  # bytes
+    mem_used_gb: float = 0  # the whole slice: sessions and jobs
+    mem_file_gb: float = 0  # of which page cache the kernel can reclaim
+
+
+class SessionObs(_Model):
+    """A running agent session: a process named `claude` whose parent is not `claude`."""
+
+    pid: int
+    in_slice: bool  # in the agents slice (anywhere below it)
+    scope: str | None = None  # the scope unit it is in, when that scope sits directly in the agents slice
+    scope_memory_high: int | None = None  # that scope's MemoryHigh (None: unset or not observed)
+    stray: list[int] = Field(default_factory=list)  # descendants not in the session's own cgroup
+    children: list[int] = Field(default_factory=list)  # all descendants (moved with it when adopted)
 
 
 class World(_Model):
@@ -168,6 +193,11 @@ class World(_Model):
     nproc: int
     jobs: dict[JobId, JobObs] = Field(default_factory=dict)
     live_pids: list[int] = Field(default_factory=list)  # note owners that are alive
+    # The user's side (issue 4). None / empty: not observed (then nothing is changed for them).
+    agents_slice: SliceObs | None = None
+    sessions: list[SessionObs] | None = None
+    tmp_tmpfs_used_gb: float | None = None  # /tmp in use when it is a tmpfs (it is RAM)
+    stray_services: list[str] = Field(default_factory=list)  # transient services outside the agents slices
 
 
 # ---------------------------------------------------------------- plan
@@ -187,6 +217,9 @@ ActionKind = Literal[
     "cancel",
     "retire",  # remove a finished entry from desired/queue.toml
     "prune",
+    "set",  # change properties of a unit (the agents slice for game mode, a session scope's MemoryHigh)
+    "adopt",  # move a running agent session (and its descendants) into a scope in the agents slice
+    "end_game",  # game mode's time is up: clear it in desired/game.toml
 ]
 
 
@@ -205,6 +238,11 @@ class Action(_Model):
     why: str | None = None
     # refuse: True when the request can never fit (exit 1 instead of 3)
     never: bool = False
+    # set / adopt: unit properties to give; adopt: the pids to move (into the existing scope `id`
+    # when `existing`, else into a new scope `id`)
+    props: dict[str, int] = Field(default_factory=dict)
+    pids: list[int] = Field(default_factory=list)
+    existing: bool = False
 
 
 class Plan(_Model):

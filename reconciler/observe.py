@@ -52,3 +52,110 @@ async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord]) 
     except RuntimeUnavailable as e:
         world.ok, world.errors = False, [str(e)]
     return world
+
+
+# ---------------------------------------------------------------- the user's side (issue 4)
+
+DESKTOP_SLICES = ("session.slice", "background.slice")  # app.slice holds systemd-run services too
+
+
+def tmp_tmpfs_used_gb(mounts_text: str | None = None) -> float | None:
+    """/tmp in use when /tmp is a tmpfs (it is then RAM); None when it is not one."""
+    if mounts_text is None:
+        try:
+            with open("/proc/self/mounts") as f:
+                mounts_text = f.read()
+        except OSError:
+            return None
+    fstype = None
+    for line in mounts_text.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[1] == "/tmp":
+            fstype = fields[2]  # the last mount on /tmp is the one in effect
+    if fstype != "tmpfs":
+        return None
+    try:
+        st = os.statvfs("/tmp")
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize / GIB_KB / 1024
+
+
+def stray_services(transient_dir: str, ours: tuple[str, ...]) -> list[str]:
+    """Transient services (systemd-run without --scope) outside the agents slices, desktop ones
+    (app-*, or in the desktop's slices) excepted. Read from the manager's transient unit files:
+    one directory listing, no D-Bus call per unit."""
+    out = []
+    try:
+        entries = sorted(os.listdir(transient_dir))
+    except OSError:
+        return out
+    for name in entries:
+        if not name.endswith(".service") or name.startswith("app-"):
+            continue
+        slice_name = "app.slice"  # systemd's default slice for user services
+        try:
+            with open(os.path.join(transient_dir, name)) as f:
+                for line in f:
+                    if line.startswith("Slice="):
+                        slice_name = line[6:].strip()
+        except OSError:
+            continue
+        if slice_name in ours or slice_name in DESKTOP_SLICES or slice_name.startswith("app-"):
+            continue
+        out.append(name)
+    return out
+
+
+async def observe_user_side(runtime, world: World, policy) -> list[str]:
+    """The agents slice, the agent sessions, /tmp and stray transient services, into `world`. What
+    cannot be observed stays None, and nothing is then changed for it; returns what went wrong."""
+    from . import cgroup
+    from .models import SessionObs, SliceObs
+    from .procs import SESSION_NAME, cgroup_of, descendants, processes
+
+    world.tmp_tmpfs_used_gb = tmp_tmpfs_used_gb()
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime_dir:
+        world.stray_services = stray_services(os.path.join(runtime_dir, "systemd", "transient"),
+                                              (policy.agents_slice, policy.jobs_slice))
+    if runtime is None or not hasattr(runtime, "unit_properties"):
+        return []
+    slice_cg = cgroup.slice_cgroup(runtime.manager_cgroup, policy.agents_slice)
+    try:
+        props = await runtime.unit_properties(policy.agents_slice, "Slice")
+    except Exception as e:  # noqa: BLE001 - unobserved: nothing is set this pass
+        return [f"could not observe the agents slice {policy.agents_slice}: {' '.join(str(e).split())}"]
+    used = cgroup.memory_used_bytes(slice_cg) or 0
+    cache = cgroup.memory_file_cache_bytes(slice_cg) or 0
+    world.agents_slice = SliceObs(name=policy.agents_slice, cpu_weight=props.get("CPUWeight"),
+                                  io_weight=props.get("IOWeight"), memory_high=props.get("MemoryHigh"),
+                                  mem_used_gb=round(used / GIB_KB / 1024, 3), mem_file_gb=round(cache / GIB_KB / 1024, 3))
+
+    me = os.getuid()
+    procs = processes()
+    sessions = []
+    for p in procs.values():
+        if p.name != SESSION_NAME or p.uid != me:
+            continue
+        parent = procs.get(p.ppid)
+        if parent is not None and parent.name == SESSION_NAME:
+            continue  # a sub-process of a session, moved with it
+        cg = cgroup_of(p.pid)
+        if cg is None:
+            continue
+        kids = [k for k in descendants(procs, p.pid) if procs[k].uid == me]
+        s = SessionObs(pid=p.pid, in_slice=cg.startswith(slice_cg.rstrip("/") + "/"), children=kids)
+        if s.in_slice:
+            first = cg[len(slice_cg.rstrip("/")) + 1:].split("/")[0]
+            if first.endswith(".scope"):
+                s.scope = first
+                scope_cg = slice_cg.rstrip("/") + "/" + first
+                s.stray = [k for k in kids if not ((cgroup_of(k) or scope_cg) + "/").startswith(scope_cg + "/")]
+                try:
+                    s.scope_memory_high = (await runtime.unit_properties(first, "Scope")).get("MemoryHigh")
+                except Exception:  # noqa: BLE001 - the session ended meanwhile: the next pass sees
+                    continue
+        sessions.append(s)
+    world.sessions = sessions
+    return []

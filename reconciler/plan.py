@@ -11,7 +11,9 @@ import time
 
 from .capacity import HOLDING, Capacity, QueueForecast, capacity, holder_of
 from .models import LIVE, TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, Plan, Request, World
+from .game import game_actions
 from .render import busy_line, daily_line, lock_line, never_line, sessions_line
+from .sessions import session_actions
 from .units import fmt_clock, fmt_gb, fmt_span, fmt_usd_pair
 
 PRUNE_AFTER_S = 24 * 3600
@@ -19,13 +21,16 @@ OUTSIDE_STOP = ("TERM", "INT", "HUP")  # the signals of a stop request (systemct
 ATTACH_FAILURES_MAX = 3  # attachments in a row that fail before the job is failed and stopped
 
 
-_ACTION_DEFAULTS = {name: f.default for name, f in Action.model_fields.items() if not f.is_required()}
+_ACTION_DEFAULTS = {name: f.default for name, f in Action.model_fields.items()
+                    if not f.is_required() and f.default_factory is None}
+_ACTION_FACTORIES = {name: f.default_factory for name, f in Action.model_fields.items() if f.default_factory is not None}
 
 
 def _act(**fields) -> Action:
     """Actions are made here from validated inputs only: skip re-validating each (1,000s a pass),
-    and hand every default over (resolving them one by one costs more than the rest of a plan)."""
-    return Action.model_construct(**{**_ACTION_DEFAULTS, **fields})
+    and hand every default over (resolving them one by one costs more than the rest of a plan; a
+    mutable default is made fresh for each action)."""
+    return Action.model_construct(**{**_ACTION_DEFAULTS, **{k: f() for k, f in _ACTION_FACTORIES.items()}, **fields})
 ALIVE = ("active", "activating", "deactivating")
 
 
@@ -54,6 +59,9 @@ def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
     if desired.queue_ok and world.ok:
         spent = spent_today(records, now)
         out.actions.extend(_admit(desired, records, cap, now, policy, spent, pricing_error))
+    # The user's side: game mode on the agents slice, sessions kept in it (each only if observed).
+    out.actions.extend(game_actions(desired, world, now, policy))
+    out.actions.extend(session_actions(world, policy))
     return out
 
 

@@ -57,6 +57,7 @@ class Policy(BaseSettings):
     game_hours: float = Field(gt=0)
     small_headroom_gb: float = Field(ge=0)
     scratch_hours: float = Field(gt=0)
+    clean_every_minutes: float = Field(ge=0)
     session_mem_gb: float = Field(ge=0)
     agents_slice: str = Field(pattern=r"^[A-Za-z0-9_.:-]+\.slice$")
     jobs_slice: str = Field(pattern=r"^[A-Za-z0-9_.:-]+\.slice$")

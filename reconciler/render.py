@@ -5,7 +5,7 @@ Agents parse these lines: each is one line, stable and complete.
 from __future__ import annotations
 
 from .capacity import Capacity, Holder, freed_by
-from .models import Action, Plan, Request
+from .models import Action, Plan, Request, World
 from .units import fmt_clock, fmt_cpus, fmt_gb
 
 
@@ -106,17 +106,21 @@ _SYMBOL = {
     "expire": "- expire",
     "cancel": "- cancel",
     "set": "~ set",
+    "adopt": "~ adopt",
+    "end_game": "~ game off",
     "enqueue": "· queue",
     "running": "· running",
     "retire": "· retire",
     "prune": "· prune",
 }
 _SUMMARY = [("start", "to start"), ("grant", "to note"), ("refuse", "to refuse"), ("stop", "to stop"),
-            ("set", "to change"), ("reattach", "to reattach"), ("requeue", "to requeue"), ("settle", "to settle"),
+            ("set", "to change"), ("adopt", "to adopt"), ("end_game", "to end game mode"), ("reattach", "to reattach"), ("requeue", "to requeue"), ("settle", "to settle"),
             ("expire", "to expire"), ("cancel", "to cancel")]
 
 
 def plan_line(a: Action) -> str:
+    if a.kind in ("set", "adopt", "end_game"):  # units and files, not jobs: the name, then what changes
+        return f"  {_SYMBOL[a.kind]:<11}{a.id:<33}{_one_line(a.reason, 200)}".rstrip()
     head = f"  {_SYMBOL.get(a.kind, a.kind):<11}{a.id:<6}"
     what = quoted(a.title, 24) if a.title else ""
     size = f"{a.mem_gb:.1f} GB  {fmt_cpus(a.cpus):<7}" if a.kind in ("start", "grant", "refuse", "enqueue") else ""
@@ -137,3 +141,50 @@ def render_plan(plan: Plan) -> str:
     else:
         lines.append("No changes. The world matches the desired state.")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- `res status`: the user's side
+
+THROTTLE_USED = 0.85  # of the job's own --mem
+THROTTLE_PRESSURE = 20.0  # memory.pressure some avg60, percent
+TMPFS_SHARE = 0.25  # of RAM
+
+
+def agents_memory_line(world: World) -> str | None:
+    """What agents use outside their jobs' reservations: the slice's memory minus the jobs', and how
+    much of that is page cache the kernel takes back when it needs to."""
+    s = world.agents_slice
+    if s is None:
+        return None
+    jobs = sum(o.mem_used_gb for o in world.jobs.values())
+    free_of_jobs = max(s.mem_used_gb - jobs, 0.0)
+    cache = min(s.mem_file_gb, free_of_jobs)
+    return (f"agents slice uses {s.mem_used_gb:.1f} GB: jobs {jobs:.1f} GB, unreserved {free_of_jobs:.1f} GB "
+            f"(of which {cache:.1f} GB reclaimable cache)")
+
+
+def status_warnings(world: World, records, policy) -> list[str]:
+    """One line per thing the user may want to act on; none of them stops anything."""
+    out = []
+    for rec in sorted(records, key=lambda r: r.request.number):
+        o = world.jobs.get(rec.id)
+        if o is None or o.pressure_avg60 is None:
+            continue
+        if o.mem_used_gb >= THROTTLE_USED * rec.request.mem_gb and o.pressure_avg60 >= THROTTLE_PRESSURE:
+            out.append(f"{rec.id} {quoted(rec.request.title, 30)} is throttled at its own limit "
+                       f"({o.mem_used_gb:.1f} of {rec.request.mem_gb:.1f} GB, memory pressure {o.pressure_avg60:.0f}%); "
+                       f"it would run faster with more --mem")
+    if world.tmp_tmpfs_used_gb is not None and world.mem_total_gb and \
+            world.tmp_tmpfs_used_gb > TMPFS_SHARE * world.mem_total_gb:
+        out.append(f"/tmp is a tmpfs holding {world.tmp_tmpfs_used_gb:.1f} GB "
+                   f"({world.tmp_tmpfs_used_gb / world.mem_total_gb:.0%} of RAM); see res clean")
+    outside = sorted(s.pid for s in world.sessions or [] if not s.in_slice)
+    if outside:
+        n = len(outside)
+        out.append(f"{n} claude session{'s' if n > 1 else ''} outside {policy.agents_slice} "
+                   f"(pid {', '.join(map(str, outside[:5]))}{', …' if n > 5 else ''}); res adopt moves them")
+    if world.stray_services:
+        names = world.stray_services
+        out.append(f"transient service{'s' if len(names) > 1 else ''} outside the agents slices: "
+                   f"{', '.join(names[:5])}{', …' if len(names) > 5 else ''} (agents: use res run)")
+    return out

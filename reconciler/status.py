@@ -77,6 +77,25 @@ def notices(paths: Paths, snap: dict) -> list[str]:
     return ([problem] if problem else []) + out
 
 
+def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord], now: float) -> dict:
+    """Game mode, the agents' unreserved memory and the warnings, from the last pass's world."""
+    from .capacity import HOLDING
+    from .game import game_lines
+    from .models import World
+    from .render import agents_memory_line, status_warnings
+
+    world = World.model_validate(world_data) if world_data else None
+    live = [r for r in records.values() if r.phase in LIVE]
+    return {
+        "game": {"on": game.active(now), "until": game.until if game.active(now) else None,
+                 "left_s": round(game.until - now) if game.active(now) and game.until else None,
+                 "lines": game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now)},
+        "agents_memory": agents_memory_line(world) if world else None,
+        "agents_slice": world.agents_slice.model_dump() if world and world.agents_slice else None,
+        "warnings": status_warnings(world, live, policy) if world else [],
+    }
+
+
 def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str, int]:
     """(text, exit code) of `res status [ID] [--json]`. With an id, the text is the entry alone (the
     CLI says a queue_problem on stderr), so the output stays one entry."""
@@ -112,8 +131,9 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str
     live = [r for r in sorted(records.values(), key=lambda r: r.request.number)
             if r.phase not in TERMINAL or (r.ended and now - r.ended < 3600)]
     views = [job_view(r, snap, now, paths) for r in live]
+    side = user_side(policy, game, world, records, now)
     if as_json:
-        return json.dumps({"jobs": views, "budget": budget, "notices": warn}, indent=2), 0
+        return json.dumps({"jobs": views, "budget": budget, "notices": warn, **side}, indent=2), 0
     lines = [_line(v) for v in views] or ["no entries"]
     if budget["mem_gb"] is None:
         lines.append(f"agents may use ? GB, ? cpus now (no pass has run yet); reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}")
@@ -123,6 +143,11 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str
                      f"reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}{age}")
     cap = f" of ${policy.daily_cost_usd:.2f}" if policy.daily_cost_usd else ""
     lines[-1] += f"; sessions spent ${spent:.2f} today{cap}"  # the totals line
+    if side["game"]["on"]:
+        lines += side["game"]["lines"]
+    if side["agents_memory"]:
+        lines.append(side["agents_memory"])
+    lines += [f"warning: {w}" for w in side["warnings"]]
     lines += [f"res: {' '.join(n.split())}" for n in warn]
     return "\n".join(lines), 0
 

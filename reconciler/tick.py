@@ -12,7 +12,7 @@ from .attach import Streamer
 from .executor import Executor
 from .locks import locked
 from .models import Desired, Game, Phase, Plan, Request, World
-from .observe import observe_world
+from .observe import observe_user_side, observe_world
 from .paths import Paths
 from .plan import plan
 
@@ -50,6 +50,7 @@ class Engine:
         self.last_plan: Plan | None = None
         # Why the last pass could admit nothing (a broken queue file, an unobservable runtime); [] if it could.
         self.blocked: list[str] = []
+        self._slice_files: dict[str, str] | None = None  # the slice unit files as last installed
 
     async def connect(self) -> None:
         from .runtime import RuntimeUnavailable
@@ -88,6 +89,28 @@ class Engine:
                     given.append(rec.id)
         return given
 
+    async def install_slices(self) -> list[str]:
+        """Write the slices' unit files where they are missing or differ, then daemon-reload, so the
+        slices exist with their normal share before any property is set or job started in them."""
+        from .observe import meminfo
+        from .unitfiles import install_unit, oomd_present, slice_units, user_unit_dir
+
+        if not hasattr(self.runtime, "daemon_reload"):
+            return []
+        try:
+            texts = slice_units(self.policy, meminfo()[0], oomd_present())
+            if texts == self._slice_files:
+                return []
+            directory = user_unit_dir()
+            changed = [name for name, text in texts.items() if install_unit(directory, name, text)]
+            if changed:
+                await self.runtime.daemon_reload()
+                log.info("installed %s in %s", ", ".join(changed), directory)
+            self._slice_files = texts
+            return []
+        except Exception as e:  # noqa: BLE001 - jobs still run; the slices are retried next pass
+            return [f"could not install the slice unit files: {' '.join(str(e).split())}"]
+
     async def tick(self) -> Plan:
         if not self.connected:
             await self.connect()  # observation then says what failed, and nothing is acted on blindly
@@ -97,13 +120,16 @@ class Engine:
             records = self.store.records()
             self.streamer.refresh_pricing()
             self.streamer.stream(records, now)  # before planning: budgets see what was spent so far
+            side = await self.install_slices() if self.connected else []
             world = await observe_world(self.runtime if self.connected else None, records)
             if not self.connected and self.connect_error:
                 world.errors = [self.connect_error]  # why, not just "no runtime connected"
             if not world.ok:
                 self.connected = False  # reconnect next pass
+            else:
+                side += await observe_user_side(self.runtime, world, self.policy)
             p = plan(desired, records, world, now, self.policy, me=self.holder, pricing_error=self.streamer.pricing_error)
-            p.notices.extend(notices)
+            p.notices.extend(notices + side)
             self.blocked = ([desired.queue_error or "queue.toml cannot be read"] if not desired.queue_ok else []) + \
                 ([f"could not observe jobs ({'; '.join(world.errors)})"] if not world.ok else [])
             requests = {r.id: r for r in desired.requests}
@@ -130,6 +156,7 @@ def load_desired(paths: Paths, store, save: bool = True) -> tuple[Desired, list[
     last_good = [Request.model_validate(r) for r in json.loads(last)["requests"]] if last else None
     last_game = Game.model_validate(json.loads(last)["game"]) if last else None
     desired, game_error = read_desired(paths, last_good, last_game)
+    desired.game_ok = not game_error
     notices = [f"{game_error}; keeping game mode as it was"] if game_error else []
     if save and (desired.queue_ok or not game_error):
         # Each file's part is remembered only from a good read of that file.
@@ -172,6 +199,8 @@ async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Pla
                 world = await observe_world(runtime if connected else None, records)
                 if error:
                     world.errors = [error]
+                elif world.ok:
+                    notices += await observe_user_side(runtime, world, policy)
             finally:
                 if connected:
                     await runtime.close()

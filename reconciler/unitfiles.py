@@ -58,3 +58,25 @@ def remove_unit(directory: Path, name: str) -> bool:
         return True
     except FileNotFoundError:
         return False
+
+
+OOMD_PATHS = ("/lib/systemd/systemd-oomd", "/usr/lib/systemd/systemd-oomd")
+
+
+def oomd_present() -> bool:
+    """systemd-oomd is on this machine (it then acts on ManagedOOMMemoryPressure= of a slice)."""
+    return any(os.path.exists(p) for p in OOMD_PATHS)
+
+
+def slice_units(policy, ram_gb: float, oomd: bool) -> dict[str, str]:
+    """The two slices' unit files: the agents slice with its normal (game off) share, which game
+    mode overrides at runtime; the jobs slice under it, left to systemd-oomd where there is one."""
+    from .game import slice_target
+    from .models import Game
+
+    normal = slice_target(policy, Game(), 0.0, ram_gb, 0.0)
+    return {
+        policy.agents_slice: render("agents.slice.j2", name=policy.agents_slice, cpu_weight=normal["CPUWeight"],
+                                    io_weight=normal["IOWeight"], memory_high=normal["MemoryHigh"]),
+        policy.jobs_slice: render("jobs.slice.j2", name=policy.jobs_slice, oomd=oomd),
+    }

@@ -12,29 +12,21 @@ from .paths import Paths
 def game_report(paths: Paths, policy, now: float) -> list[str]:
     """The game line and, when the reserve is not free now, the shortfall line, from what the last
     pass recorded (state.db, read-only)."""
-    from .capacity import HOLDING, capacity
-    from .game import on_line, shortfall_line
+    from .capacity import HOLDING
+    from .desired import read_game
+    from .game import game_lines
     from .models import World
     from .store import Store
-    from .desired import read_game
 
     game, error = read_game(paths)
     if error:
         return [f"res: {error}"]
-    if not game.active(now):
-        return ["game off" + (f" (ended {time.strftime('%H:%M', time.localtime(game.until))})" if game.on and game.until else "")]
-    lines = [on_line(game.until, now) if game.until else "game on (no end set); CPU/IO now yours"]
     with Store.open(paths, readonly=True) as store:
         records = store.records()
         raw = store.get_meta("last_tick")
     snap = json.loads(raw) if raw else {}
-    if snap.get("world"):
-        world = World.model_validate(snap["world"])
-        holding = [r for r in records.values() if r.phase in HOLDING]
-        short = shortfall_line(capacity(policy, game, world, holding, now), now)
-        if short:
-            lines.append(short)
-    return lines
+    world = World.model_validate(snap["world"]) if snap.get("world") else None
+    return game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now)
 
 
 def cmd_game(a, paths: Paths, policy, decide) -> tuple[int, list[str]]:

@@ -233,7 +233,8 @@ async def _props(unit: str, ifaces: tuple[str, ...]) -> dict:
 
     bus = await MessageBus(bus_address=os.environ["DBUS_SESSION_BUS_ADDRESS"]).connect()
     try:
-        (path,) = await call(bus, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", "GetUnit", "s",
+        # LoadUnit, not GetUnit: an idle slice with nothing in it is unloaded between uses
+        (path,) = await call(bus, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", "LoadUnit", "s",
                              [unit])
         out = {}
         for iface in ifaces:

@@ -85,5 +85,7 @@ def res_env(tmp_path, monkeypatch):
     monkeypatch.setenv("RES_UNIT_PREFIX", f"res{tag}")
     monkeypatch.setenv("RES_USER_RESERVE_CPUS", "0")
     monkeypatch.setenv("RES_GAME_RESERVE_CPUS", "0")
+    # The loop's automatic cleanup works on the real /tmp: off in tests (test_clean tests it on its own roots).
+    monkeypatch.setenv("RES_CLEAN_EVERY_MINUTES", "0")
     yield {"state": state, "tag": tag, "tmp": tmp_path}
     _remove_unit_files(tag)

@@ -125,10 +125,10 @@ def test_slug():
 
 
 def test_due():
-    assert C.due(None, NOW)
-    assert not C.due(NOW - 599, NOW)
-    assert C.due(NOW - 600, NOW)
-    assert C.due(NOW + 60, NOW)  # the clock went back: run
+    assert C.due(None, NOW, 600)
+    assert not C.due(NOW - 599, NOW, 600)
+    assert C.due(NOW - 600, NOW, 600)
+    assert C.due(NOW + 60, NOW, 600)  # the clock went back: run
     assert not C.due(NOW - 10, NOW, every_s=30)
 
 
@@ -589,3 +589,35 @@ def test_scan_is_the_dry_run_of_one_root(tree):
     assert notes == []
     assert [r.entry.rel for r in removals] == [("-home-u-old",), ("cwd-0a1b",), ("top-link",)]
     assert removals[0].entry.size >= 200_000 and removals[0].entry.kind == "dir"
+
+
+def test_the_loop_cleans_at_most_every_clean_every_minutes_and_remembers_across_restarts(tree, tmp_path):
+    """daemon.auto_clean: like --yes (stale goes, fresh and symlink targets stay), then not again
+    until the interval passed, as recorded in state.db (a new loop on the same state waits too)."""
+    from types import SimpleNamespace
+
+    from reconciler.daemon import auto_clean
+    from reconciler.paths import Paths
+    from reconciler.store import Store
+
+    root, outside, now = tree
+    paths = Paths(tmp_path / "state")
+    paths.ensure()
+    policy = SimpleNamespace(clean_every_minutes=10, scratch_hours=2, unit_prefix="res")
+    store = Store.open(paths)
+    engine = SimpleNamespace(store=store, policy=policy, connected=False, runtime=None)
+    try:
+        lines = asyncio.run(auto_clean(engine, [Root(str(root), SCRATCH)], now))
+        assert sorted(line.split(": ", 1)[1] for line in lines if line.startswith("freed") and ": " in line) == \
+            [f"{root}/-home-u-old", f"{root}/cwd-0a1b", f"{root}/top-link"]
+        assert (root / "-home-u-new").exists() and outside.exists()
+        age_tree(root / "-home-u-new", 5, now)  # stale now, but the interval has not passed
+        assert asyncio.run(auto_clean(engine, [Root(str(root), SCRATCH)], now + 599)) is None
+        assert (root / "-home-u-new").exists()
+    finally:
+        store.close()
+    with Store.open(paths) as store:  # a restarted loop
+        engine = SimpleNamespace(store=store, policy=policy, connected=False, runtime=None)
+        assert asyncio.run(auto_clean(engine, [Root(str(root), SCRATCH)], now + 300)) is None
+        assert asyncio.run(auto_clean(engine, [Root(str(root), SCRATCH)], now + 600)) is not None
+    assert not (root / "-home-u-new").exists()

@@ -328,13 +328,17 @@ def test_status_lines_budget_and_json(res):
     res.ok("reconcile")
     r = res.ok("status")
     lines = r.lines
-    assert len(lines) == 4, r.out  # one per live entry, then the budget line
+    assert len(lines) == 5, r.out  # one per live entry, the budget line, the agents slice's memory
     assert re.match(rf'r-1 +projx +"status probe" +running +0\.5/[\d.]+/- GB +0\.1 cpus +{CLOCK} +ETA ~{CLOCK}$',
                     lines[0]), lines[0]
     assert re.match(r'r-2 +\S+ +"waits for k" +queued +0\.2/-/- GB +0\.1 cpus +- +waiting$', lines[1]), lines[1]
     assert re.match(r'r-3 +\S+ +"a note" +running +0\.2/', lines[2]), lines[2]
     assert re.fullmatch(r"agents may use [\d.]+ GB, [\d.]+ cpus? now; reserve [\d.]+ GB/0 cpus; "
                         r"sessions spent \$0\.00 today", lines[3]), lines[3]
+    assert re.fullmatch(r"agents slice uses [\d.]+ GB: jobs [\d.]+ GB, unreserved [\d.]+ GB "
+                        r"\(of which [\d.]+ GB reclaimable cache\)", lines[4]), lines[4]
+    side = res.status_all()
+    assert side["game"]["on"] is False and side["agents_slice"]["name"] == res.agents_slice
 
     run_go.touch()
     assert res("wait", "r-1").code == 0

@@ -635,3 +635,13 @@ def test_a_save_by_an_editor_during_an_edit_is_not_lost(paths, writer, monkeypat
     assert calls == ["r-2", "r-2"]  # started over once
     assert "# saved by an editor meanwhile" in paths.queue.read_text()
     assert [e["id"] for e in toml(paths)["job"]] == ["r-1", "r-2"]
+
+
+def test_ending_game_mode_never_undoes_an_extension_made_meanwhile(paths, writer):
+    """The reconciler clears an expired game mode only if the file still says what it planned on."""
+    writer.set_game(True, 1000.0)
+    writer.set_game(True, 5000.0)  # `res game on` again, between the plan and the write
+    assert writer.set_game(False, None, if_until=1000.0) == Game(on=True, until=5000.0)
+    assert read_game(paths) == (Game(on=True, until=5000.0), None)
+    assert writer.set_game(False, None, if_until=5000.0) == Game(on=False)
+    assert read_game(paths) == (Game(on=False), None)

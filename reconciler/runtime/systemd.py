@@ -506,11 +506,13 @@ class SystemdRuntime:
                 continue
             job_id = m.group(1)
             state = ACTIVE_STATES.get(active, "activating")  # unknown: alive, not ended (act on nothing)
-            used = 0.0
+            used, pressure = 0.0, None
             if state in ("active", "activating", "deactivating"):
                 path = cgroup.unit_cgroup(self._manager_cgroup, self.jobs_slice, name)
                 used = (cgroup.memory_used_bytes(path) or 0) / 1024**3
-            out[job_id] = JobObs(state=state, mem_used_gb=used, exit=read_exit_record(self.exit_path(job_id)))
+                pressure = cgroup.memory_pressure_some_avg60(path)
+            out[job_id] = JobObs(state=state, mem_used_gb=used, pressure_avg60=pressure,
+                                 exit=read_exit_record(self.exit_path(job_id)))
         for job_id in job_ids:
             if job_id not in out:
                 out[job_id] = JobObs(state="absent", exit=read_exit_record(self.exit_path(job_id)))

@@ -1,0 +1,250 @@
+"""Benchmarks of issue 4 (the user's side): `res hook` and `res status`, each as a whole process.
+
+h. `res hook` as Claude Code runs it before every Bash command: the console script, a PreToolUse JSON
+   for the Bash tool on stdin, with game mode off and with game mode on (set by `res game on --for 1h`
+   in a private state directory), against `python3 -c pass` (the floor of any Python command).
+   Every output is checked: off, nothing on stdout or stderr; on, JSON whose updatedInput is the
+   command with `unset DISPLAY WAYLAND_DISPLAY; ` in front. The commands take turns in every round.
+i. `res status` over 200 entries (50 notes held by this process, 150 agent sessions queued behind a
+   session cap of 0, so nothing starts: put in through the desired Writer, then one `res reconcile`)
+   against `systemctl --user list-units --no-pager`, taking turns.
+
+Both run the console script installed next to the interpreter that runs the benchmarks (what
+`pip install` puts on a user's PATH; a version manager's shim in front of it is not res's cost), and
+import `reconciler` from this checkout.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from common import PY, REPO, Broken, Figure, Report, ResEnv, res_argv
+
+HOOK_TARGET = 3.0
+PREFIX = "unset DISPLAY WAYLAND_DISPLAY;"
+COMMAND = "ls"
+HOOK_INPUT = json.dumps({
+    "session_id": "bench-h", "transcript_path": "/tmp/res-bench-h/transcript.jsonl", "cwd": "/tmp",
+    "permission_mode": "default", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+    "tool_input": {"command": COMMAND},
+})
+
+
+def console_script() -> list[str]:
+    """The `res` console script beside this interpreter, else whatever `res` PATH finds (common.res_argv)."""
+    beside = Path(PY).parent / "res"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
+    return res_argv()
+
+
+def _checkout_env(env: dict) -> dict:
+    """`reconciler` imported from this checkout, whatever an editable install points at."""
+    env = dict(env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def _run(argv: list[str], env: dict, cwd: str, stdin: str | None = None, timeout: float = 60) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    r = subprocess.run(argv, input=stdin, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                       stdin=None if stdin is not None else subprocess.DEVNULL)
+    return time.perf_counter() - t0, r
+
+
+def p90(seconds: list[float]) -> float:
+    """Nearest-rank 90th percentile, in ms."""
+    s = sorted(seconds)
+    return s[max(0, math.ceil(0.9 * len(s)) - 1)] * 1000
+
+
+def med(seconds: list[float]) -> float:
+    return statistics.median(seconds) * 1000
+
+
+def _line(seconds: list[float]) -> str:
+    ms = sorted(x * 1000 for x in seconds)
+    return f"median {med(seconds):.1f} ms, p90 {p90(seconds):.1f}, min {ms[0]:.1f}, max {ms[-1]:.1f}, n={len(ms)}"
+
+
+# ---------------------------------------------------------------- h: res hook
+
+
+def _check_off(r: subprocess.CompletedProcess) -> None:
+    if r.returncode != 0 or r.stdout or r.stderr:
+        raise Broken(f"res hook, game off: exit {r.returncode}, stdout {r.stdout.strip()[:200]!r}, "
+                     f"stderr {r.stderr.strip()[-300:]!r} (expected no output, exit 0)")
+
+
+def _check_on(r: subprocess.CompletedProcess) -> None:
+    try:
+        out = json.loads(r.stdout)
+        inner = out["hookSpecificOutput"]
+        command = inner["updatedInput"]["command"]
+    except (ValueError, KeyError, TypeError):
+        out, inner, command = None, {}, None
+    if (r.returncode != 0 or r.stderr or not isinstance(command, str) or not command.startswith(PREFIX)
+            or command[len(PREFIX):].strip() != COMMAND or inner.get("hookEventName") != "PreToolUse"
+            or "permissionDecision" in inner or set(out or {}) != {"hookSpecificOutput"}):
+        raise Broken(f"res hook, game on: exit {r.returncode}, stdout {r.stdout.strip()[:300]!r}, "
+                     f"stderr {r.stderr.strip()[-300:]!r} (expected JSON rewriting the command to "
+                     f"{PREFIX} {COMMAND})")
+
+
+def bench_hook(report: Report, rounds: int) -> None:
+    off, on = ResEnv("h0"), ResEnv("h1")
+    res = console_script()
+    path_res = shutil.which("res")
+    shim = path_res is not None and os.path.realpath(path_res) != os.path.realpath(res[0])
+    try:
+        env_off, env_on = _checkout_env(off.env), _checkout_env(on.env)
+        _, r = _run(res + ["game", "on", "--for", "1h"], env_on, str(on.work))
+        if r.returncode != 0 or not r.stdout.startswith("game on until"):
+            raise Broken(f"res game on --for 1h: exit {r.returncode}, stdout {r.stdout.strip()!r}, stderr {r.stderr.strip()!r}")
+        if not (on.state / "desired" / "game.toml").is_file() or (off.state / "desired" / "game.toml").exists():
+            raise Broken("res game on did not write the private game file (or wrote the wrong one)")
+
+        commands = [
+            ("python", [PY, "-c", "pass"], env_off, None, None),
+            ("python -S", [PY, "-S", "-c", "pass"], env_off, None, None),
+            ("off", res + ["hook"], env_off, HOOK_INPUT, _check_off),
+            ("on", res + ["hook"], env_on, HOOK_INPUT, _check_on),
+        ]
+        if shim:  # what `res hook` costs through the PATH a user's settings.json would use, for context
+            commands.append(("on, PATH res", [path_res, "hook"], env_on, HOOK_INPUT, _check_on))
+        times: dict[str, list[float]] = {name: [] for name, *_ in commands}
+        for i in range(rounds + 1):  # round 0 fills the bytecode cache and is not counted
+            for name, argv, env, stdin, check in commands:
+                t, r = _run(argv, env, str(off.work), stdin)
+                if check is not None:
+                    check(r)
+                elif r.returncode != 0:
+                    raise Broken(f"{' '.join(argv)}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
+                if i:
+                    times[name].append(t)
+    finally:
+        off.close()
+        on.close()
+
+    py, t_off, t_on = med(times["python"]), med(times["off"]), med(times["on"])
+    py90, off90, on90 = p90(times["python"]), p90(times["off"]), p90(times["on"])
+    target = f"≤ {HOOK_TARGET:g}×"
+    report.figures += [
+        Figure("h", "res hook (game off) / python3 -c pass", t_off / py,
+               f"median {t_off:.0f} vs {py:.0f} ms; p90 {off90:.0f} vs {py90:.0f} ms", target, t_off / py <= HOOK_TARGET),
+        Figure("h", "res hook (game on) / python3 -c pass", t_on / py,
+               f"median {t_on:.0f} vs {py:.0f} ms; p90 {on90:.0f} vs {py90:.0f} ms", target, t_on / py <= HOOK_TARGET),
+        Figure("h", "res hook (game on), p90 / python3 -c pass, p90", on90 / py90, f"{on90:.0f} ms vs {py90:.0f} ms"),
+    ]
+    report.raw += [
+        f"h  python3 -c pass ({PY})  {_line(times['python'])}",
+        f"h  python3 -S -c pass (no site-packages)       {_line(times['python -S'])}",
+        f"h  res hook, game off ({res[-1]})  {_line(times['off'])}",
+        f"h  res hook, game on                           {_line(times['on'])}",
+        f"h  p90 ratios: off {off90 / py90:.2f}×, on {on90 / py90:.2f}×; every output checked "
+        f"({rounds + 1} rounds: off no output, on `{PREFIX} {COMMAND}`)",
+    ]
+    if shim:
+        report.raw.append(f"h  res hook, game on, through PATH ({path_res}) {_line(times['on, PATH res'])} "
+                          f"= {med(times['on, PATH res']) / py:.2f}× python3 -c pass (context: the shim's cost)")
+
+
+# ---------------------------------------------------------------- i: res status
+
+
+NOTES, SESSIONS = 50, 150
+UNIT_LINE = re.compile(r"^\W*(\S+\.[a-z]+)\s+(loaded|not-found|masked|error|bad-setting)\s")  # a unit in list-units
+# Sessions wait behind a cap of 0 running sessions, so nothing is started; CPUs are not reserved so
+# that a small machine still grants the notes.
+STATUS_POLICY = dict(max_concurrent_sessions=0, user_reserve_cpus=0, game_reserve_cpus=0)
+
+
+def _fill(env: ResEnv) -> None:
+    """50 notes held by this process and 150 queued agent sessions, through the desired Writer."""
+    from reconciler.desired import Writer
+    from reconciler.paths import Paths
+
+    writer = Writer(Paths(env.state))
+    now = time.time()
+    for n in range(NOTES):
+        writer.add(dict(title=f"bench note {n} (build cache)", project="bench-notes", mem_gb=0.02, cpus=0.01,
+                        est_s=3600, created=now, owner_pid=os.getpid()), "note")
+    for n in range(SESSIONS):
+        writer.add(dict(title=f"bench session {n} fix the flaky test", project=f"bench-proj-{n % 7}", mem_gb=0.5,
+                        cpus=0.1, est_s=1800, created=now, queue=True, cmd=["true"], cwd=str(env.work),
+                        agent="claude"), "job")
+
+
+def bench_status(report: Report, rounds: int) -> None:
+    env, empty = ResEnv("i", **STATUS_POLICY), ResEnv("i0", **STATUS_POLICY)
+    res = console_script()
+    total = NOTES + SESSIONS
+    try:
+        renv, eenv = _checkout_env(env.env), _checkout_env(empty.env)
+        _fill(env)
+        for e, where in ((renv, env), (eenv, empty)):  # one pass each: the entries recorded, a snapshot taken
+            _, r = _run(res + ["reconcile"], e, str(where.work), timeout=120)
+            if r.returncode != 0:
+                raise Broken(f"res reconcile: exit {r.returncode}: {r.stdout.strip()[-300:]} {r.stderr.strip()[-300:]}")
+        _, r = _run(res + ["status", "--json"], renv, str(env.work))
+        try:
+            jobs = json.loads(r.stdout)["jobs"]
+        except (ValueError, KeyError, TypeError):
+            raise Broken(f"res status --json: exit {r.returncode}: {r.stdout.strip()[:200]!r} {r.stderr.strip()[-300:]!r}") from None
+        states: dict[str, int] = {}
+        for j in jobs:
+            key = f"{j['kind']} {j['state']}"
+            states[key] = states.get(key, 0) + 1
+        if len(jobs) != total:
+            raise Broken(f"res status shows {len(jobs)} entries, not {total}: {states}")
+        started = [j["id"] for j in jobs if j["kind"] == "job" and j["state"] not in ("queued",)]
+        if started:
+            raise Broken(f"sessions were to wait behind a cap of 0, but {len(started)} did not: {states}")
+
+        times: dict[str, list[float]] = {"status": [], "systemctl": [], "empty": []}
+        lines = units = 0
+        for i in range(rounds + 1):  # round 0 warms the caches and is not counted
+            t_sysd, r = _run(["systemctl", "--user", "list-units", "--no-pager"], env.env, str(env.work))
+            if r.returncode != 0:
+                raise Broken(f"systemctl --user list-units: exit {r.returncode}: {r.stderr.strip()}")
+            units = sum(1 for line in r.stdout.splitlines() if UNIT_LINE.match(line))
+            t_status, r = _run(res + ["status"], renv, str(env.work))
+            lines = sum(1 for line in r.stdout.splitlines() if line.startswith("r-"))
+            if r.returncode != 0 or lines != total:
+                raise Broken(f"res status: exit {r.returncode}, {lines} entry lines (expected {total}): "
+                             f"{r.stderr.strip()[-300:]}")
+            t_empty, r = _run(res + ["status"], eenv, str(empty.work))
+            if r.returncode != 0 or not r.stdout.startswith("no entries"):
+                raise Broken(f"res status, no entries: exit {r.returncode}: {r.stdout.strip()[:200]!r} "
+                             f"{r.stderr.strip()[-300:]!r}")
+            if i:
+                times["systemctl"].append(t_sysd)
+                times["status"].append(t_status)
+                times["empty"].append(t_empty)
+        left = env.units()
+        if left:
+            raise Broken(f"units of ours exist, though nothing was to start: {left}")
+    finally:
+        env.close()
+        empty.close()
+
+    st, sysd, st0 = med(times["status"]), med(times["systemctl"]), med(times["empty"])
+    report.figures += [
+        Figure("i", f"res status ({total} entries) / systemctl list-units", st / sysd,
+               f"median {st:.0f} ms vs {sysd:.1f} ms"),
+        Figure("i", f"res status ({total} entries) / res status (none)", st / st0,
+               f"median {st:.0f} ms vs {st0:.0f} ms: {(st - st0) / total:.2f} ms an entry"),
+    ]
+    report.raw += [
+        f"i  res status, {total} entries ({', '.join(f'{v} {k}' for k, v in sorted(states.items()))}; "
+        f"{lines} lines)  {_line(times['status'])}",
+        f"i  res status, no entries                      {_line(times['empty'])}",
+        f"i  systemctl --user list-units --no-pager (~{units} units)  {_line(times['systemctl'])}",
+    ]

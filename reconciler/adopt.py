@@ -1,0 +1,60 @@
+"""`res adopt` and `res shell-init` (issue 4, item 4). Adoption itself is a plan action (sessions.py
+decides, the executor moves): `res adopt` asks for a pass now and reports what it did to sessions."""
+from __future__ import annotations
+
+from .paths import Paths
+
+
+def shell_init(policy) -> str:
+    import shutil
+
+    from .sessions import shell_init_line
+
+    return shell_init_line(policy, shutil.which("systemd-run") or "systemd-run")
+
+
+def adopt_report(plan, agents_slice: str) -> tuple[int, list[str]]:
+    """One line per session moved or resized, one `res:` line per one that failed (retried next pass)."""
+    failed = {n.split(" ", 2)[1]: n for n in plan.notices if n.startswith(("adopt ", "set "))}
+    lines, code = [], 0
+    for a in plan.actions:
+        if a.kind == "adopt" or (a.kind == "set" and a.id.endswith(".scope")):
+            if a.id in failed:
+                lines.append(f"res: {' '.join(failed[a.id].split())}; retried on the next pass")
+                code = 1
+            elif a.kind == "adopt":
+                lines.append(f"adopted {a.reason.rsplit(', outside', 1)[0]} into {a.id}")
+            else:
+                lines.append(f"{a.id}: {a.reason}")
+    others = [n for n in plan.notices if not n.startswith(("adopt ", "set "))]
+    lines += [f"res: {' '.join(n.split())}" for n in others]
+    if others:
+        code = 1
+    return code, lines or [f"every agent session is in {agents_slice}"]
+
+
+def cmd_adopt(paths: Paths, policy) -> tuple[int, list[str]]:
+    import asyncio
+
+    from .client import NoDaemon, ask
+    from .models import Plan
+
+    try:
+        answer = ask(paths.socket, {"op": "tick"}, timeout=60)
+        if answer.get("plan") is None:
+            return 1, [answer["line"]]
+        plan = Plan.model_validate(answer["plan"])
+    except NoDaemon:
+        from .tick import Engine
+
+        async def one() -> Plan:
+            engine = Engine(paths, policy)
+            try:
+                await engine.connect()
+                return await engine.tick()
+            finally:
+                await engine.close()
+
+        paths.ensure()
+        plan = asyncio.run(one())
+    return adopt_report(plan, policy.agents_slice)

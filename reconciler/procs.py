@@ -1,0 +1,65 @@
+"""The process table from /proc (stdlib only, import-light: `res note` uses parse_stat): names,
+parents, owners, cgroups."""
+from __future__ import annotations
+
+import os
+
+SESSION_NAME = "claude"  # the process name of an agent session
+
+
+class Proc:
+    __slots__ = ("pid", "ppid", "name", "uid", "state")
+
+    def __init__(self, pid: int, ppid: int, name: str, uid: int, state: str = "R"):
+        self.pid, self.ppid, self.uid, self.state = pid, ppid, uid, state
+        self.name = name  # comm: the executable's (or script's) file name, at most 15 characters
+
+
+def parse_stat(text: str) -> tuple[str, int, str]:
+    """(comm, ppid, state) from the text of /proc/PID/stat; comm may hold spaces and parentheses."""
+    name = text[text.index("(") + 1: text.rindex(")")]
+    rest = text[text.rindex(")") + 2:].split()
+    return name, int(rest[1]), rest[0]
+
+
+def processes() -> dict[int, Proc]:
+    """Every process that can be read now (ones that end while being read are skipped)."""
+    out: dict[int, Proc] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                name, ppid, state = parse_stat(f.read())
+            uid = entry.stat().st_uid
+        except (OSError, ValueError):
+            continue
+        pid = int(entry.name)
+        if state in ("Z", "X"):
+            continue  # ended, only not reaped yet: nothing to move
+        out[pid] = Proc(pid, ppid, name, uid, state)
+    return out
+
+
+def descendants(procs: dict[int, Proc], pid: int) -> list[int]:
+    """Every descendant of `pid` in the table, parents before children."""
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    out, todo = [], list(sorted(children.get(pid, [])))
+    while todo:
+        child = todo.pop(0)
+        out.append(child)
+        todo.extend(sorted(children.get(child, [])))
+    return out
+
+
+def cgroup_of(pid: int) -> str | None:
+    """The systemd cgroup of `pid` (see cgroup.process_unit_cgroup); None if it is gone."""
+    from .cgroup import process_unit_cgroup
+
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            return process_unit_cgroup(f.read())
+    except OSError:
+        return None

@@ -1,0 +1,208 @@
+"""Pure tier: the user's side of a plan, with literals: game mode on the agents slice, sessions kept
+in their slice, the status warnings, and the small parsers they rest on."""
+from types import SimpleNamespace
+
+from reconciler import cgroup
+from reconciler.game import game_actions, slice_target
+from reconciler.models import Desired, Game, JobObs, JobRecord, Phase, Request, SessionObs, SliceObs, World
+from reconciler.observe import stray_services, tmp_tmpfs_used_gb
+from reconciler.plan import plan
+from reconciler.procs import Proc, descendants, parse_stat
+from reconciler.render import agents_memory_line, plan_line, status_warnings
+from reconciler.sessions import scope_name, session_actions, shell_init_line
+from reconciler.units import GIB, fmt_clock
+from reconciler.unitfiles import slice_units
+
+NOW = 1_780_000_000.0
+POLICY = SimpleNamespace(user_reserve_gb=6, user_reserve_cpus=0, game_reserve_gb=12, game_reserve_cpus=0,
+                         small_headroom_gb=2, session_mem_gb=6, agents_slice="agents.slice",
+                         jobs_slice="agents-jobs.slice", unit_prefix="res", max_concurrent_sessions=3,
+                         max_starts_per_tick=4, max_cost_usd=0, max_duration=0, max_iterations=0,
+                         daily_cost_usd=0)
+NORMAL = {"CPUWeight": 20, "IOWeight": 20, "MemoryHigh": 26 * GIB}
+GAME = {"CPUWeight": 5, "IOWeight": 5, "MemoryHigh": 20 * GIB}
+
+
+def world(**kw) -> World:
+    return World(mem_total_gb=32.0, mem_available_gb=28.0, nproc=8, **kw)
+
+
+def agents(cpu=20, io=20, high=26 * GIB, used=3.0, cache=1.0) -> SliceObs:
+    return SliceObs(name="agents.slice", cpu_weight=cpu, io_weight=io, memory_high=high, mem_used_gb=used, mem_file_gb=cache)
+
+
+# ---------------------------------------------------------------- game mode on the slice
+
+
+def test_game_on_sets_the_slice_and_says_what_changes():
+    acts = game_actions(Desired(game=Game(on=True, until=NOW + 3600)), world(agents_slice=agents()), NOW, POLICY)
+    assert [(a.kind, a.id, a.props) for a in acts] == [("set", "agents.slice", GAME)]
+    assert acts[0].reason == (f"MemoryHigh 26.0 GB → 20.0 GB, CPUWeight 20 → 5, IOWeight 20 → 5 "
+                              f"(game on until {fmt_clock(NOW + 3600)})")
+
+
+def test_game_off_restores_and_a_matching_slice_is_left_alone():
+    w = world(agents_slice=agents(cpu=5, io=5, high=20 * GIB))
+    acts = game_actions(Desired(game=Game()), w, NOW, POLICY)
+    assert [(a.kind, a.props) for a in acts] == [("set", NORMAL)]
+    assert acts[0].reason.endswith("(game off)")
+    assert game_actions(Desired(game=Game()), world(agents_slice=agents()), NOW, POLICY) == []
+
+
+def test_expired_game_is_cleared_in_the_file_and_the_slice_restored():
+    until = NOW - 5
+    acts = game_actions(Desired(game=Game(on=True, until=until)), world(agents_slice=agents(cpu=5, io=5, high=20 * GIB)), NOW, POLICY)
+    assert [(a.kind, a.id) for a in acts] == [("end_game", "game.toml"), ("set", "agents.slice")]
+    assert acts[0].at == until  # the writer clears it only if the file still says this `until`
+    assert acts[1].props == NORMAL
+
+
+def test_a_broken_game_file_is_never_rewritten_and_an_unobserved_slice_is_never_set():
+    d = Desired(game=Game(on=True, until=NOW - 5), game_ok=False)
+    assert [a.kind for a in game_actions(d, world(agents_slice=agents(cpu=5, io=5, high=20 * GIB)), NOW, POLICY)] == ["set"]
+    assert game_actions(Desired(game=Game(on=True, until=NOW + 60)), world(), NOW, POLICY) == []
+
+
+def test_unset_values_read_as_systemd_reports_them():
+    unset = (1 << 64) - 1
+    acts = game_actions(Desired(), world(agents_slice=agents(cpu=unset, io=None, high=unset)), NOW, POLICY)
+    assert acts[0].reason == "MemoryHigh max → 26.0 GB, CPUWeight default → 20, IOWeight default → 20 (game off)"
+
+
+def test_memory_high_is_rounded_up_to_256_mib_so_growing_use_is_not_reset_every_pass():
+    on = Game(on=True, until=NOW + 60)
+    a = slice_target(POLICY, on, NOW, 32.0, 20.01)["MemoryHigh"]
+    b = slice_target(POLICY, on, NOW, 32.0, 20.2)["MemoryHigh"]
+    assert a == b == 20 * GIB + 256 * 1024 * 1024
+    assert a >= 20.2 * GIB  # never below what agents use
+
+
+def test_plan_carries_the_user_side_next_to_the_jobs():
+    w = world(agents_slice=agents(), sessions=[SessionObs(pid=41, in_slice=False, children=[42, 43])])
+    p = plan(Desired(game=Game(on=True, until=NOW + 60)), {}, w, NOW, POLICY)
+    assert [(a.kind, a.id) for a in p.actions] == [("set", "agents.slice"), ("adopt", "res-claude-41.scope")]
+    assert plan_line(p.actions[1]) == "  ~ adopt    res-claude-41.scope              claude pid 41 and 2 child processes, outside agents.slice"
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def test_a_session_outside_is_adopted_with_its_children_and_the_session_memory_limit():
+    (a,) = session_actions(world(sessions=[SessionObs(pid=7, in_slice=False, children=[8])]), POLICY)
+    assert (a.kind, a.id, a.pids, a.props, a.existing) == ("adopt", "res-claude-7.scope", [7, 8], {"MemoryHigh": 6 * GIB}, False)
+    assert a.reason == "claude pid 7 and 1 child process, outside agents.slice"
+
+
+def test_a_scope_with_another_memory_high_is_set_and_stray_children_follow_their_session():
+    s = SessionObs(pid=7, in_slice=True, scope="run-u9.scope", scope_memory_high=(1 << 64) - 1, stray=[12])
+    acts = session_actions(world(sessions=[s]), POLICY)
+    assert [(a.kind, a.id, a.pids, a.props, a.existing) for a in acts] == [
+        ("adopt", "run-u9.scope", [12], {}, True), ("set", "run-u9.scope", [], {"MemoryHigh": 6 * GIB}, False)]
+    assert acts[1].reason == "MemoryHigh max → 6.0 GB (session_mem_gb)"
+
+
+def test_sessions_in_place_in_a_job_or_with_limits_off_are_left_alone():
+    fine = SessionObs(pid=7, in_slice=True, scope="res-claude-7.scope", scope_memory_high=6 * GIB)
+    in_job = SessionObs(pid=8, in_slice=True, scope=None)
+    assert session_actions(world(sessions=[fine, in_job]), POLICY) == []
+    off = SimpleNamespace(**{**vars(POLICY), "session_mem_gb": 0})
+    odd = SessionObs(pid=7, in_slice=True, scope="res-claude-7.scope", scope_memory_high=2 * GIB)
+    assert session_actions(world(sessions=[odd]), off) == []
+    (a,) = session_actions(world(sessions=[SessionObs(pid=9, in_slice=False)]), off)
+    assert a.props == {} and a.reason == "claude pid 9, outside agents.slice"
+    assert session_actions(world(sessions=None), POLICY) == []  # not observed: nothing
+
+
+def test_scope_name_and_shell_init_line():
+    assert scope_name("res", 1234) == "res-claude-1234.scope"
+    assert shell_init_line(POLICY, "/usr/bin/systemd-run") == (
+        "alias claude='/usr/bin/systemd-run --user --scope --quiet --collect --slice=agents.slice "
+        "-p MemoryHigh=6442450944 claude'")
+    odd = SimpleNamespace(**{**vars(POLICY), "session_mem_gb": 0})
+    assert shell_init_line(odd, "/opt/my tools/systemd-run") == (
+        "alias claude=''\"'\"'/opt/my tools/systemd-run'\"'\"' --user --scope --quiet --collect --slice=agents.slice claude'")
+
+
+# ---------------------------------------------------------------- status
+
+
+def rec(n: int, mem: float, title="make e2e") -> JobRecord:
+    return JobRecord(request=Request(id=f"r-{n}", title=title, mem_gb=mem, est_s=600, created=NOW, cmd=["x"]),
+                     phase=Phase.running, started=NOW - 60)
+
+
+def test_agents_memory_line_takes_jobs_out_and_names_the_cache():
+    w = world(agents_slice=agents(used=9.0, cache=1.5), jobs={"r-1": JobObs(state="active", mem_used_gb=6.0)})
+    assert agents_memory_line(w) == "agents slice uses 9.0 GB: jobs 6.0 GB, unreserved 3.0 GB (of which 1.5 GB reclaimable cache)"
+    assert agents_memory_line(world()) is None
+
+
+def test_status_warnings_each_with_its_threshold():
+    w = world(jobs={"r-1": JobObs(state="active", mem_used_gb=8.6, pressure_avg60=25.0),  # throttled
+                    "r-2": JobObs(state="active", mem_used_gb=8.4, pressure_avg60=80.0),  # 0.84 of its mem
+                    "r-3": JobObs(state="active", mem_used_gb=9.9, pressure_avg60=19.9)},  # low pressure
+              tmp_tmpfs_used_gb=8.5, sessions=[SessionObs(pid=5, in_slice=False), SessionObs(pid=6, in_slice=True)],
+              stray_services=["run-u12.service"])
+    assert status_warnings(w, [rec(1, 10), rec(2, 10), rec(3, 10)], POLICY) == [
+        'r-1 "make e2e" is throttled at its own limit (8.6 of 10.0 GB, memory pressure 25%); it would run faster with more --mem',
+        "/tmp is a tmpfs holding 8.5 GB (27% of RAM); see res clean",
+        "1 claude session outside agents.slice (pid 5); res adopt moves them",
+        "transient service outside the agents slices: run-u12.service (agents: use res run)",
+    ]
+    assert status_warnings(world(tmp_tmpfs_used_gb=8.0), [], POLICY) == []  # exactly 25 %: fine
+
+
+# ---------------------------------------------------------------- parsers
+
+
+def test_parse_stat_with_a_hostile_name():
+    assert parse_stat("123 (a) b (c)) S 77 123 123 0 -1") == ("a) b (c)", 77, "S")
+
+
+def test_descendants_parents_first():
+    procs = {p.pid: p for p in [Proc(1, 0, "init", 0), Proc(10, 1, "claude", 0), Proc(11, 10, "sh", 0),
+                                Proc(12, 11, "make", 0), Proc(13, 10, "git", 0), Proc(20, 1, "other", 0)]}
+    assert descendants(procs, 10) == [11, 13, 12]
+    assert descendants(procs, 12) == []
+
+
+def test_process_cgroup_prefers_the_systemd_hierarchy():
+    v1 = "9:name=systemd:/agents.slice/res-claude-7.scope\n4:memory:/agents.slice\n0::/other"
+    assert cgroup.process_unit_cgroup(v1) == "/agents.slice/res-claude-7.scope"
+    assert cgroup.process_unit_cgroup("0::/user.slice/x.scope\n") == "/user.slice/x.scope"
+    assert cgroup.process_unit_cgroup("") is None
+    assert cgroup.slice_cgroup("/user.slice/user-1000.slice/user@1000.service", "agents-jobs.slice") == \
+        "/user.slice/user-1000.slice/user@1000.service/agents.slice/agents-jobs.slice"
+
+
+def test_pressure_some_avg60():
+    text = "some avg10=1.00 avg60=21.50 avg300=3.00 total=123\nfull avg10=0.00 avg60=9.00 avg300=0.00 total=1\n"
+    assert cgroup.parse_pressure_some_avg60(text) == 21.5
+    assert cgroup.parse_pressure_some_avg60("") is None
+    assert cgroup.parse_pressure_some_avg60("some avg60=x") is None
+
+
+def test_tmp_only_counts_when_it_is_a_tmpfs():
+    assert tmp_tmpfs_used_gb("/dev/sda1 / ext4 rw 0 0\n/dev/sda2 /tmp ext4 rw 0 0\n") is None
+    assert tmp_tmpfs_used_gb("/dev/sda1 / ext4 rw 0 0\n") is None
+    got = tmp_tmpfs_used_gb("tmpfs /tmp tmpfs rw 0 0\n")  # statvfs of the real /tmp, whatever it is
+    assert got is not None and got >= 0
+
+
+def test_stray_services_from_transient_unit_files(tmp_path):
+    files = {"run-u1.service": "[Service]\nExecStart=x\n",  # default slice: app.slice, not a desktop launcher
+             "run-u2.service": "[Service]\nSlice=agents.slice\n", "res-r-1.service": "[Service]\nSlice=agents-jobs.slice\n",
+             "app-firefox-3.service": "[Service]\n", "x.service": "[Service]\nSlice=session.slice\n",
+             "run-u3.scope": "[Scope]\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert stray_services(str(tmp_path), ("agents.slice", "agents-jobs.slice")) == ["run-u1.service"]
+    assert stray_services(str(tmp_path / "missing"), ()) == []
+
+
+def test_slice_unit_files_carry_the_normal_share_and_oomd_only_where_present():
+    texts = slice_units(POLICY, 32.0, oomd=True)
+    assert set(texts) == {"agents.slice", "agents-jobs.slice"}
+    assert "CPUWeight=20\nIOWeight=20\nMemoryHigh=27917287424\n" in texts["agents.slice"]
+    assert "ManagedOOMMemoryPressure=kill" in texts["agents-jobs.slice"]
+    assert "ManagedOOMMemoryPressure" not in slice_units(POLICY, 32.0, oomd=False)["agents-jobs.slice"]
