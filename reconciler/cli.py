@@ -393,6 +393,15 @@ def cmd_observe(a, paths: Paths) -> int:
         print(f"memory {world.mem_available_gb:.1f} GB available of {world.mem_total_gb:.1f} GB; {world.nproc} cpus")
         for jid, o in sorted(world.jobs.items()):
             print(f"  {jid:<6} {o.state:<12} {o.mem_used_gb:.2f} GB" + (f"  exit {o.exit.result}/{o.exit.status}" if o.exit else ""))
+        if world.agents_slice is not None:
+            from .game import slice_values
+
+            sl = world.agents_slice
+            print(f"  {sl.name}: {sl.mem_used_gb:.1f} GB in use; "
+                  + slice_values({"MemoryHigh": sl.memory_high, "CPUWeight": sl.cpu_weight, "IOWeight": sl.io_weight}))
+        for sess in world.sessions or []:
+            where = sess.scope or ("in the slice" if sess.in_slice else "outside the agents slice")
+            print(f"  claude pid {sess.pid}: {where}" + (f", {len(sess.children)} child processes" if sess.children else ""))
         for e in world.errors:
             print(f"res: {e}")
     return 0

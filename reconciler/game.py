@@ -33,6 +33,11 @@ def _shown(key: str, value: int | None) -> str:
     return fmt_gb(value / GIB) if key == "MemoryHigh" else str(value)
 
 
+def slice_values(values: dict[str, int | None]) -> str:
+    """`MemoryHigh 17.8 GB, CPUWeight 20, IOWeight 20` (unset ones as systemd means them)."""
+    return ", ".join(f"{key} {_shown(key, values.get(key))}" for key in ("MemoryHigh", "CPUWeight", "IOWeight"))
+
+
 def slice_diff(current: dict[str, int | None], target: dict[str, int]) -> str | None:
     """`MemoryHigh 18.0 GB → 12.0 GB, CPUWeight 20 → 5`, or None when nothing differs."""
     parts = [f"{key} {_shown(key, current.get(key))} → {_shown(key, target[key])}"

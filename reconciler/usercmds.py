@@ -48,10 +48,14 @@ def cmd_game(a, paths: Paths, policy, decide) -> tuple[int, list[str]]:
             writer.set_game(False, None)
     except DesiredError as e:
         return 1, [f"res: {e}"]
-    decide()  # the next pass applies the reserve (and the slice) at once
+    late = []
+    try:
+        decide()  # a pass now applies the reserve and sets the slice
+    except Exception as e:  # noqa: BLE001 - `game on|off` never fails once written: the loop applies it
+        late = [f"res: the slice is set by the next pass ({' '.join(str(e).split()) or type(e).__name__})"]
     if a.action == "off":
-        return 0, ["game off; agents get their share back"]
-    return 0, game_report(paths, policy, now)
+        return 0, ["game off; agents get their share back", *late]
+    return 0, game_report(paths, policy, now) + late
 
 
 def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:

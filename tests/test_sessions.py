@@ -206,3 +206,11 @@ def test_slice_unit_files_carry_the_normal_share_and_oomd_only_where_present():
     assert "CPUWeight=20\nIOWeight=20\nMemoryHigh=27917287424\n" in texts["agents.slice"]
     assert "ManagedOOMMemoryPressure=kill" in texts["agents-jobs.slice"]
     assert "ManagedOOMMemoryPressure" not in slice_units(POLICY, 32.0, oomd=False)["agents-jobs.slice"]
+
+
+def test_slice_values_line():
+    from reconciler.game import slice_values
+
+    assert slice_values({"MemoryHigh": 18 * GIB, "CPUWeight": 5, "IOWeight": None}) == \
+        "MemoryHigh 18.0 GB, CPUWeight 5, IOWeight default"
+    assert slice_values({"MemoryHigh": (1 << 64) - 1}) == "MemoryHigh max, CPUWeight default, IOWeight default"
