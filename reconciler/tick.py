@@ -93,12 +93,19 @@ class Engine:
         """Write the slices' unit files where they are missing or differ, then daemon-reload, so the
         slices exist with their normal share before any property is set or job started in them."""
         from .observe import meminfo
-        from .unitfiles import install_unit, oomd_present, slice_units, user_unit_dir
+        from .unitfiles import install_unit, oomd_present, slice_units, slice_units_key, user_unit_dir
 
         if not hasattr(self.runtime, "daemon_reload"):
             return []
         try:
-            texts = slice_units(self.policy, meminfo()[0], oomd_present())
+            ram, oomd = meminfo()[0], oomd_present()
+            key = slice_units_key(self.policy, ram, oomd)
+            cached = json.loads(self.store.get_meta("slice_units") or "{}")
+            if cached.get("key") == key:
+                texts = cached["texts"]
+            else:
+                texts = slice_units(self.policy, ram, oomd)
+                self.store.set_meta("slice_units", json.dumps({"key": key, "texts": texts}))
             if texts == self._slice_files:
                 return []
             directory = user_unit_dir()

@@ -68,6 +68,23 @@ def oomd_present() -> bool:
     return any(os.path.exists(p) for p in OOMD_PATHS)
 
 
+SLICE_TEMPLATES = ("agents.slice.j2", "jobs.slice.j2")
+
+
+def slice_units_key(policy, ram_gb: float, oomd: bool) -> str:
+    """Everything the slices' unit files depend on, templates included (by size and mtime): while it
+    is the same, the texts rendered last time are still right, and jinja2 need not load (a one-shot
+    `res run` would pay ~80 ms for it)."""
+    import json
+
+    from .game import slice_target
+    from .models import Game
+    from .resources import shipped
+
+    stats = [(st.st_size, st.st_mtime_ns) for st in (os.stat(shipped("templates/units") / t) for t in SLICE_TEMPLATES)]
+    return json.dumps([policy.agents_slice, policy.jobs_slice, slice_target(policy, Game(), 0.0, ram_gb, 0.0), oomd, stats])
+
+
 def slice_units(policy, ram_gb: float, oomd: bool) -> dict[str, str]:
     """The two slices' unit files: the agents slice with its normal (game off) share, which game
     mode overrides at runtime; the jobs slice under it, left to systemd-oomd where there is one."""

@@ -82,6 +82,12 @@ def test_slices_are_installed_and_game_mode_sets_them_on_off_and_at_expiry(res):
     text = game_file.read_text()
     assert tomllib.loads(text) == {"on": False} and text.startswith("# res: desired state, game mode")
 
+    # A new reserve re-renders the slice's unit file (not the cached text) and the slice follows.
+    res.env["RES_USER_RESERVE_GB"] = "3"
+    res.ok("reconcile")
+    assert f"MemoryHigh={high_of(ram - 3)}\n" in open(os.path.join(unit_dir, res.agents_slice)).read()
+    assert slice_values(res.agents_slice)["MemoryHigh"] == high_of(ram - 3)
+
 
 def test_game_mode_never_squeezes_what_agents_already_use(res):
     """With the game reserve bigger than RAM, MemoryHigh stays at (at least) what the slice uses."""
