@@ -416,3 +416,17 @@ def test_a_broken_pricing_table_starts_no_session():
     p = plan_as(ME, [session(1), req(2)], [], pricing_error="pricing.toml:3: rates.input: must be ≥ 0")
     assert kinds(p) == [("refuse", "r-1"), ("start", "r-2")]
     assert p.actions[0].never and "no agent session starts until it is fixed" in p.actions[0].reason
+
+
+def test_actions_made_without_validation_equal_validated_ones():
+    """The planner's fast constructor (one action per queued entry) gives what validation gives,
+    fields in the same order, fresh mutable defaults each time."""
+    from reconciler.models import Action
+    from reconciler.plan import _act
+
+    a = _act(kind="wait", id="r-3", reason="position 1", title="t", mem_gb=2.0)
+    assert a.model_dump_json() == Action(kind="wait", id="r-3", reason="position 1", title="t", mem_gb=2.0).model_dump_json()
+    assert a.model_fields_set == {"kind", "id", "reason", "title", "mem_gb"}
+    b = _act(kind="wait", id="r-4")
+    a.props["x"] = 1
+    assert b.props == {} and a.pids is not b.pids
