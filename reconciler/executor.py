@@ -96,8 +96,17 @@ class Executor:
         if a.existing:
             await self.runtime.attach_processes(a.id, a.pids)
         else:
-            await self.runtime.start_scope(a.id, self.policy.agents_slice, a.pids,
-                                           f"res: agent session pid {a.pids[0]}", a.props)
+            from .runtime.systemd import UnitExists
+
+            description = f"res: agent session pid {a.pids[0]}"
+            try:
+                await self.runtime.start_scope(a.id, self.policy.agents_slice, a.pids, description, a.props)
+            except UnitExists:
+                # The name is still held by the scope of an earlier session with the same pid (its
+                # children live on there): a name of its own, or this would fail every pass.
+                name = a.id.removesuffix(".scope") + f"-{int(now)}.scope"
+                await self.runtime.start_scope(name, self.policy.agents_slice, a.pids, description, a.props)
+                a.id = name  # what was done, for the pass's report
         log.info("adopt %s: %s", a.id, a.reason)
 
     async def _end_game(self, a, req, rec, now):

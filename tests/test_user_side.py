@@ -150,3 +150,28 @@ def test_shell_init_alias_starts_a_session_in_the_slice(res):
     r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert re.search(rf":/{re.escape(res.agents_slice)}/run-\S+\.scope$", r.stdout, re.M), r.stdout
+
+
+def test_a_scope_name_still_taken_by_an_earlier_session_gets_a_name_of_its_own(res):
+    """An earlier session with the same pid left a child in its scope: the name is taken, and the
+    new session is adopted under another name instead of failing every pass."""
+    bin_dir = res.tmp / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "claude"
+    fake.write_text(FAKE_CLAUDE)
+    fake.chmod(0o755)
+    p = res.popen([str(fake)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_for(lambda: len([q for q in processes().values() if q.ppid == p.pid]) == 2, "children started", 10)
+    if foreign_sessions({p.pid}):
+        pytest.skip("another claude session runs as this user; adopting would move it")
+    taken = f"{res.prefix}-claude-{p.pid}.scope"
+    holder = res.popen(["systemd-run", "--user", "--scope", "--quiet", f"--unit={taken}", f"--slice={res.agents_slice}",
+                        "sleep", "600"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: unit_props(taken, "Scope")["ActiveState"] == "active", "the old scope is up", 20)
+    out = res.ok("adopt")
+    m = re.fullmatch(rf"adopted claude pid {p.pid} and 2 child processes into ({re.escape(taken[:-6])}-\d+\.scope)",
+                     out.one_line())
+    assert m, str(out)
+    assert cgroup_line(p.pid).endswith(f"/{res.agents_slice}/{m.group(1)}")
+    assert holder.poll() is None  # the earlier scope's process is left alone
+    assert res.ok("adopt").lines == [f"every agent session is in {res.agents_slice}"]

@@ -94,6 +94,14 @@ SETUP_STATUS = {
 }
 
 
+class UnitExists(RuntimeError):
+    """A unit of that name is loaded already (a transient unit's name is taken)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"start of {name} failed: a unit of that name exists")
+        self.unit = name
+
+
 class DBusCallError(RuntimeError):
     """An error reply from the bus: `name` is the D-Bus error name."""
 
@@ -579,6 +587,8 @@ class SystemdRuntime:
         try:
             (job,) = await self._manager("StartTransientUnit", "ssa(sv)a(sa(sv))", [name, "fail", props, []])
         except DBusCallError as e:
+            if e.name == "org.freedesktop.systemd1.UnitExists":
+                raise UnitExists(name) from None
             raise RuntimeError(one_line(f"start of {name} failed: {e.text}")) from None
         result = await self._wait_job(job, START_WAIT_S)
         if result not in ("done", None):
