@@ -12,7 +12,7 @@ import time
 from .capacity import HOLDING, Capacity, QueueForecast, capacity, holder_of
 from .models import LIVE, TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, Plan, Request, World
 from .game import game_actions
-from .render import busy_line, daily_line, lock_line, never_line, sessions_line
+from .render import UNHELD, busy_line, daily_line, lock_line, never_line, sessions_line
 from .sessions import session_actions
 from .units import fmt_clock, fmt_gb, fmt_span, fmt_usd_pair
 
@@ -164,7 +164,7 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
 
 def _lapsed(rec: JobRecord, now: float) -> str:
     if rec.attached_by is None:
-        return "nobody attached"
+        return UNHELD
     holder = "/".join(rec.attached_by.split("/")[:2])
     ago = fmt_span(now - rec.lease_until) if rec.lease_until else "?"
     return f"lease of {holder} expired {ago} ago"

@@ -118,10 +118,18 @@ _SUMMARY = [("start", "to start"), ("grant", "to note"), ("refuse", "to refuse")
             ("expire", "to expire"), ("cancel", "to cancel")]
 
 
+UNHELD = "nobody attached"  # a reattach of a job whose holder gave it up cleanly: bookkeeping
+
+
+def _bookkeeping(a: Action) -> bool:
+    return a.kind in ("enqueue", "running", "retire", "prune") or (a.kind == "reattach" and a.reason == UNHELD)
+
+
 def plan_line(a: Action) -> str:
     if a.kind in ("set", "adopt", "end_game"):  # units and files, not jobs: the name, then what changes
         return f"  {_SYMBOL[a.kind]:<11}{a.id:<33}{_one_line(a.reason, 200)}".rstrip()
-    head = f"  {_SYMBOL.get(a.kind, a.kind):<11}{a.id:<6}"
+    symbol = "· attach" if a.kind == "reattach" and a.reason == UNHELD else _SYMBOL.get(a.kind, a.kind)
+    head = f"  {symbol:<11}{a.id:<6}"
     what = quoted(a.title, 24) if a.title else ""
     size = f"{a.mem_gb:.1f} GB  {fmt_cpus(a.cpus):<7}" if a.kind in ("start", "grant", "refuse", "enqueue") else ""
     reason = _one_line(a.reason, 200)
@@ -131,9 +139,9 @@ def plan_line(a: Action) -> str:
 def render_plan(plan: Plan) -> str:
     lines = [f"res: {n}" for n in plan.notices]
     lines += [plan_line(a) for a in plan.actions if a.kind != "wait"]
-    counts = {k: len(plan.of(k)) for k, _ in _SUMMARY}
+    counts = {k: sum(1 for a in plan.of(k) if not _bookkeeping(a)) for k, _ in _SUMMARY}
     said = [f"{counts[k]} {label}" for k, label in _SUMMARY if counts[k]]
-    bookkeeping = sum(1 for a in plan.actions if a.kind in ("enqueue", "running", "retire", "prune"))
+    bookkeeping = sum(1 for a in plan.actions if _bookkeeping(a))
     if said:
         lines.append("Plan: " + ", ".join(said) + ".")
     elif bookkeeping:

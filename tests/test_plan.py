@@ -430,3 +430,14 @@ def test_actions_made_without_validation_equal_validated_ones():
     b = _act(kind="wait", id="r-4")
     a.props["x"] = 1
     assert b.props == {} and a.pids is not b.pids
+
+
+def test_attaching_a_job_given_up_cleanly_is_bookkeeping_a_lapsed_lease_is_a_change():
+    from reconciler.models import Action, Plan
+
+    clean = Action(kind="reattach", id="r-3", reason="nobody attached")
+    lapsed = Action(kind="reattach", id="r-4", reason="lease of host/1234 expired 12 s ago")
+    assert render_plan(Plan(actions=[clean])).splitlines() == [
+        "  · attach   r-3" + " " * 47 + "nobody attached",
+        "No changes to jobs; 1 bookkeeping step (·)."]
+    assert render_plan(Plan(actions=[clean, lapsed])).splitlines()[-1] == "Plan: 1 to reattach."
