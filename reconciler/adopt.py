@@ -14,22 +14,26 @@ def shell_init(policy) -> str:
 
 
 def adopt_report(plan, agents_slice: str) -> tuple[int, list[str]]:
-    """One line per session moved or resized, one `res:` line per one that failed (retried next pass)."""
+    """One line per session moved or resized, one `res:` line per action that failed (retried next
+    pass) and per other notice of the pass."""
     failed = {n.split(" ", 2)[1]: n for n in plan.notices if n.startswith(("adopt ", "set "))}
-    lines, code = [], 0
+    lines, code, reported = [], 0, set()
     for a in plan.actions:
         if a.kind == "adopt" or (a.kind == "set" and a.id.endswith(".scope")):
             if a.id in failed:
-                lines.append(f"res: {' '.join(failed[a.id].split())}; retried on the next pass")
-                code = 1
-            elif a.kind == "adopt":
+                continue
+            if a.kind == "adopt":
                 lines.append(f"adopted {a.reason.rsplit(', outside', 1)[0]} into {a.id}")
             else:
                 lines.append(f"{a.id}: {a.reason}")
-    others = [n for n in plan.notices if not n.startswith(("adopt ", "set "))]
-    lines += [f"res: {' '.join(n.split())}" for n in others]
-    if others:
-        code = 1
+    for n in plan.notices:
+        line = f"res: {' '.join(n.split())}"
+        if n.startswith(("adopt ", "set ")):
+            line += "; retried on the next pass"
+        if line not in reported:
+            reported.add(line)
+            lines.append(line)
+            code = 1
     return code, lines or [f"every agent session is in {agents_slice}"]
 
 
@@ -40,7 +44,7 @@ def cmd_adopt(paths: Paths, policy) -> tuple[int, list[str]]:
     from .models import Plan
 
     try:
-        answer = ask(paths.socket, {"op": "tick"}, timeout=60)
+        answer = ask(paths.socket, {"op": "tick", "adopt": True}, timeout=60)
         if answer.get("plan") is None:
             return 1, [answer["line"]]
         plan = Plan.model_validate(answer["plan"])
@@ -49,6 +53,7 @@ def cmd_adopt(paths: Paths, policy) -> tuple[int, list[str]]:
 
         async def one() -> Plan:
             engine = Engine(paths, policy)
+            engine.adopt_once = True
             try:
                 await engine.connect()
                 return await engine.tick()

@@ -146,22 +146,29 @@ def slice_cgroup(manager_cgroup: str, slice_name: str) -> str:
 
 
 def memory_file_cache_bytes(cgroup_path: str, mount: MemoryMount | None = None) -> int | None:
-    """The page-cache part of the cgroup's memory, which the kernel reclaims under pressure (v1
-    memory.stat total_cache, v2 memory.stat file); None if unknown."""
+    """The page-cache part of the cgroup's memory that the kernel can reclaim under pressure: file
+    pages minus shared memory (tmpfs, shm), which cannot go without swap (v1 memory.stat
+    total_cache − total_shmem, v2 file − shmem); None if unknown."""
     found = memory_dir(cgroup_path, mount)
     if found is None:
         return None
     d, version = found
-    key = "total_cache" if version == 1 else "file"
-    try:
-        with open(d / "memory.stat") as f:
-            for line in f:
-                name, _, value = line.partition(" ")
-                if name == key:
-                    return int(value)
-    except (OSError, ValueError):
+    return reclaimable_cache(_read_text(d / "memory.stat"), version)
+
+
+def reclaimable_cache(stat_text: str | None, version: int) -> int | None:
+    cache_key, shmem_key = ("total_cache", "total_shmem") if version == 1 else ("file", "shmem")
+    values = {}
+    for line in (stat_text or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name in (cache_key, shmem_key):
+            try:
+                values[name] = int(value)
+            except ValueError:
+                return None
+    if cache_key not in values:
         return None
-    return None
+    return max(values[cache_key] - values.get(shmem_key, 0), 0)
 
 
 def memory_pressure_some_avg60(cgroup_path: str, mount: MemoryMount | None = None) -> float | None:

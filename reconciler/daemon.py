@@ -195,6 +195,8 @@ async def answer_request(engine, ticker: Ticker, req: dict) -> dict:
     elif op == "release":
         code, line = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")))
     elif op == "tick":
+        if req.get("adopt"):
+            engine.adopt_once = True  # the pass that answers (or one before it) adopts
         plan = await ticker.pass_after_now()
         if plan is None:
             return {"code": 1, "line": "res: the reconciler loop's pass failed; see its log"}

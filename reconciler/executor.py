@@ -93,21 +93,37 @@ class Executor:
         log.info("set %s: %s", a.id, a.reason)
 
     async def _adopt(self, a, req, rec, now):
-        if a.existing:
-            await self.runtime.attach_processes(a.id, a.pids)
-        else:
-            from .runtime.systemd import UnitExists
+        """Move a session and its children into a new scope in the agents slice. Pids that ended
+        since the pass looked are left out (one gone would fail the whole move); a session that is
+        in the slice already (another reconciler moved it) is left alone."""
+        from .runtime.systemd import UnitExists
 
-            description = f"res: agent session pid {a.pids[0]}"
+        description = f"res: agent session pid {a.pids[0]}"
+        for attempt in (1, 2):
+            pids = [p for p in a.pids if _alive(p)]
+            if not pids or pids[0] != a.pids[0] or self._in_agents_slice(a.pids[0]):
+                return  # the session ended, or it is where it should be
             try:
-                await self.runtime.start_scope(a.id, self.policy.agents_slice, a.pids, description, a.props)
+                await self.runtime.start_scope(a.id, self.policy.agents_slice, pids, description, a.props)
+                break
             except UnitExists:
                 # The name is still held by the scope of an earlier session with the same pid (its
                 # children live on there): a name of its own, or this would fail every pass.
                 name = a.id.removesuffix(".scope") + f"-{int(now)}.scope"
-                await self.runtime.start_scope(name, self.policy.agents_slice, a.pids, description, a.props)
+                await self.runtime.start_scope(name, self.policy.agents_slice, pids, description, a.props)
                 a.id = name  # what was done, for the pass's report
+                break
+            except RuntimeError as e:
+                if attempt == 2 or "does not exist" not in str(e):
+                    raise  # a child ended between the check and the call: once more without it
         log.info("adopt %s: %s", a.id, a.reason)
+
+    def _in_agents_slice(self, pid: int) -> bool:
+        from .cgroup import slice_cgroup
+        from .procs import cgroup_of
+
+        base = slice_cgroup(getattr(self.runtime, "manager_cgroup", ""), self.policy.agents_slice).rstrip("/")
+        return (cgroup_of(pid) or "").startswith(base + "/")
 
     async def _end_game(self, a, req, rec, now):
         self.writer.set_game(False, None, if_until=a.at)
@@ -183,3 +199,12 @@ class Executor:
             os.replace(path, path.with_name(f"{job_id}.attempt{attempt - 1}.log"))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")

@@ -173,14 +173,15 @@ class SliceObs(_Model):
 
 
 class SessionObs(_Model):
-    """A running agent session: a process named `claude` whose parent is not `claude`."""
+    """A running agent session: a process named `claude` with no `claude` among its ancestors."""
 
     pid: int
     in_slice: bool  # in the agents slice (anywhere below it)
+    unit: str = ""  # the unit it runs in now (its cgroup's unit: a scope or a service)
+    movable: bool = True  # False: it runs in a service or a container's scope, not ours to move
     scope: str | None = None  # the scope unit it is in, when that scope sits directly in the agents slice
     scope_memory_high: int | None = None  # that scope's MemoryHigh (None: unset or not observed)
-    stray: list[int] = Field(default_factory=list)  # descendants not in the session's own cgroup
-    children: list[int] = Field(default_factory=list)  # all descendants (moved with it when adopted)
+    children: list[int] = Field(default_factory=list)  # descendants in its own cgroup (moved with it)
 
 
 class World(_Model):
@@ -238,11 +239,9 @@ class Action(_Model):
     why: str | None = None
     # refuse: True when the request can never fit (exit 1 instead of 3)
     never: bool = False
-    # set / adopt: unit properties to give; adopt: the pids to move (into the existing scope `id`
-    # when `existing`, else into a new scope `id`)
+    # set / adopt: unit properties to give; adopt: the pids to move into a new scope `id`
     props: dict[str, int] = Field(default_factory=dict)
     pids: list[int] = Field(default_factory=list)
-    existing: bool = False
 
 
 class Plan(_Model):

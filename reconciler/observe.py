@@ -107,12 +107,25 @@ def stray_services(transient_dir: str, ours: tuple[str, ...]) -> list[str]:
     return out
 
 
+def unit_of_cgroup(cgroup_path: str, manager_cgroup: str) -> str:
+    """The unit a cgroup belongs to: its first component that is not a slice, below the user
+    manager's own cgroup when it is under it (`/app.slice/vte-spawn-1.scope/x` → vte-spawn-1.scope;
+    a login's `/user.slice/user-1000.slice/session-2.scope` → session-2.scope)."""
+    base = manager_cgroup.rstrip("/")
+    rel = cgroup_path[len(base):] if base and cgroup_path.startswith(base + "/") else cgroup_path
+    for part in rel.split("/"):
+        if part and not part.endswith(".slice"):
+            return part
+    return ""
+
+
 async def observe_user_side(runtime, world: World, policy) -> list[str]:
     """The agents slice, the agent sessions, /tmp and stray transient services, into `world`. What
     cannot be observed stays None, and nothing is then changed for it; returns what went wrong."""
     from . import cgroup
     from .models import SessionObs, SliceObs
-    from .procs import SESSION_NAME, cgroup_of, descendants, processes
+    from .procs import SESSION_NAME, cgroup_of, descendants, has_ancestor_named, processes
+    from .sessions import movable_from
 
     world.tmp_tmpfs_used_gb = tmp_tmpfs_used_gb()
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
@@ -136,22 +149,21 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
     procs = processes()
     sessions = []
     for p in procs.values():
-        if p.name != SESSION_NAME or p.uid != me:
-            continue
-        parent = procs.get(p.ppid)
-        if parent is not None and parent.name == SESSION_NAME:
-            continue  # a sub-process of a session, moved with it
+        if p.name != SESSION_NAME or p.uid != me or has_ancestor_named(procs, p.pid, SESSION_NAME):
+            continue  # not a session, not ours, or a process inside a session (it goes where that goes)
         cg = cgroup_of(p.pid)
         if cg is None:
             continue
-        kids = [k for k in descendants(procs, p.pid) if procs[k].uid == me]
-        s = SessionObs(pid=p.pid, in_slice=cg.startswith(slice_cg.rstrip("/") + "/"), children=kids)
+        unit = unit_of_cgroup(cg, runtime.manager_cgroup)
+        # Only children in the session's own cgroup go with it: one the agent put in a unit of its
+        # own (systemd-run --scope -p MemoryMax=…) keeps that unit and its limits.
+        kids = [k for k in descendants(procs, p.pid) if procs[k].uid == me and cgroup_of(k) == cg]
+        s = SessionObs(pid=p.pid, in_slice=cg.startswith(slice_cg.rstrip("/") + "/"), unit=unit,
+                       movable=movable_from(unit), children=kids)
         if s.in_slice:
             first = cg[len(slice_cg.rstrip("/")) + 1:].split("/")[0]
             if first.endswith(".scope"):
                 s.scope = first
-                scope_cg = slice_cg.rstrip("/") + "/" + first
-                s.stray = [k for k in kids if not ((cgroup_of(k) or scope_cg) + "/").startswith(scope_cg + "/")]
                 try:
                     s.scope_memory_high = (await runtime.unit_properties(first, "Scope")).get("MemoryHigh")
                 except Exception:  # noqa: BLE001 - the session ended meanwhile: the next pass sees

@@ -58,6 +58,7 @@ class Policy(BaseSettings):
     small_headroom_gb: float = Field(ge=0)
     scratch_hours: float = Field(gt=0)
     clean_every_minutes: float = Field(ge=0)
+    adopt_sessions: bool
     session_mem_gb: float = Field(ge=0)
     agents_slice: str = Field(pattern=r"^[A-Za-z0-9_.:-]+\.slice$")
     jobs_slice: str = Field(pattern=r"^[A-Za-z0-9_.:-]+\.slice$")

@@ -54,6 +54,17 @@ def descendants(procs: dict[int, Proc], pid: int) -> list[int]:
     return out
 
 
+def has_ancestor_named(procs: dict[int, Proc], pid: int, name: str) -> bool:
+    """Whether any ancestor of `pid` (as far as the table knows) has process name `name`."""
+    seen, cur = set(), procs[pid].ppid if pid in procs else 0
+    while cur in procs and cur not in seen:
+        if procs[cur].name == name:
+            return True
+        seen.add(cur)
+        cur = procs[cur].ppid
+    return False
+
+
 def cgroup_of(pid: int) -> str | None:
     """The systemd cgroup of `pid` (see cgroup.process_unit_cgroup); None if it is gone."""
     from .cgroup import process_unit_cgroup

@@ -186,7 +186,11 @@ def status_warnings(world: World, records, policy) -> list[str]:
             world.tmp_tmpfs_used_gb > TMPFS_SHARE * world.mem_total_gb:
         out.append(f"/tmp is a tmpfs holding {world.tmp_tmpfs_used_gb:.1f} GB "
                    f"({world.tmp_tmpfs_used_gb / world.mem_total_gb:.0%} of RAM); see res clean")
-    outside = sorted(s.pid for s in world.sessions or [] if not s.in_slice)
+    outside = sorted(s.pid for s in world.sessions or [] if not s.in_slice and s.movable)
+    for s in sorted(world.sessions or [], key=lambda s: s.pid):
+        if not s.in_slice and not s.movable:
+            out.append(f"claude pid {s.pid} runs in {s.unit or '?'}, outside {policy.agents_slice} "
+                       f"(left there: res moves sessions out of scopes only)")
     if outside:
         n = len(outside)
         out.append(f"{n} claude session{'s' if n > 1 else ''} outside {policy.agents_slice} "

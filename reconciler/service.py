@@ -136,16 +136,21 @@ class UnitState(NamedTuple):
 NO_UNIT = UnitState("not-found", "inactive", "dead", "", 0, "", 0, False, ())
 
 
+def serves(st: UnitState) -> str | None:
+    """The state directory a loaded service unit serves (its RES_STATE_DIR), None if unknown."""
+    return next((kv.split("=", 1)[1] for kv in st.env if kv.startswith("RES_STATE_DIR=")), None)
+
+
 def status_lines(name: str, path: Path, installed: bool, st: UnitState) -> list[str]:
     """`res service status`: one line per fact, `key value`."""
-    serves = next((kv.split("=", 1)[1] for kv in st.env if kv.startswith("RES_STATE_DIR=")), None)
+    serving = serves(st)
     lines = [f"unit       {name}",
              f"installed  {path if installed else 'no'}",
              f"enabled    {'yes' if st.file_state in ENABLED else 'no'}"
              + (f" ({st.file_state})" if st.file_state and st.file_state not in ("enabled", "disabled") else ""),
              f"active     {st.active} ({st.sub})" + (f", pid {st.pid}" if st.pid else "")]
-    if installed and serves:
-        lines.append(f"serves     {serves}")
+    if installed and serving:
+        lines.append(f"serves     {serving}")
     return lines
 
 
@@ -278,6 +283,10 @@ async def _install(rt, name: str, unit_dir: Path, text: str, paths: Paths) -> tu
     if os.path.normpath(str(unit_dir)) not in search:
         return 1, [f"res: {unit_dir} is not in the user manager's unit search path (see: res doctor)"]
     before = await _state(rt, name)
+    other = serves(before)
+    if other is not None and os.path.normpath(other) != os.path.normpath(str(paths.root)) and (unit_dir / name).exists():
+        return 1, [f"res: {name} serves {other}; to serve {paths.root} instead, first: "
+                   f"RES_STATE_DIR={other} res service uninstall"]
     holder = serve_lock_holder(paths.serve_lock)
     if holder is not None and not (before.running and str(before.pid) == holder):
         return 1, [f"res: res serve already runs for {paths.root} outside {name} (pid {holder}); "
@@ -317,11 +326,14 @@ def _write(unit_dir: Path, name: str, text: str) -> bool:
     return install_unit(unit_dir, name, text)
 
 
-async def _uninstall(rt, name: str, unit_dir: Path) -> tuple[int, list[str]]:
+async def _uninstall(rt, name: str, unit_dir: Path, paths: Paths) -> tuple[int, list[str]]:
     from .unitfiles import remove_unit
 
     await rt.connect()
     st = await _state(rt, name)
+    other = serves(st)
+    if other is not None and os.path.normpath(other) != os.path.normpath(str(paths.root)):
+        return 1, [f"res: {name} serves {other}, not {paths.root}; to remove it: RES_STATE_DIR={other} res service uninstall"]
     path = unit_dir / name
     lines = []
     if not st.stopped:
@@ -378,7 +390,7 @@ def cmd_service(action: str, paths: Paths, policy) -> tuple[int, list[str]]:
             text = render_unit(argv + ["serve"], env, str(paths.root))
             return asyncio.run(run(_install, name, unit_dir, text, paths))
         if action == "uninstall":
-            return asyncio.run(run(_uninstall, name, unit_dir))
+            return asyncio.run(run(_uninstall, name, unit_dir, paths))
         if action == "status":
             return asyncio.run(run(_status, name, unit_dir))
     except RuntimeUnavailable as e:

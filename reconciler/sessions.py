@@ -13,16 +13,28 @@ def scope_name(prefix: str, pid: int) -> str:
     return f"{prefix}-claude-{pid}.scope"
 
 
+# Scopes of container engines: the session belongs to the container, never moved out of it.
+CONTAINER_SCOPES = ("libpod-", "docker-", "machine-", "crun-", "podman-", "lxc-")
+
+
+def movable_from(unit: str) -> bool:
+    """A session is moved only out of a scope (a terminal's, a login's, systemd's own init.scope),
+    never out of a service (a user's bot.service keeps its stop and limits) or a container."""
+    return unit.endswith(".scope") and not unit.startswith(CONTAINER_SCOPES)
+
+
 def session_actions(world: World, policy) -> list[Action]:
-    """Sessions outside the agents slice → adopt (with every descendant) into a new scope; a
-    session's descendants left outside its scope (forked while it was moved) → into that scope;
-    session scopes whose MemoryHigh differs from session_mem_gb → set (0: leave them alone)."""
-    if world.sessions is None:
+    """Sessions outside the agents slice, in a scope that may be left → adopt (with their children
+    in the same cgroup) into a new scope; session scopes whose MemoryHigh differs from
+    session_mem_gb → set (0: leave them alone). Nothing unless adopt_sessions is on."""
+    if world.sessions is None or not policy.adopt_sessions:
         return []
     high = int(policy.session_mem_gb * GIB)
     acts = []
     for s in sorted(world.sessions, key=lambda s: s.pid):
         if not s.in_slice:
+            if not s.movable:
+                continue
             kids = f" and {len(s.children)} child process{'es' if len(s.children) != 1 else ''}" if s.children else ""
             acts.append(Action(kind="adopt", id=scope_name(policy.unit_prefix, s.pid), pids=[s.pid, *s.children],
                                props={"MemoryHigh": high} if high else {},
@@ -30,9 +42,6 @@ def session_actions(world: World, policy) -> list[Action]:
             continue
         if s.scope is None:
             continue  # in the slice but not in a scope of its own (e.g. inside a job): not ours to size
-        if s.stray:
-            acts.append(Action(kind="adopt", id=s.scope, pids=list(s.stray), existing=True,
-                               reason=f"{len(s.stray)} process{'es' if len(s.stray) != 1 else ''} of claude pid {s.pid} outside its scope"))
         if high and s.scope_memory_high != high:
             was = "max" if s.scope_memory_high is None or s.scope_memory_high >= 1 << 63 else fmt_gb(s.scope_memory_high / GIB)
             acts.append(Action(kind="set", id=s.scope, props={"MemoryHigh": high},

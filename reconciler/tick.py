@@ -51,6 +51,7 @@ class Engine:
         # Why the last pass could admit nothing (a broken queue file, an unobservable runtime); [] if it could.
         self.blocked: list[str] = []
         self._slice_files: dict[str, str] | None = None  # the slice unit files as last installed
+        self.adopt_once = False  # the next pass adopts sessions whatever adopt_sessions says
 
     async def connect(self) -> None:
         from .runtime import RuntimeUnavailable
@@ -135,7 +136,10 @@ class Engine:
                 self.connected = False  # reconnect next pass
             else:
                 side += await observe_user_side(self.runtime, world, self.policy)
-            p = plan(desired, records, world, now, self.policy, me=self.holder, pricing_error=self.streamer.pricing_error)
+            policy = self.policy
+            if self.adopt_once:  # `res adopt`: this pass adopts even where the policy leaves it to the user
+                policy, self.adopt_once = policy.model_copy(update={"adopt_sessions": True}), False
+            p = plan(desired, records, world, now, policy, me=self.holder, pricing_error=self.streamer.pricing_error)
             p.notices.extend(notices + side)
             self.blocked = ([desired.queue_error or "queue.toml cannot be read"] if not desired.queue_ok else []) + \
                 ([f"could not observe jobs ({'; '.join(world.errors)})"] if not world.ok else [])

@@ -24,40 +24,69 @@ def user_unit_dir() -> Path:
     return Path(config) / "systemd" / "user"
 
 
+MARK = "rendered by res"  # in the first lines of every unit file res writes (templates/units/*.j2)
+
+
+def ours(text: str) -> bool:
+    return any(MARK in line for line in text.splitlines()[:3])
+
+
 def install_unit(directory: Path, name: str, text: str) -> bool:
     """Write unit file `name` if its content differs; True when it changed (a daemon-reload is then
-    due). Atomic (temp file + rename), never through a symlink: a unit file that is a symlink is
-    the user's own arrangement and is refused, not replaced."""
+    due). Atomic (a temp file of its own, then rename). An existing file that res did not write (no
+    MARK at its top), or that is a symlink, is the user's own: refused with one line, never replaced."""
+    import tempfile
+
     if "/" in name or name.startswith("."):
         raise ValueError(f"not a unit name: {name!r}")
+    if not ours(text):
+        raise ValueError(f"{name}: the rendered text lacks {MARK!r}")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
     if path.is_symlink():
         raise OSError(f"{path} is a symlink; refusing to replace it")
     try:
-        if path.read_text() == text:
-            return False
+        current = path.read_text()
     except FileNotFoundError:
-        pass
-    tmp = directory / f".{name}.res-tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        current = None
+    if current == text:
+        return False
+    if current is not None and not ours(current):
+        raise OSError(f"{path} was not written by res; move it away to let res manage it")
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".res-tmp", dir=directory)  # O_EXCL: no sharing
     try:
+        os.fchmod(fd, 0o644)
         os.write(fd, text.encode())
         os.fsync(fd)
-    finally:
         os.close(fd)
-    os.replace(tmp, path)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
     return True
 
 
 def remove_unit(directory: Path, name: str) -> bool:
-    """Remove unit file `name` if it is there (not through a symlink's target); True if removed."""
+    """Remove unit file `name` if it is there and res wrote it (a symlink or the user's own file is
+    refused with one line); True if removed."""
     path = directory / name
+    if path.is_symlink():
+        raise OSError(f"{path} is a symlink; refusing to remove it")
     try:
-        os.unlink(path)
-        return True
+        current = path.read_text()
     except FileNotFoundError:
         return False
+    if not ours(current):
+        raise OSError(f"{path} was not written by res; leaving it")
+    os.unlink(path)
+    return True
 
 
 OOMD_PATHS = ("/lib/systemd/systemd-oomd", "/usr/lib/systemd/systemd-oomd")

@@ -87,5 +87,8 @@ def res_env(tmp_path, monkeypatch):
     monkeypatch.setenv("RES_GAME_RESERVE_CPUS", "0")
     # The loop's automatic cleanup works on the real /tmp: off in tests (test_clean tests it on its own roots).
     monkeypatch.setenv("RES_CLEAN_EVERY_MINUTES", "0")
+    # Nor may a test's pass move the developer's own claude sessions into its slice: the adoption
+    # tests turn this on (and skip when a session they did not start runs).
+    monkeypatch.setenv("RES_ADOPT_SESSIONS", "false")
     yield {"state": state, "tag": tag, "tmp": tmp_path}
     _remove_unit_files(tag)

@@ -182,6 +182,13 @@ def test_install_enables_starts_and_uninstall_removes(res):
         assert st.lines == [f"unit       {name}", f"installed  {path}", "enabled    yes",
                             f"active     active (running), pid {pid}", f"serves     {res.state}"], str(st)
 
+        # Another state directory never takes over (or removes) the loop that serves this one.
+        other = {"RES_STATE_DIR": str(res.tmp / "other-state")}
+        for action in ("install", "uninstall"):
+            r = res(f"service", action, env=other)
+            assert r.code == 1 and r.one_line("err").startswith(f"res: {name} serves {res.state}"), str(r)
+        assert unit_props(name)["MainPID"] == pid and path.exists()
+
         gone = res.ok("service", "uninstall")
         assert gone.lines == [f"stopped {name} (pid {pid})", f"disabled {name}", f"removed {path}"], str(gone)
         assert not path.exists() and not wants.is_symlink()

@@ -15,7 +15,7 @@ from reconciler.unitfiles import slice_units
 
 NOW = 1_780_000_000.0
 POLICY = SimpleNamespace(user_reserve_gb=6, user_reserve_cpus=0, game_reserve_gb=12, game_reserve_cpus=0,
-                         small_headroom_gb=2, session_mem_gb=6, agents_slice="agents.slice",
+                         small_headroom_gb=2, session_mem_gb=6, agents_slice="agents.slice", adopt_sessions=True,
                          jobs_slice="agents-jobs.slice", unit_prefix="res", max_concurrent_sessions=3,
                          max_starts_per_tick=4, max_cost_usd=0, max_duration=0, max_iterations=0,
                          daily_cost_usd=0)
@@ -78,7 +78,7 @@ def test_memory_high_is_rounded_up_to_256_mib_so_growing_use_is_not_reset_every_
 
 
 def test_plan_carries_the_user_side_next_to_the_jobs():
-    w = world(agents_slice=agents(), sessions=[SessionObs(pid=41, in_slice=False, children=[42, 43])])
+    w = world(agents_slice=agents(), sessions=[SessionObs(pid=41, in_slice=False, unit="init.scope", children=[42, 43])])
     p = plan(Desired(game=Game(on=True, until=NOW + 60)), {}, w, NOW, POLICY)
     assert [(a.kind, a.id) for a in p.actions] == [("set", "agents.slice"), ("adopt", "res-claude-41.scope")]
     assert plan_line(p.actions[1]) == "  ~ adopt    res-claude-41.scope              claude pid 41 and 2 child processes, outside agents.slice"
@@ -88,17 +88,27 @@ def test_plan_carries_the_user_side_next_to_the_jobs():
 
 
 def test_a_session_outside_is_adopted_with_its_children_and_the_session_memory_limit():
-    (a,) = session_actions(world(sessions=[SessionObs(pid=7, in_slice=False, children=[8])]), POLICY)
-    assert (a.kind, a.id, a.pids, a.props, a.existing) == ("adopt", "res-claude-7.scope", [7, 8], {"MemoryHigh": 6 * GIB}, False)
+    (a,) = session_actions(world(sessions=[SessionObs(pid=7, in_slice=False, unit="vte-spawn-1.scope", children=[8])]), POLICY)
+    assert (a.kind, a.id, a.pids, a.props) == ("adopt", "res-claude-7.scope", [7, 8], {"MemoryHigh": 6 * GIB})
     assert a.reason == "claude pid 7 and 1 child process, outside agents.slice"
+    off = SimpleNamespace(**{**vars(POLICY), "adopt_sessions": False})
+    assert session_actions(world(sessions=[SessionObs(pid=7, in_slice=False)]), off) == []
 
 
-def test_a_scope_with_another_memory_high_is_set_and_stray_children_follow_their_session():
-    s = SessionObs(pid=7, in_slice=True, scope="run-u9.scope", scope_memory_high=(1 << 64) - 1, stray=[12])
+def test_sessions_in_a_service_or_a_container_are_never_moved():
+    from reconciler.sessions import movable_from
+
+    assert [movable_from(u) for u in ("vte-spawn-1.scope", "session-2.scope", "init.scope", "run-u4.scope")] == [True] * 4
+    assert [movable_from(u) for u in ("bot.service", "libpod-abc.scope", "docker-1.scope", "")] == [False] * 4
+    s = SessionObs(pid=7, in_slice=False, unit="bot.service", movable=False)
+    assert session_actions(world(sessions=[s]), POLICY) == []
+
+
+def test_a_scope_with_another_memory_high_is_set():
+    s = SessionObs(pid=7, in_slice=True, scope="run-u9.scope", scope_memory_high=(1 << 64) - 1)
     acts = session_actions(world(sessions=[s]), POLICY)
-    assert [(a.kind, a.id, a.pids, a.props, a.existing) for a in acts] == [
-        ("adopt", "run-u9.scope", [12], {}, True), ("set", "run-u9.scope", [], {"MemoryHigh": 6 * GIB}, False)]
-    assert acts[1].reason == "MemoryHigh max → 6.0 GB (session_mem_gb)"
+    assert [(a.kind, a.id, a.pids, a.props) for a in acts] == [("set", "run-u9.scope", [], {"MemoryHigh": 6 * GIB})]
+    assert acts[0].reason == "MemoryHigh max → 6.0 GB (session_mem_gb)"
 
 
 def test_sessions_in_place_in_a_job_or_with_limits_off_are_left_alone():
@@ -141,11 +151,13 @@ def test_status_warnings_each_with_its_threshold():
     w = world(jobs={"r-1": JobObs(state="active", mem_used_gb=8.6, pressure_avg60=25.0),  # throttled
                     "r-2": JobObs(state="active", mem_used_gb=8.4, pressure_avg60=80.0),  # 0.84 of its mem
                     "r-3": JobObs(state="active", mem_used_gb=9.9, pressure_avg60=19.9)},  # low pressure
-              tmp_tmpfs_used_gb=8.5, sessions=[SessionObs(pid=5, in_slice=False), SessionObs(pid=6, in_slice=True)],
+              tmp_tmpfs_used_gb=8.5, sessions=[SessionObs(pid=5, in_slice=False), SessionObs(pid=6, in_slice=True),
+                                               SessionObs(pid=4, in_slice=False, unit="bot.service", movable=False)],
               stray_services=["run-u12.service"])
     assert status_warnings(w, [rec(1, 10), rec(2, 10), rec(3, 10)], POLICY) == [
         'r-1 "make e2e" is throttled at its own limit (8.6 of 10.0 GB, memory pressure 25%); it would run faster with more --mem',
         "/tmp is a tmpfs holding 8.5 GB (27% of RAM); see res clean",
+        "claude pid 4 runs in bot.service, outside agents.slice (left there: res moves sessions out of scopes only)",
         "1 claude session outside agents.slice (pid 5); res adopt moves them",
         "transient service outside the agents slices: run-u12.service (agents: use res run)",
     ]
@@ -157,6 +169,33 @@ def test_status_warnings_each_with_its_threshold():
 
 def test_parse_stat_with_a_hostile_name():
     assert parse_stat("123 (a) b (c)) S 77 123 123 0 -1") == ("a) b (c)", 77, "S")
+
+
+def test_a_claude_inside_a_session_is_part_of_it_not_a_session():
+    from reconciler.procs import has_ancestor_named
+
+    procs = {p.pid: p for p in [Proc(1, 0, "init", 0), Proc(10, 1, "claude", 0), Proc(11, 10, "bash", 0),
+                                Proc(12, 11, "claude", 0), Proc(20, 1, "bash", 0), Proc(21, 20, "claude", 0)]}
+    assert [has_ancestor_named(procs, pid, "claude") for pid in (10, 12, 21)] == [False, True, False]
+    assert not has_ancestor_named(procs, 99, "claude")
+
+
+def test_unit_of_a_cgroup():
+    from reconciler.observe import unit_of_cgroup
+
+    mgr = "/user.slice/user-1000.slice/user@1000.service"
+    assert unit_of_cgroup(mgr + "/app.slice/app-gnome-term.slice/vte-spawn-1.scope", mgr) == "vte-spawn-1.scope"
+    assert unit_of_cgroup(mgr + "/app.slice/bot.service/sub", mgr) == "bot.service"
+    assert unit_of_cgroup("/user.slice/user-1000.slice/session-2.scope", mgr) == "session-2.scope"
+    assert unit_of_cgroup("/init.scope", "/") == "init.scope"
+    assert unit_of_cgroup("/", "/") == ""
+
+
+def test_reclaimable_cache_leaves_shared_memory_out():
+    assert cgroup.reclaimable_cache("cache 9\ntotal_cache 5000\ntotal_shmem 1200\n", 1) == 3800
+    assert cgroup.reclaimable_cache("anon 1\nfile 4096\nshmem 4096\n", 2) == 0
+    assert cgroup.reclaimable_cache("file 100\n", 2) == 100
+    assert cgroup.reclaimable_cache("", 2) is None
 
 
 def test_descendants_parents_first():

@@ -104,11 +104,15 @@ def test_a_running_claude_is_adopted_with_its_children_and_memory_high(res):
     bin_dir = res.tmp / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "claude"
-    fake.write_text(FAKE_CLAUDE)
+    # Two children in its own cgroup, and one the session put in a scope of its own (which stays).
+    own = f"{res.prefix}-own-child.scope"
+    fake.write_text(FAKE_CLAUDE.replace("wait\n", f"systemd-run --user --scope --quiet --unit={own} sleep 600 &\nwait\n"))
     fake.chmod(0o755)
     p = res.popen([str(fake)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    kids = wait_for(lambda: (lambda k: k if len(k) == 2 else None)(
+    kids = wait_for(lambda: (lambda k: k if len(k) == 3 else None)(
         [q.pid for q in processes().values() if q.ppid == p.pid]), "children started", 10)
+    scoped = wait_for(lambda: next((k for k in kids if cgroup_line(k).endswith("/" + own)), None),
+                      "the scoped child in its scope", 20)
     if foreign_sessions({p.pid}):
         pytest.skip("another claude session runs as this user; adopting would move it")
     assert processes()[p.pid].name == "claude"
@@ -116,13 +120,18 @@ def test_a_running_claude_is_adopted_with_its_children_and_memory_high(res):
 
     observed = res.ok("observe", "--json").out
     assert f'"pid": {p.pid}' in observed and '"in_slice": false' in observed
+    # With adopt_sessions off (as in every test), a pass leaves sessions where they are.
+    res.ok("reconcile")
+    assert not cgroup_line(p.pid).startswith(f"/{res.agents_slice}")
 
     res.env["RES_SESSION_MEM_GB"] = "1.5"
     out = res.ok("adopt")
     scope = f"{res.prefix}-claude-{p.pid}.scope"
     assert out.lines == [f"adopted claude pid {p.pid} and 2 child processes into {scope}"], str(out)
     for pid in (p.pid, *kids):
-        assert cgroup_line(pid).endswith(f"/{res.agents_slice}/{scope}"), (pid, cgroup_line(pid))
+        if pid != scoped:
+            assert cgroup_line(pid).endswith(f"/{res.agents_slice}/{scope}"), (pid, cgroup_line(pid))
+    assert cgroup_line(scoped).endswith("/" + own)  # its own unit and limits: left alone
     props = unit_props(scope, "Scope")
     assert props["MemoryHigh"] == int(1.5 * GIB) and props["Slice"] == res.agents_slice
     assert p.poll() is None  # moved, not restarted

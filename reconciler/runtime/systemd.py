@@ -594,13 +594,6 @@ class SystemdRuntime:
         if result not in ("done", None):
             raise RuntimeError(f"start of {name} failed: job {result}")
 
-    async def attach_processes(self, unit: str, pids: list[int]) -> None:
-        """Move running `pids` into `unit`'s own cgroup (systemd >= 238)."""
-        try:
-            await self._manager("AttachProcessesToUnit", "ssau", [unit, "", [int(p) for p in pids]])
-        except DBusCallError as e:
-            raise RuntimeError(one_line(f"moving pids {pids[:5]} into {unit} failed: {e.text}")) from None
-
     async def enable_unit_files(self, names: list[str]) -> None:
         try:
             await self._manager("EnableUnitFiles", "asbb", [names, False, True])
