@@ -31,6 +31,16 @@ def ours(text: str) -> bool:
     return any(MARK in line for line in text.splitlines()[:3])
 
 
+def _current(path: Path, verb: str) -> str | None:
+    """The unit file's text, None if there is none; a symlink is the user's arrangement: refused."""
+    if path.is_symlink():
+        raise OSError(f"{path} is a symlink; refusing to {verb} it")
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
+
+
 def install_unit(directory: Path, name: str, text: str) -> bool:
     """Write unit file `name` if its content differs; True when it changed (a daemon-reload is then
     due). Atomic (a temp file of its own, then rename). An existing file that res did not write (no
@@ -43,12 +53,7 @@ def install_unit(directory: Path, name: str, text: str) -> bool:
         raise ValueError(f"{name}: the rendered text lacks {MARK!r}")
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / name
-    if path.is_symlink():
-        raise OSError(f"{path} is a symlink; refusing to replace it")
-    try:
-        current = path.read_text()
-    except FileNotFoundError:
-        current = None
+    current = _current(path, "replace")
     if current == text:
         return False
     if current is not None and not ours(current):
@@ -77,11 +82,8 @@ def remove_unit(directory: Path, name: str) -> bool:
     """Remove unit file `name` if it is there and res wrote it (a symlink or the user's own file is
     refused with one line); True if removed."""
     path = directory / name
-    if path.is_symlink():
-        raise OSError(f"{path} is a symlink; refusing to remove it")
-    try:
-        current = path.read_text()
-    except FileNotFoundError:
+    current = _current(path, "remove")
+    if current is None:
         return False
     if not ours(current):
         raise OSError(f"{path} was not written by res; leaving it")
