@@ -133,8 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     cl = sub.add_parser("clean", help="stale agent scratch and dead litter in /tmp (lists; --yes removes)")
     cl.add_argument("--yes", action="store_true")
 
-    ad = sub.add_parser("adopt", help="move running agent sessions (claude) into the agents slice")
-    ad.add_argument("--json", action="store_true")
+    sub.add_parser("adopt", help="move running agent sessions (claude) into the agents slice")
 
     sub.add_parser("shell-init", help="print the alias line that starts new agent sessions in the slice")
 
