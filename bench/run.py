@@ -17,7 +17,8 @@ numbers.
     g  the loop's CPU while 5 jobs stream 1,000 lines/s each
     h  `res hook` whole process (a PreToolUse JSON for Bash on stdin), game mode off and on, vs
        `python3 -c pass`: median and p90; every output checked                    target ≤ 3×
-    i  `res status` over 200 entries vs `systemctl --user list-units --no-pager`
+    i  `res status` over 200 entries (read here, and answered by a running `res serve`) vs
+       `systemctl --user list-units --no-pager`
 
 Exit status: 0 when everything was measured, whether or not a speed target was met; 1 when the thing
 measured is broken (an entry lost, an id handed out twice, a run not started, a benchmark that

@@ -228,6 +228,17 @@ def bench_status(report: Report, rounds: int) -> None:
                 times["systemctl"].append(t_sysd)
                 times["status"].append(t_status)
                 times["empty"].append(t_empty)
+        # The same with `res serve` running: the loop answers `res status` (its models are loaded).
+        env.start_serve()
+        times["serve"] = []
+        for i in range(rounds + 1):
+            t_serve, r = _run(res + ["status"], renv, str(env.work))
+            served = sum(1 for line in r.stdout.splitlines() if line.startswith("r-"))
+            if r.returncode != 0 or served != total:
+                raise Broken(f"res status (loop running): exit {r.returncode}, {served} entry lines: {r.stderr.strip()[-300:]}")
+            if i:
+                times["serve"].append(t_serve)
+        env.stop_serve()
         left = env.units()
         if left:
             raise Broken(f"units of ours exist, though nothing was to start: {left}")
@@ -235,8 +246,10 @@ def bench_status(report: Report, rounds: int) -> None:
         env.close()
         empty.close()
 
-    st, sysd, st0 = med(times["status"]), med(times["systemctl"]), med(times["empty"])
+    st, sysd, st0, sv = med(times["status"]), med(times["systemctl"]), med(times["empty"]), med(times["serve"])
     report.figures += [
+        Figure("i", f"res status ({total} entries, loop running) / systemctl list-units", sv / sysd,
+               f"median {sv:.0f} ms vs {sysd:.1f} ms"),
         Figure("i", f"res status ({total} entries) / systemctl list-units", st / sysd,
                f"median {st:.0f} ms vs {sysd:.1f} ms"),
         Figure("i", f"res status ({total} entries) / res status (none)", st / st0,
@@ -246,5 +259,6 @@ def bench_status(report: Report, rounds: int) -> None:
         f"i  res status, {total} entries ({', '.join(f'{v} {k}' for k, v in sorted(states.items()))}; "
         f"{lines} lines)  {_line(times['status'])}",
         f"i  res status, no entries                      {_line(times['empty'])}",
+        f"i  res status, {total} entries, res serve answering  {_line(times['serve'])}",
         f"i  systemctl --user list-units --no-pager (~{units} units)  {_line(times['systemctl'])}",
     ]

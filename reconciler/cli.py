@@ -407,15 +407,26 @@ def cmd_observe(a, paths: Paths) -> int:
 
 
 def cmd_status(a, paths: Paths) -> int:
+    """From the running loop when there is one (it has the models loaded: a fraction of the time,
+    and the policy the loop enforces); else read here."""
+    from .client import NoDaemon, ask
+
+    try:
+        answer = ask(paths.socket, {"op": "status", "id": a.id, "json": a.json}, timeout=10)
+        out, code, problem = answer["line"], answer["code"], answer.get("problem")
+    except (NoDaemon, TimeoutError, OSError, ValueError, KeyError):
+        out, code, problem = _status_here(a, paths)
+    print(out, file=sys.stderr if code else sys.stdout)
+    if problem:
+        print(f"res: {problem}", file=sys.stderr)
+    return code
+
+
+def _status_here(a, paths: Paths) -> tuple[str, int, str | None]:
     from .status import queue_problem, status
 
     out, code = status(paths, _policy(), a.id, a.json)
-    print(out, file=sys.stderr if code else sys.stdout)
-    if a.id and code == 0:
-        problem = queue_problem(paths)
-        if problem:
-            print(f"res: {problem}", file=sys.stderr)
-    return code
+    return out, code, (queue_problem(paths) if a.id and code == 0 else None)
 
 
 def cmd_wait(a, paths: Paths) -> int:

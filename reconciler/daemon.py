@@ -204,6 +204,14 @@ async def answer_request(engine, ticker: Ticker, req: dict) -> dict:
 
         # The plan as data too, so `res reconcile [--json]` prints the same as without a loop.
         return {"code": 1 if plan.notices else 0, "line": render_plan(plan), "plan": plan.model_dump(mode="json")}
+    elif op == "status":
+        # Read-only, its own SQLite connection: in a thread, so the loop's passes go on meanwhile.
+        from .status import queue_problem, status
+
+        job_id = req.get("id")
+        text, code = await asyncio.to_thread(status, engine.paths, engine.policy, job_id, bool(req.get("json")))
+        problem = await asyncio.to_thread(queue_problem, engine.paths) if job_id and code == 0 else None
+        return {"code": code, "line": text, "problem": problem}
     elif op == "ping":
         code, line = 0, f"pid {os.getpid()}"
     else:

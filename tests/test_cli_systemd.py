@@ -505,6 +505,23 @@ def _serve(res) -> subprocess.Popen:
     return p
 
 
+def test_status_is_answered_by_the_loop_with_the_policy_it_enforces(res):
+    res.env["RES_USER_RESERVE_GB"] = "3"
+    assert res("note", "--mem", "256M", "--for", "10m", "held by me").code == 0
+    res.ok("reconcile")
+    here = res.status_all()
+    serve = _serve(res)
+    other = {"RES_USER_RESERVE_GB": "5"}  # the caller's environment differs from the loop's
+    answer = json.loads(res.ok("status", "--json", env=other).out)
+    assert answer["budget"]["reserve_gb"] == 3  # the loop's policy: the loop answered
+    assert answer["jobs"] == here["jobs"]  # the same entries as read without the loop
+    r = res("status", "r-99", env=other)
+    assert r.code == 1 and r.one_line("err") == "res: no such entry: r-99", str(r)
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(30) == 0
+    assert json.loads(res.ok("status", "--json", env=other).out)["budget"]["reserve_gb"] == 5  # read here again
+
+
 def test_serve_answers_runs_and_is_the_single_writer(res):
     res.env["RES_TICK_S"] = "0.5"
     res.shape(1.5)
