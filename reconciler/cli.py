@@ -413,6 +413,8 @@ def cmd_status(a, paths: Paths) -> int:
 
     try:
         answer = ask(paths.socket, {"op": "status", "id": a.id, "json": a.json}, timeout=10)
+        if answer.get("code") == 2:  # a loop from before the status op: read here
+            raise KeyError("status")
         out, code, problem = answer["line"], answer["code"], answer.get("problem")
     except (NoDaemon, TimeoutError, OSError, ValueError, KeyError):
         out, code, problem = _status_here(a, paths)

@@ -40,9 +40,13 @@ class Ticker:
         self.task: asyncio.Task | None = None
         self.done = asyncio.Condition()
         self.last: Plan | None = None
+        self.before: dict[int, list] = {}  # pass number -> what to call right before it begins
 
-    def kick(self) -> int:
-        """Ask for a pass; returns the number of the pass that will answer."""
+    def kick(self, before=None) -> int:
+        """Ask for a pass; returns the number of the pass that will answer. `before()` is called
+        right before that pass begins (not in a pass already under way)."""
+        if before is not None:
+            self.before.setdefault(self.begun + 1, []).append(before)
         self.dirty = True
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._run())
@@ -52,6 +56,8 @@ class Ticker:
         while self.dirty:
             self.dirty = False
             self.begun += 1
+            for before in self.before.pop(self.begun, []):
+                before()
             try:
                 self.last = await self.engine.tick()
             except Exception:
@@ -60,8 +66,8 @@ class Ticker:
             async with self.done:
                 self.done.notify_all()
 
-    async def pass_after_now(self) -> Plan | None:
-        want = self.kick()
+    async def pass_after_now(self, before=None) -> Plan | None:
+        want = self.kick(before)
         async with self.done:
             await self.done.wait_for(lambda: self.finished >= want)
         return self.last
@@ -195,9 +201,10 @@ async def answer_request(engine, ticker: Ticker, req: dict) -> dict:
     elif op == "release":
         code, line = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")))
     elif op == "tick":
-        if req.get("adopt"):
-            engine.adopt_once = True  # the pass that answers (or one before it) adopts
-        plan = await ticker.pass_after_now()
+        # `res adopt`: the very pass that answers adopts (not one already under way, whose plan
+        # would not be the answer).
+        before = (lambda: setattr(engine, "adopt_once", True)) if req.get("adopt") else None
+        plan = await ticker.pass_after_now(before)
         if plan is None:
             return {"code": 1, "line": "res: the reconciler loop's pass failed; see its log"}
         from .render import render_plan

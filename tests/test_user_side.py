@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 import subprocess
+import signal
+import time
 import tomllib
 
 import pytest
@@ -184,3 +186,28 @@ def test_a_scope_name_still_taken_by_an_earlier_session_gets_a_name_of_its_own(r
     assert cgroup_line(p.pid).endswith(f"/{res.agents_slice}/{m.group(1)}")
     assert holder.poll() is None  # the earlier scope's process is left alone
     assert res.ok("adopt").lines == [f"every agent session is in {res.agents_slice}"]
+
+
+def test_res_adopt_through_the_running_loop(res):
+    """With `res serve` running (adopt_sessions off, as in every test), `res adopt` asks the loop:
+    the pass that answers adopts, and the line says so."""
+    bin_dir = res.tmp / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "claude"
+    fake.write_text(FAKE_CLAUDE)
+    fake.chmod(0o755)
+    res.env["RES_TICK_S"] = "0.2"  # passes all the time: `res adopt` must not be answered by one under way
+    serve = res.spawn("serve")
+    wait_for(lambda: (res.state / "serve.sock").exists() or serve.poll() is not None, "saw the serve socket")
+    assert serve.poll() is None
+    p = res.popen([str(fake)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_for(lambda: len([q for q in processes().values() if q.ppid == p.pid]) == 2, "children started", 10)
+    if foreign_sessions({p.pid}):
+        pytest.skip("another claude session runs as this user; adopting would move it")
+    time.sleep(0.5)  # several of the loop's own passes: none of them adopts
+    assert not cgroup_line(p.pid).startswith(f"/{res.agents_slice}")
+    scope = f"{res.prefix}-claude-{p.pid}.scope"
+    assert res.ok("adopt").lines == [f"adopted claude pid {p.pid} and 2 child processes into {scope}"]
+    assert cgroup_line(p.pid).endswith(f"/{res.agents_slice}/{scope}")
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(30) == 0
