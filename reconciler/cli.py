@@ -412,7 +412,7 @@ def cmd_status(a, paths: Paths) -> int:
     from .client import NoDaemon, ask
 
     try:
-        answer = ask(paths.socket, {"op": "status", "id": a.id, "json": a.json}, timeout=10)
+        answer = ask(paths.socket, {"op": "status", "id": a.id, "json": a.json}, timeout=3)
         if answer.get("code") == 2:  # a loop from before the status op: read here
             raise KeyError("status")
         out, code, problem = answer["line"], answer["code"], answer.get("problem")

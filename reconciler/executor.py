@@ -93,29 +93,33 @@ class Executor:
         log.info("set %s: %s", a.id, a.reason)
 
     async def _adopt(self, a, req, rec, now):
-        """Move a session and its children into a new scope in the agents slice. Pids that ended
-        since the pass looked are left out (one gone would fail the whole move); a session that is
-        in the slice already (another reconciler moved it) is left alone."""
+        """Move a session and its children into a new scope in the agents slice. Only what is still
+        where the pass saw it goes: pids that ended, or children that left the session's cgroup
+        since (one missing pid would fail the whole move); a session already in the slice (another
+        reconciler moved it) is left alone."""
+        from .procs import cgroup_of
         from .runtime.systemd import UnitExists
 
         description = f"res: agent session pid {a.pids[0]}"
-        for attempt in (1, 2):
-            pids = [p for p in a.pids if _alive(p)]
-            if not pids or pids[0] != a.pids[0] or self._in_agents_slice(a.pids[0]):
+        name = a.id
+        for attempt in range(3):
+            home = cgroup_of(a.pids[0])
+            if home is None or not _alive(a.pids[0]) or self._in_agents_slice(a.pids[0]):
                 return  # the session ended, or it is where it should be
+            pids = [a.pids[0]] + [p for p in a.pids[1:] if _alive(p) and cgroup_of(p) == home]
             try:
-                await self.runtime.start_scope(a.id, self.policy.agents_slice, pids, description, a.props)
+                await self.runtime.start_scope(name, self.policy.agents_slice, pids, description, a.props)
                 break
             except UnitExists:
+                if name != a.id:
+                    raise
                 # The name is still held by the scope of an earlier session with the same pid (its
                 # children live on there): a name of its own, or this would fail every pass.
                 name = a.id.removesuffix(".scope") + f"-{int(now)}.scope"
-                await self.runtime.start_scope(name, self.policy.agents_slice, pids, description, a.props)
-                a.id = name  # what was done, for the pass's report
-                break
             except RuntimeError as e:
                 if attempt == 2 or "does not exist" not in str(e):
-                    raise  # a child ended between the check and the call: once more without it
+                    raise  # else a child ended between the check and the call: again without it
+        a.id = name  # what was done, for the pass's report
         log.info("adopt %s: %s", a.id, a.reason)
 
     def _in_agents_slice(self, pid: int) -> bool:

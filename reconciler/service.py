@@ -136,9 +136,37 @@ class UnitState(NamedTuple):
 NO_UNIT = UnitState("not-found", "inactive", "dead", "", 0, "", 0, False, ())
 
 
-def serves(st: UnitState) -> str | None:
-    """The state directory a loaded service unit serves (its RES_STATE_DIR), None if unknown."""
+def serves(st: UnitState, text: str | None = None) -> str | None:
+    """The state directory the service serves: from its unit file's text when given (what the next
+    start will use), else from the loaded unit's environment; None if unknown."""
+    for line in (text or "").splitlines():
+        m = re.fullmatch(r'Environment="RES_STATE_DIR=(.*)"', line)
+        if m:
+            return unquote_word(m.group(1))
     return next((kv.split("=", 1)[1] for kv in st.env if kv.startswith("RES_STATE_DIR=")), None)
+
+
+def unquote_word(quoted: str) -> str:
+    """The inverse of quote_word for a word's inside (without its double quotes)."""
+    out, i = [], 0
+    while i < len(quoted):
+        ch = quoted[i]
+        if ch == "\\" and i + 1 < len(quoted):
+            nxt = quoted[i + 1]
+            if nxt == "x" and i + 3 < len(quoted):
+                out.append(chr(int(quoted[i + 2:i + 4], 16)))
+                i += 4
+                continue
+            out.append({"n": "\n", "t": "\t"}.get(nxt, nxt))
+            i += 2
+            continue
+        if ch == "%" and quoted[i + 1:i + 2] == "%":
+            out.append("%")
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
 
 
 def status_lines(name: str, path: Path, installed: bool, st: UnitState) -> list[str]:
@@ -283,8 +311,9 @@ async def _install(rt, name: str, unit_dir: Path, text: str, paths: Paths) -> tu
     if os.path.normpath(str(unit_dir)) not in search:
         return 1, [f"res: {unit_dir} is not in the user manager's unit search path (see: res doctor)"]
     before = await _state(rt, name)
-    other = serves(before)
-    if other is not None and os.path.normpath(other) != os.path.normpath(str(paths.root)) and (unit_dir / name).exists():
+    on_disk = _unit_text(unit_dir / name)
+    other = serves(before, on_disk)
+    if other is not None and os.path.normpath(other) != os.path.normpath(str(paths.root)) and on_disk is not None:
         return 1, [f"res: {name} serves {other}; to serve {paths.root} instead, first: "
                    f"RES_STATE_DIR={other} res service uninstall"]
     holder = serve_lock_holder(paths.serve_lock)
@@ -320,6 +349,18 @@ async def _install(rt, name: str, unit_dir: Path, text: str, paths: Paths) -> tu
     return 0, lines + [f"{verb} {name} (pid {pid}), serving {paths.root}"]
 
 
+def _unit_text(path: Path) -> str | None:
+    from .unitfiles import _current
+
+    return _current(path, "use")
+
+
+def ours(text: str) -> bool:
+    from .unitfiles import ours as written_by_res
+
+    return written_by_res(text)
+
+
 def _write(unit_dir: Path, name: str, text: str) -> bool:
     from .unitfiles import install_unit
 
@@ -331,7 +372,10 @@ async def _uninstall(rt, name: str, unit_dir: Path, paths: Paths) -> tuple[int, 
 
     await rt.connect()
     st = await _state(rt, name)
-    other = serves(st)
+    on_disk = _unit_text(unit_dir / name)  # refuses a symlink, before anything is stopped
+    if on_disk is not None and not ours(on_disk):
+        return 1, [f"res: {unit_dir / name} was not written by res; leaving it (and its service) alone"]
+    other = serves(st, on_disk)
     if other is not None and os.path.normpath(other) != os.path.normpath(str(paths.root)):
         return 1, [f"res: {name} serves {other}, not {paths.root}; to remove it: RES_STATE_DIR={other} res service uninstall"]
     path = unit_dir / name

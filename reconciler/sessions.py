@@ -26,14 +26,15 @@ def movable_from(unit: str) -> bool:
 def session_actions(world: World, policy) -> list[Action]:
     """Sessions outside the agents slice, in a scope that may be left → adopt (with their children
     in the same cgroup) into a new scope; session scopes whose MemoryHigh differs from
-    session_mem_gb → set (0: leave them alone). Nothing unless adopt_sessions is on."""
-    if world.sessions is None or not policy.adopt_sessions:
+    session_mem_gb → set (0: leave them alone). Moving needs adopt_sessions on (or `res adopt`);
+    sizing a scope already in the slice does not."""
+    if world.sessions is None:
         return []
     high = int(policy.session_mem_gb * GIB)
     acts = []
     for s in sorted(world.sessions, key=lambda s: s.pid):
         if not s.in_slice:
-            if not s.movable:
+            if not s.movable or not policy.adopt_sessions:
                 continue
             kids = f" and {len(s.children)} child process{'es' if len(s.children) != 1 else ''}" if s.children else ""
             acts.append(Action(kind="adopt", id=scope_name(policy.unit_prefix, s.pid), pids=[s.pid, *s.children],

@@ -27,8 +27,11 @@ def user_unit_dir() -> Path:
 MARK = "rendered by res"  # in the first lines of every unit file res writes (templates/units/*.j2)
 
 
+OLD_MARKS = ("rendered by `res service install`",)  # what res wrote before MARK was one string
+
+
 def ours(text: str) -> bool:
-    return any(MARK in line for line in text.splitlines()[:3])
+    return any(mark in line for line in text.splitlines()[:3] for mark in (MARK, *OLD_MARKS))
 
 
 def _current(path: Path, verb: str) -> str | None:

@@ -229,3 +229,30 @@ def test_service_commands_say_one_line_when_the_manager_is_unreachable(res, tmp_
         assert r.code == 1 and r.out == "", str(r)
         assert r.one_line("err").startswith("res: systemd user manager unreachable at "), str(r)
     assert not (_unit_dir() / unit_name(res.prefix)).exists()
+
+
+def test_the_state_dir_is_read_back_from_the_unit_file_as_written():
+    from reconciler.service import NO_UNIT, quote_word, serves, unquote_word
+
+    for text in ["/home/u/.local/state/res", 'a"b\\c%d$e\nf\tg\x01h', "%%"]:
+        assert unquote_word(quote_word(text)[1:-1]) == text
+    unit = f'[Service]\nEnvironment={quote_word("RES_STATE_DIR=/srv/odd dir/100%")}\n'
+    assert serves(NO_UNIT, unit) == "/srv/odd dir/100%"
+    assert serves(NO_UNIT._replace(env=("RES_STATE_DIR=/loaded",)), None) == "/loaded"
+    assert serves(NO_UNIT, "[Service]\n") is None
+
+
+@pytest.mark.systemd
+def test_uninstall_leaves_a_service_file_res_did_not_write(res):
+    name = unit_name(res.prefix)
+    path = _unit_dir() / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mine = "[Unit]\nDescription=my own loop\n[Service]\nExecStart=/bin/true\n"
+    path.write_text(mine)
+    try:
+        for action in ("uninstall", "install"):
+            r = res("service", action)
+            assert r.code == 1 and "was not written by res" in r.one_line("err"), str(r)
+        assert path.read_text() == mine
+    finally:
+        path.unlink(missing_ok=True)

@@ -93,6 +93,8 @@ def test_a_session_outside_is_adopted_with_its_children_and_the_session_memory_l
     assert a.reason == "claude pid 7 and 1 child process, outside agents.slice"
     off = SimpleNamespace(**{**vars(POLICY), "adopt_sessions": False})
     assert session_actions(world(sessions=[SessionObs(pid=7, in_slice=False)]), off) == []
+    sized = SessionObs(pid=8, in_slice=True, scope="run-u3.scope", scope_memory_high=None)
+    assert [a.kind for a in session_actions(world(sessions=[sized]), off)] == ["set"]  # sizing is not moving
 
 
 def test_sessions_in_a_service_or_a_container_are_never_moved():
