@@ -158,3 +158,36 @@ def bench_loop_cpu(report: Report, smoke: bool) -> None:
             env.res("release", i, "--stop")
     finally:
         env.close()
+
+
+def _rss_kb(pid: int) -> dict[str, int]:
+    with open(f"/proc/{pid}/status") as f:
+        return {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in f) if k in ("VmRSS", "VmHWM")}
+
+
+def bench_loop_idle(report: Report, smoke: bool) -> None:
+    """j: `res serve` with nothing to do (its passes still observe the slice, sessions and /tmp every
+    tick_s): CPU as a share of one core, and memory against a bare interpreter's."""
+    import subprocess
+    import sys
+
+    seconds = 5 if smoke else 20
+    env = ResEnv("j")
+    bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        env.start_serve()
+        pid = env.serve_proc.pid
+        time.sleep(2)  # the first passes (unit files, connections) are not idle
+        c0, t0 = _cpu_s(pid), time.monotonic()
+        time.sleep(seconds)
+        cpu = (_cpu_s(pid) - c0) / (time.monotonic() - t0)
+        mem, base = _rss_kb(pid), _rss_kb(bare.pid)
+        report.figures += [
+            Figure("j", "loop idle CPU / one core", cpu, f"{cpu * 100:.2f} % of a core over {seconds} s (a pass every 2 s)"),
+            Figure("j", "loop memory / bare python3", mem["VmRSS"] / base["VmRSS"],
+                   f"RSS {mem['VmRSS'] / 1024:.0f} MB (peak {mem['VmHWM'] / 1024:.0f} MB) vs {base['VmRSS'] / 1024:.0f} MB"),
+        ]
+    finally:
+        bare.kill()
+        bare.wait()
+        env.close()

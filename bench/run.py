@@ -19,10 +19,11 @@ numbers.
        `python3 -c pass`: median and p90; every output checked                    target ≤ 3×
     i  `res status` over 200 entries (read here, and answered by a running `res serve`) vs
        `systemctl --user list-units --no-pager`
+    j  the loop's idle CPU (share of one core) and memory (vs a bare python3), DESIGN §10
 
 Exit status: 0 when everything was measured, whether or not a speed target was met; 1 when the thing
 measured is broken (an entry lost, an id handed out twice, a run not started, a benchmark that
-errored). a, d, e, g and i need a systemd user manager; without one they are skipped (and say so).
+errored). a, d, e, g, i and j need a systemd user manager; without one they are skipped (and say so).
 Everything started here runs under a private state directory, unique slices and unit prefix, and is
 stopped by pid."""
 from __future__ import annotations
@@ -62,7 +63,7 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="res benchmarks: figures as ratios")
     ap.add_argument("--smoke", action="store_true", help="a small, fast version (CI)")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i", help="which benchmarks, e.g. b,c")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j", help="which benchmarks, e.g. b,c")
     a = ap.parse_args(argv)
     size = SMOKE if a.smoke else FULL
     only = set(a.only.split(","))
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_all(a, size: dict, only: set[str], report: Report) -> int:
     from cli_bench import bench_latency, bench_run
     from plan_bench import bench_plan
-    from attach_bench import bench_digest, bench_loop_cpu, bench_reattach
+    from attach_bench import bench_digest, bench_loop_cpu, bench_loop_idle, bench_reattach
     from user_bench import bench_hook, bench_status
     from writers_bench import bench_writers
 
@@ -101,6 +102,7 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
         ("g", True, lambda: bench_loop_cpu(report, a.smoke)),
         ("h", False, lambda: bench_hook(report, size["hook_rounds"])),
         ("i", True, lambda: bench_status(report, size["status_rounds"])),
+        ("j", True, lambda: bench_loop_idle(report, a.smoke)),
     ]
     print(f"res benchmarks ({'smoke' if a.smoke else 'full'}) · {machine()}", flush=True)
     started = time.monotonic()
