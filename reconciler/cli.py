@@ -476,11 +476,13 @@ def _print_lines(code: int, lines: list[str]) -> int:
 def cmd_game(a, paths: Paths) -> int:
     from .usercmds import cmd_game as game
 
-    def decide() -> None:
+    def decide() -> list[str]:
+        """A pass now (the loop's, or one here); what kept it from acting on everything."""
         from .client import NoDaemon, ask
 
         try:
-            ask(paths.socket, {"op": "tick"}, timeout=30)
+            answer = ask(paths.socket, {"op": "tick"}, timeout=30)
+            return list((answer.get("plan") or {}).get("notices") or [])
         except (NoDaemon, OSError):
             import asyncio
 
@@ -488,9 +490,12 @@ def cmd_game(a, paths: Paths) -> int:
                 return await engine.tick()
 
             paths.ensure()
-            asyncio.run(_with_engine(paths, one))
+            return list(asyncio.run(_with_engine(paths, one)).notices)
 
-    return _print_lines(*game(a, paths, _policy(), decide))
+    code, lines = game(a, paths, _policy(), decide)
+    for line in lines:  # what went wrong goes to stderr even when the command succeeded
+        print(line, file=sys.stderr if code == 1 or line.startswith("res: ") else sys.stdout)
+    return code
 
 
 def cmd_hook(a, paths: Paths) -> int:

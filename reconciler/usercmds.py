@@ -50,8 +50,10 @@ def cmd_game(a, paths: Paths, policy, decide) -> tuple[int, list[str]]:
         return 1, [f"res: {e}"]
     late = []
     try:
-        decide()  # a pass now applies the reserve and sets the slice
-    except Exception as e:  # noqa: BLE001 - `game on|off` never fails once written: the loop applies it
+        # A pass now applies the reserve and sets the slice; what kept it from that is said, but
+        # `game on|off` never fails once written: the loop retries every pass.
+        late = [f"res: {' '.join(n.split())}; the next pass retries" for n in decide() or []]
+    except Exception as e:  # noqa: BLE001
         late = [f"res: the slice is set by the next pass ({' '.join(str(e).split()) or type(e).__name__})"]
     if a.action == "off":
         return 0, ["game off; agents get their share back", *late]

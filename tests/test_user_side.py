@@ -211,3 +211,16 @@ def test_res_adopt_through_the_running_loop(res):
     assert cgroup_line(p.pid).endswith(f"/{res.agents_slice}/{scope}")
     serve.send_signal(signal.SIGTERM)
     assert serve.wait(30) == 0
+
+
+def test_game_on_never_fails_when_the_manager_is_unreachable(res):
+    """Written is done: the line says game on, stderr says why the slice is not set yet, exit 0; the
+    reserve is in game.toml for the next pass that can reach the manager."""
+    away = {"DBUS_SESSION_BUS_ADDRESS": f"unix:path={res.tmp}/no-bus", "XDG_RUNTIME_DIR": str(res.tmp)}
+    r = res("game", "on", "--for", "1h", env=away)
+    assert r.code == 0 and re.fullmatch(r"game on until \d\d:\d\d \(60 min\); CPU/IO now yours", r.lines[0]), str(r)
+    assert all(line.startswith("res: ") and line.endswith("the next pass retries") for line in r.err_lines), str(r)
+    assert any("user manager unreachable" in line for line in r.err_lines), str(r)
+    assert tomllib.loads((res.state / "desired" / "game.toml").read_text())["on"] is True
+    res.ok("reconcile")  # reachable again: the slice follows
+    assert slice_values(res.agents_slice)["CPUWeight"] == 5
