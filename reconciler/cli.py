@@ -556,10 +556,6 @@ COMMANDS = {"run": cmd_run, "note": cmd_note, "status": cmd_status, "wait": cmd_
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["hook"]:  # before every agent Bash command: nothing else is parsed or imported
-        from .hook import run
-
-        return run()
     try:
         a = build_parser().parse_args(_join_negative(argv))
         return COMMANDS[a.cmd](a, Paths.default())

@@ -1,5 +1,5 @@
 """The user's side of the command line (issue 4): `res game`, `res hist`, `res clean`.
-(`res hook` is dispatched before anything else is imported: see cli.main.)"""
+(`res hook` is dispatched before anything else is imported: see reconciler/entry.py.)"""
 from __future__ import annotations
 
 import json

@@ -411,3 +411,14 @@ def test_the_hot_path_imports_almost_nothing(state):
     game(state, "on = false\n")
     p = run()
     assert p.stdout.strip() == "False ['reconciler.hook']"
+
+
+def test_the_console_script_dispatches_the_hook_before_the_command_line(state):
+    """`res` is reconciler.entry:main: for `res hook` neither the CLI module nor argparse loads."""
+    code = ("import sys\nsys.argv = ['res', 'hook']\nfrom reconciler.entry import main\nmain()\n"
+            "print(sorted(m for m in sys.modules if m in ('argparse', 'reconciler.cli', 'reconciler.units', 'pathlib')"
+            " and m not in START), file=sys.stderr)\n")
+    code = "import sys\nSTART = set(sys.modules)\n" + code
+    env = dict(os.environ, RES_STATE_DIR=str(state))
+    p = subprocess.run([sys.executable, "-S", "-c", code], input=event(), capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0 and p.stdout == "" and p.stderr.strip() == "[]", (p.stdout, p.stderr)
