@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from .capacity import Capacity, freed_by
 from .models import Action, Desired, Game, World
-from .render import quoted
-from .units import GIB, fmt_clock, fmt_gb, fmt_span
+from .units import GIB, fmt_clock, fmt_gb, fmt_span, quoted
 
 GAME_WEIGHT = 5
 NORMAL_WEIGHT = 20

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Iterable, NamedTuple
 
-from .units import fmt_span
+from .units import fmt_span, one_line, quoted
 
 if TYPE_CHECKING:
     from .models import JobRecord
@@ -48,10 +48,6 @@ _SEPARATORS = " \t-:,;/#@"
 
 
 # ---------------------------------------------------------------- title kinds
-
-
-def _one_line(text: str) -> str:
-    return " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
 
 
 def _is_hex_word(word: str) -> bool:
@@ -78,7 +74,7 @@ def _strip_group(s: str) -> str | None:
 
 def title_kind(title: str) -> str:
     """The title without a trailing `(…)` and trailing hex words (see the module docstring)."""
-    flat = _one_line(title)
+    flat = one_line(title)
     s = flat
     while True:
         s = s.rstrip(_SEPARATORS)
@@ -230,18 +226,11 @@ def hist_rows(records: Iterable["JobRecord"], project: str | None = None) -> lis
 def suggestion_for(records: Iterable["JobRecord"], project: str, title: str) -> Suggestion | None:
     """The suggestion for a new request with this project and title, if its kind has one."""
     kind = title_kind(title)
-    recs = _groups(r for r in records if r.request.project == project and title_kind(r.request.title) == kind)
-    got = recs.get((project, kind))
+    got = _groups(r for r in records if r.request.project == project).get((project, kind))
     return _row(project, kind, got).suggestion if got else None
 
 
 # ---------------------------------------------------------------- text
-
-
-def _quoted(text: str, limit: int = 40) -> str:
-    flat = _one_line(text)
-    flat = flat if len(flat) <= limit else flat[: limit - 1] + "…"
-    return '"' + flat.replace('"', "'") + '"'
 
 
 def hint_for(request_mem_gb: float, request_est_s: float, suggestion: Suggestion | None) -> str | None:
@@ -255,7 +244,7 @@ def hint_for(request_mem_gb: float, request_est_s: float, suggestion: Suggestion
     long_for = s.est_s is not None and request_est_s > HINT_FACTOR * s.est_s
     if not (big_mem or long_for):
         return None
-    where = _quoted(s.kind) + (f" in {_one_line(s.project)[:40]}" if s.project else "")
+    where = quoted(s.kind, 40) + (f" in {one_line(s.project)[:40]}" if s.project else "")
     runs = f"{s.n} runs" + (f", {s.killed} killed at the limit" if s.killed else "")
     if big_mem and long_for:
         what = f"peaked at {_size(s.peak_p95_gb)} (p95) and took {fmt_span(s.dur_p90_s)} (p90) over {runs}"
@@ -295,7 +284,7 @@ def render_hist(rows: list[HistRow]) -> str:
             sugg = " ".join(f for f in ((f"--mem {mem_flag(s.mem_gb)}" if s.mem_gb is not None else ""),
                                         (f"--for {for_flag(s.est_s)}" if s.est_s is not None else "")) if f)
         note = f"{r.killed} killed at the limit" if r.killed else ""
-        lines.append((_one_line(r.project)[:24] or "-", _quoted(r.kind, 30), str(r.n), _gb(r.req_gb), _gb(r.peak_p50_gb),
+        lines.append((one_line(r.project)[:24] or "-", quoted(r.kind, 30), str(r.n), _gb(r.req_gb), _gb(r.peak_p50_gb),
                       _gb(r.peak_p95_gb), _dur(r.est_s), _dur(r.dur_p50_s), _dur(r.dur_p90_s), sugg, note))
     widths = [max(len(line[i]) for line in lines) for i in range(len(_HEADER))]
     out = []

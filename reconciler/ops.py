@@ -132,8 +132,14 @@ def request_hint(engine, kind: str, fields: dict) -> str | None:
     from .hist import hint_for, suggestion_for
 
     try:
-        records = [r for r in engine.store.records().values() if r.phase == Phase.done] + engine.store.history()
+        records = finished_runs(engine.store)
         return hint_for(float(fields["mem_gb"]), float(fields["est_s"]),
                         suggestion_for(records, fields.get("project", ""), fields.get("title", "")))
     except Exception:  # noqa: BLE001 - a hint is never worth failing a request for
         return None
+
+
+def finished_runs(store) -> list:
+    """What `res hist` and the request hint learn from: finished records (filtered in SQL), then
+    the pruned history."""
+    return list(store.records([Phase.done]).values()) + store.history()

@@ -6,18 +6,7 @@ from __future__ import annotations
 
 from .capacity import Capacity, Holder, freed_by
 from .models import Action, Plan, Request, World
-from .units import fmt_clock, fmt_cpus, fmt_gb
-
-
-def _one_line(text: str, limit: int = 60) -> str:
-    """A user-supplied title as it may appear inside a one-line message: no newlines, no control
-    characters (an escape sequence in a title must not reach an agent's terminal or parser)."""
-    flat = " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def quoted(title: str, limit: int = 60) -> str:
-    return '"' + _one_line(title, limit).replace('"', "'") + '"'
+from .units import fmt_clock, fmt_cpus, fmt_gb, one_line, quoted
 
 
 def _until(h: Holder) -> str:
@@ -27,7 +16,7 @@ def _until(h: Holder) -> str:
 
 
 def _who(h: Holder) -> str:
-    project = f"{_one_line(h.project, 30)} " if h.project else ""
+    project = f"{one_line(h.project, 30)} " if h.project else ""
     return f"{project}{quoted(h.title, 40)} ({h.id}) {_until(h)}"
 
 
@@ -127,12 +116,12 @@ def _bookkeeping(a: Action) -> bool:
 
 def plan_line(a: Action) -> str:
     if a.kind in ("set", "adopt", "end_game"):  # units and files, not jobs: the name, then what changes
-        return f"  {_SYMBOL[a.kind]:<11}{a.id:<33}{_one_line(a.reason, 200)}".rstrip()
+        return f"  {_SYMBOL[a.kind]:<11}{a.id:<33}{one_line(a.reason, 200)}".rstrip()
     symbol = "· attach" if a.kind == "reattach" and a.reason == UNHELD else _SYMBOL.get(a.kind, a.kind)
     head = f"  {symbol:<11}{a.id:<6}"
     what = quoted(a.title, 24) if a.title else ""
     size = f"{a.mem_gb:.1f} GB  {fmt_cpus(a.cpus):<7}" if a.kind in ("start", "grant", "refuse", "enqueue") else ""
-    reason = _one_line(a.reason, 200)
+    reason = one_line(a.reason, 200)
     return f"{head}{what:<26} {size:<17}{reason}".rstrip()
 
 

@@ -8,8 +8,7 @@ from .capacity import reserves
 from .plan import spent_today
 from .models import LIVE, TERMINAL, Game, JobRecord, Phase
 from .paths import Paths
-from .render import quoted
-from .units import fmt_clock, fmt_cpus, fmt_span
+from .units import fmt_clock, fmt_cpus, fmt_span, quoted
 
 
 def _snapshot(store) -> dict:

@@ -114,3 +114,15 @@ def fmt_span(seconds: float) -> str:
         h, m = divmod(round(seconds / 60), 60)
         return f"{h}h{m:02d}" if m else f"{h}h"
     return f"{seconds / 86400:.1f} d"
+
+
+def one_line(text: str, limit: int | None = None) -> str:
+    """User-supplied text (a title, a reason) as it may appear inside a one-line message: no
+    newlines, no control characters (an escape sequence in a title must not reach an agent's
+    terminal or parser); cut to `limit` characters with "…"."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
+    return flat if limit is None or len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def quoted(text: str, limit: int = 60) -> str:
+    return '"' + one_line(text, limit).replace('"', "'") + '"'

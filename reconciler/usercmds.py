@@ -62,26 +62,12 @@ def cmd_game(a, paths: Paths, policy, decide) -> tuple[int, list[str]]:
 
 def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
     from .hist import hist_rows, render_hist
-    from .models import Phase
+    from .ops import finished_runs
     from .store import Store
 
     with Store.open(paths, readonly=True) as store:
-        records = list(store.records([Phase.done]).values()) + store.history()
+        records = finished_runs(store)
     return 0, [render_hist(hist_rows(records, a.project))]
-
-
-def hint(paths: Paths, project: str, title: str, mem_gb: float, est_s: float) -> str | None:
-    """The one-line hint when a request asks for more than 2× what its kind usually needs."""
-    from .hist import hint_for, suggestion_for
-    from .models import Phase
-    from .store import Store
-
-    try:
-        with Store.open(paths, readonly=True) as store:
-            records = list(store.records([Phase.done]).values()) + store.history()
-    except Exception:  # noqa: BLE001 - a hint is never worth failing a request for
-        return None
-    return hint_for(mem_gb, est_s, suggestion_for(records, project, title))
 
 
 def cmd_clean(a, paths: Paths, policy) -> tuple[int, list[str]]:
