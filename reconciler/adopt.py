@@ -38,28 +38,10 @@ def adopt_report(plan, agents_slice: str) -> tuple[int, list[str]]:
 
 
 def cmd_adopt(paths: Paths, policy) -> tuple[int, list[str]]:
-    import asyncio
-
-    from .client import NoDaemon, ask
-    from .models import Plan
+    from .tick import PassFailed, pass_now
 
     try:
-        answer = ask(paths.socket, {"op": "tick", "adopt": True}, timeout=60)
-        if answer.get("plan") is None:
-            return 1, [answer["line"]]
-        plan = Plan.model_validate(answer["plan"])
-    except NoDaemon:
-        from .tick import Engine
-
-        async def one() -> Plan:
-            engine = Engine(paths, policy)
-            engine.adopt_once = True
-            try:
-                await engine.connect()
-                return await engine.tick()
-            finally:
-                await engine.close()
-
-        paths.ensure()
-        plan = asyncio.run(one())
+        plan = pass_now(paths, policy, adopt=True)
+    except PassFailed as e:
+        return 1, [e.line]
     return adopt_report(plan, policy.agents_slice)

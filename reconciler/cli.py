@@ -247,16 +247,10 @@ def _quiet_logs() -> None:
 
 
 async def _with_engine(paths: Paths, fn):
-    from .tick import Engine
+    from .tick import with_engine
 
     _quiet_logs()
-
-    engine = Engine(paths, _policy())
-    try:
-        await engine.connect()
-        return await fn(engine)
-    finally:
-        await engine.close()
+    return await with_engine(paths, _policy(), fn)
 
 
 # ---------------------------------------------------------------- commands
@@ -341,27 +335,15 @@ def cmd_reconcile(a, paths: Paths) -> int:
         return _print_plan(plan, a.json)
     if a.world:
         raise Fail("res: --world only plans (add --dry-run)", 2)
-    from .client import NoDaemon, ask
+    from .tick import PassFailed, pass_now
 
     try:
-        answer = ask(paths.socket, {"op": "tick"}, timeout=60)
-    except NoDaemon:
-        answer = None
+        return _print_plan(pass_now(paths, policy), a.json)
+    except PassFailed as e:
+        _say(e.line, e.code)
+        return e.code
     except TimeoutError:
         raise Fail("res: the reconciler loop did not answer in time; see res status") from None
-    if answer is not None:
-        if answer.get("plan") is None:
-            _say(answer["line"], answer["code"])
-            return answer["code"]
-        from .models import Plan
-
-        return _print_plan(Plan.model_validate(answer["plan"]), a.json)
-    paths.ensure()
-
-    async def one(engine):
-        return await engine.tick()
-
-    return _print_plan(asyncio.run(_with_engine(paths, one)), a.json)
 
 
 def _print_plan(plan, as_json: bool) -> int:
@@ -476,23 +458,21 @@ def _print_lines(code: int, lines: list[str]) -> int:
 def cmd_game(a, paths: Paths) -> int:
     from .usercmds import cmd_game as game
 
+    policy = _policy()
+
     def decide() -> list[str]:
         """A pass now (the loop's, or one here); what kept it from acting on everything."""
-        from .client import NoDaemon, ask
+        from .tick import PassFailed, pass_here, pass_now
 
+        _quiet_logs()
         try:
-            answer = ask(paths.socket, {"op": "tick"}, timeout=30)
-            return list((answer.get("plan") or {}).get("notices") or [])
-        except (NoDaemon, OSError):
-            import asyncio
+            return list(pass_now(paths, policy, timeout=30).notices)
+        except PassFailed:
+            return []
+        except OSError:  # the loop did not answer in time: a pass here, under the same lock
+            return list(pass_here(paths, policy).notices)
 
-            async def one(engine):
-                return await engine.tick()
-
-            paths.ensure()
-            return list(asyncio.run(_with_engine(paths, one)).notices)
-
-    code, lines = game(a, paths, _policy(), decide)
+    code, lines = game(a, paths, policy, decide)
     for line in lines:  # what went wrong goes to stderr even when the command succeeded
         print(line, file=sys.stderr if code == 1 or line.startswith("res: ") else sys.stdout)
     return code

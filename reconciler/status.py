@@ -153,8 +153,6 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str
 
 def wait(paths: Paths, policy, job_id: str, timeout: float | None) -> tuple[int, str]:
     """Poll until the entry is finished; with no loop running, run passes here so it settles."""
-    import asyncio
-
     from .client import NoDaemon, ask
     from .store import Store
 
@@ -175,17 +173,9 @@ def wait(paths: Paths, policy, job_id: str, timeout: float | None) -> tuple[int,
             ask(paths.socket, {"op": "ping"}, timeout=5)
             time.sleep(0.5)
         except NoDaemon:
-            from .tick import Engine
+            from .tick import pass_here
 
-            async def one():
-                engine = Engine(paths, policy)
-                try:
-                    await engine.connect()
-                    await engine.tick()
-                finally:
-                    await engine.close()
-
-            asyncio.run(one())
+            pass_here(paths, policy)
             time.sleep(0.5)
 
 

@@ -158,6 +158,52 @@ class Engine:
             return p
 
 
+async def with_engine(paths: Paths, policy, fn):
+    """`fn(engine)` on a one-shot reconciler instance: connected first, closed after (its
+    attachments given up, so a loop takes them over at once)."""
+    engine = Engine(paths, policy)
+    try:
+        await engine.connect()
+        return await fn(engine)
+    finally:
+        await engine.close()
+
+
+def pass_here(paths: Paths, policy, adopt: bool = False) -> Plan:
+    """One pass in this process, under the same tick lock as the loop's."""
+    import asyncio
+
+    async def one(engine):
+        engine.adopt_once = adopt
+        return await engine.tick()
+
+    paths.ensure()
+    return asyncio.run(with_engine(paths, policy, one))
+
+
+class PassFailed(Exception):
+    """The running loop answered without a plan (its pass failed): its line and exit code."""
+
+    def __init__(self, line: str, code: int):
+        super().__init__(line)
+        self.line, self.code = line, code
+
+
+def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float = 60.0) -> Plan:
+    """A pass now: the running loop's (it answers with the plan of a pass that began after the
+    request), else one here. `adopt`: that pass adopts sessions whatever adopt_sessions says.
+    TimeoutError: the loop took the request and did not answer in time."""
+    from .client import NoDaemon, ask
+
+    try:
+        answer = ask(paths.socket, {"op": "tick", "adopt": adopt}, timeout=timeout)
+    except NoDaemon:
+        return pass_here(paths, policy, adopt)
+    if answer.get("plan") is None:
+        raise PassFailed(answer["line"], answer["code"])
+    return Plan.model_validate(answer["plan"])
+
+
 def load_desired(paths: Paths, store, save: bool = True) -> tuple[Desired, list[str]]:
     """Desired state, keeping the last good version of a file that does not parse (DESIGN §2 step 2).
     `save`: remember this version as the last good one (never in a dry run)."""
