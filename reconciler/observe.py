@@ -94,13 +94,18 @@ def stray_services(transient_dir: str, ours: tuple[str, ...]) -> list[str]:
         if not name.endswith(".service") or name.startswith("app-"):
             continue
         slice_name = "app.slice"  # systemd's default slice for user services
+        complete = False
         try:
             with open(os.path.join(transient_dir, name)) as f:
                 for line in f:
                     if line.startswith("Slice="):
                         slice_name = line[6:].strip()
+                    elif line.startswith("ExecStart="):
+                        complete = True
         except OSError:
             continue
+        if not complete:
+            continue  # being written (systemd appends setting by setting): judged on a later pass
         if slice_name in ours or slice_name in DESKTOP_SLICES or slice_name.startswith("app-"):
             continue
         out.append(name)

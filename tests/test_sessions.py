@@ -255,3 +255,9 @@ def test_slice_values_line():
     assert slice_values({"MemoryHigh": 18 * GIB, "CPUWeight": 5, "IOWeight": None}) == \
         "MemoryHigh 18.0 GB, CPUWeight 5, IOWeight default"
     assert slice_values({"MemoryHigh": (1 << 64) - 1}) == "MemoryHigh max, CPUWeight default, IOWeight default"
+
+
+def test_a_transient_file_still_being_written_is_not_judged(tmp_path):
+    (tmp_path / "res-r-1.service").write_text("# transient\n[Unit]\nDescription=res r-1: make\n")  # no Slice= yet
+    (tmp_path / "run-u7.service").write_text("[Unit]\n[Service]\nExecStart=\nExecStart=/bin/x\n")
+    assert stray_services(str(tmp_path), ("agents.slice", "agents-jobs.slice")) == ["run-u7.service"]
