@@ -61,12 +61,13 @@ skipped, never raised.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fnmatch
 import os
 import re
 import stat
-from typing import Awaitable, Callable, Iterable, NamedTuple
+from typing import Awaitable, Callable, Iterable, Iterator, NamedTuple
 
 from .units import GIB, fmt_span
 
@@ -283,21 +284,15 @@ def read_patterns(project_dir: str, uid: int) -> tuple[Root | None, list[str]]:
     that is a symlink, not the user's, not a regular file or too big: named in an error line)."""
     source = os.path.join(project_dir, PATTERN_FILE)
     try:
-        fd = os.open(source, _FILE_FLAGS)
+        data = _read_regular(source, MAX_PATTERN_FILE + 1,
+                             ok=lambda st: st.st_uid == uid and st.st_size <= MAX_PATTERN_FILE)
     except FileNotFoundError:
         return None, []
     except OSError as e:
         return None, [f"{show(source)}: {e.strerror}"]
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_size > MAX_PATTERN_FILE:
-            return None, [f"{show(source)}: not a regular file of yours under {MAX_PATTERN_FILE // 1024} KB; ignored"]
-        text = os.read(fd, MAX_PATTERN_FILE + 1).decode("utf-8", "replace")
-    except OSError as e:
-        return None, [f"{show(source)}: {e.strerror}"]
-    finally:
-        os.close(fd)
-    patterns, errors = parse_patterns(text, show(source))
+    if data is None:
+        return None, [f"{show(source)}: not a regular file of yours under {MAX_PATTERN_FILE // 1024} KB; ignored"]
+    patterns, errors = parse_patterns(data.decode("utf-8", "replace"), show(source))
     if not patterns:
         return None, errors
     return Root(project_dir, PROJECT, tuple(patterns), source), errors
@@ -404,6 +399,28 @@ def _open_dir(name: str, dir_fd: int | None, expect: os.stat_result | None = Non
     return fd
 
 
+@contextlib.contextmanager
+def _closing_fd(fd: int) -> Iterator[int]:
+    """`with _closing_fd(_open_dir(...)) as fd:` closes the descriptor when the block is left."""
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _read_regular(name: str, most: int, dir_fd: int | None = None,
+                  ok: Callable[[os.stat_result], bool] = lambda st: True) -> bytes | None:
+    """At most `most` bytes of the file `name`, opened without following a symlink (and without
+    blocking); None, nothing read, when it is not a regular file or `ok(its fstat)` is false.
+    OSError is raised."""
+    fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    with _closing_fd(fd):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or not ok(st):
+            return None
+        return os.read(fd, most)
+
+
 def _measure(fd: int, st: os.stat_result, owner: int, depth: int, children: list | None = None) -> _Tree:
     """Size, newest mtime and hazards of the directory open as `fd` and everything beneath it.
     With `children`, (name, lstat, _Tree) of each direct child is appended to it."""
@@ -451,10 +468,8 @@ def _measure_child(name: str, dir_fd: int, st: os.stat_result, owner: int, depth
         return None
     except OSError as e:
         return _Tree(st.st_blocks * 512, st.st_mtime, False, f"cannot read inside: {e.strerror}")
-    try:
+    with _closing_fd(cfd):
         return _measure(cfd, st, owner, depth, children)
-    finally:
-        os.close(cfd)
 
 
 def _entry(root: Root, rel: tuple, st: os.stat_result, tree: _Tree, live: bool, **kw) -> Entry:
@@ -551,16 +566,10 @@ def _collect_litter(root, fd, rst, live, is_live, alive) -> list[Entry]:
             if st.st_mode & stat.S_ISVTX or st.st_dev != rst.st_dev:
                 continue
             try:
-                cfd = _open_dir(name, fd, st)
-            except OSError:
-                continue
-            try:
-                with os.scandir(cfd) as it:
+                with _closing_fd(_open_dir(name, fd, st)) as cfd, os.scandir(cfd) as it:
                     empty = next(iter(it), None) is None
             except OSError:
                 continue
-            finally:
-                os.close(cfd)
             tree = _Tree(st.st_blocks * 512 if empty else 0, st.st_mtime, empty, "")
             out.append(_entry(root, (name,), st, tree, is_live((name,))))
         elif stat.S_ISREG(st.st_mode) and name.endswith(".pid") and st.st_size <= MAX_PID_FILE:
@@ -572,18 +581,11 @@ def _collect_litter(root, fd, rst, live, is_live, alive) -> list[Entry]:
 
 def _read_pid(name: str, dir_fd: int, st: os.stat_result) -> int | None:
     try:
-        f = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        data = _read_regular(name, MAX_PID_FILE + 1, dir_fd,
+                             ok=lambda fst: (fst.st_dev, fst.st_ino) == (st.st_dev, st.st_ino))
     except OSError:
         return None
-    try:
-        fst = os.fstat(f)
-        if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino) or not stat.S_ISREG(fst.st_mode):
-            return None
-        m = _PID_TEXT.match(os.read(f, MAX_PID_FILE + 1))
-    except OSError:
-        return None
-    finally:
-        os.close(f)
+    m = None if data is None else _PID_TEXT.match(data)
     return int(m.group(1)) if m else None
 
 
@@ -615,13 +617,11 @@ def _match(root, fd, dst, rel, names, dirs_only, pattern, is_live, found) -> Non
                 cfd = _open_dir(name, fd, st)
             except OSError:
                 continue
-            try:
+            with _closing_fd(cfd):
                 if len(names) > 1:
                     _match(root, cfd, st, rel + (name,), names[1:], dirs_only, pattern, is_live, found)
                     continue
                 tree = _measure(cfd, st, st.st_uid, len(rel) + 1)
-            finally:
-                os.close(cfd)
         elif dirs_only:
             continue
         else:
@@ -699,16 +699,13 @@ def _remove(r: Removal, uid: int, cutoff: float, alive: Callable[[int], bool]) -
         if e.kind != "dir":
             os.unlink(name, dir_fd=parent)  # a symlink goes as a link: its target is never touched
             return Outcome(e, True, st.st_blocks * 512, "")
-        fd = _open_dir(name, parent, st)
-        try:
+        with _closing_fd(_open_dir(name, parent, st)) as fd:
             now_tree = _measure(fd, st, uid, len(e.rel))
             if now_tree.hazard:
                 return Outcome(e, False, 0, now_tree.hazard)
             if now_tree.newest > e.newest or now_tree.newest >= cutoff:
                 return Outcome(e, False, 0, "changed during the sweep")
             freed, kept = _empty_dir(fd, st.st_dev, uid, min(e.newest, cutoff), len(e.rel))
-        finally:
-            os.close(fd)
         if kept:
             return Outcome(e, False, freed, f"{kept} changed during the sweep")
         try:
@@ -743,11 +740,8 @@ def _empty_dir(fd: int, dev: int, uid: int, limit: float, depth: int) -> tuple[i
                 kept += 1
                 continue
             if stat.S_ISDIR(st.st_mode):
-                cfd = _open_dir(name, fd, st)
-                try:
+                with _closing_fd(_open_dir(name, fd, st)) as cfd:
                     f, k = _empty_dir(cfd, dev, uid, limit, depth + 1)
-                finally:
-                    os.close(cfd)
                 freed += f
                 if k:
                     kept += k
