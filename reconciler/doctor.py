@@ -13,10 +13,11 @@ Exit 0 when nothing needs fixing, 1 otherwise.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, NamedTuple
 
+from .cgroup import MemoryMount, _read_text, _unescape, memory_dir, parse_memory_mount
 from .paths import Paths
 
 WANTED = ("memory", "cpu", "io")  # the controllers res sets limits and weights with
@@ -119,44 +120,37 @@ def decide(f: Facts) -> tuple[int, list[str]]:
     return (0 if all(g for g, _ in ok) else 1), [line for _, line in ok]
 
 
-def _unescape(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
 class Mount(NamedTuple):
     path: str  # mount point
     root: str  # the cgroup path the mount's top directory is (mountinfo field 4)
 
 
+def _mounts(mountinfo: str):
+    """(Mount, the fields after " - ": fstype, source, super options) of each line of /proc/self/mountinfo."""
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        lf = left.split()
+        if sep and len(lf) >= 5:
+            yield Mount(_unescape(lf[4]), _unescape(lf[3])), right.split()
+
+
 def v1_hierarchies(mountinfo: str) -> dict[str, Mount]:
     """cgroup v1 controller -> its hierarchy's mount, from the text of /proc/self/mountinfo."""
     out: dict[str, Mount] = {}
-    for line in mountinfo.splitlines():
-        left, sep, right = line.partition(" - ")
-        lf, rf = left.split(), right.split()
-        if not sep or len(lf) < 5 or len(rf) < 3 or rf[0] != "cgroup":
-            continue
-        for opt in rf[2].split(","):
-            out.setdefault(opt, Mount(_unescape(lf[4]), _unescape(lf[3])))
+    for m, rf in _mounts(mountinfo):
+        if len(rf) >= 3 and rf[0] == "cgroup":
+            for opt in rf[2].split(","):
+                out.setdefault(opt, m)
     return out
 
 
 def v2_mount(mountinfo: str) -> Mount | None:
-    for line in mountinfo.splitlines():
-        left, sep, right = line.partition(" - ")
-        lf, rf = left.split(), right.split()
-        if sep and len(lf) >= 5 and rf and rf[0] == "cgroup2":
-            return Mount(_unescape(lf[4]), _unescape(lf[3]))
-    return None
+    return next((m for m, rf in _mounts(mountinfo) if rf[:1] == ["cgroup2"]), None)
 
 
 def cgroup_dir(mount: Mount, cgroup_path: str) -> str:
     """The directory of `cgroup_path` (e.g. the manager's ControlGroup) under `mount`."""
-    rel = cgroup_path or "/"
-    root = mount.root.rstrip("/")
-    if root and (rel == root or rel.startswith(root + "/")):
-        rel = rel[len(root):]
-    return os.path.join(mount.path, rel.lstrip("/")).rstrip("/") or "/"
+    return str(memory_dir(cgroup_path, MemoryMount(Path(mount.path), mount.root, 0))[0])  # version unused
 
 
 def fstype_of(path: str, mounts: str) -> str | None:
@@ -177,20 +171,12 @@ def fstype_of(path: str, mounts: str) -> str | None:
 # ---------------------------------------------------------------------------------- shell
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 def _oomd_running(proc: str = "/proc") -> bool:
     try:
         pids = [p for p in os.listdir(proc) if p.isdigit()]
     except OSError:
         return False
-    return any((_read(f"{proc}/{p}/comm") or "").strip() == "systemd-oomd" for p in pids)
+    return any((_read_text(Path(proc, p, "comm")) or "").strip() == "systemd-oomd" for p in pids)
 
 
 def _user() -> str:
@@ -205,9 +191,9 @@ def _user() -> str:
 async def _ask_manager(paths: Paths, policy) -> tuple[str | None, str, str | None, tuple[str, ...] | None]:
     """(why unreachable or None, version, ControlGroup, UnitPath)."""
     from .runtime import RuntimeUnavailable
-    from .runtime.systemd import SystemdRuntime
+    from .tick import make_runtime
 
-    rt = SystemdRuntime(unit_prefix=policy.unit_prefix, jobs_slice=policy.jobs_slice, logs_dir=paths.logs)
+    rt = make_runtime(paths, policy)
     try:
         await rt.connect()
         version = str(await rt.manager_property("Version"))
@@ -222,10 +208,9 @@ async def _ask_manager(paths: Paths, policy) -> tuple[str | None, str, str | Non
         await rt.close()
 
 
-def gather(paths: Paths, policy, read: Callable[[str], str | None] = _read) -> Facts:
+def gather(paths: Paths, policy, read: Callable[[str], str | None] = lambda p: _read_text(Path(p))) -> Facts:
     import asyncio
 
-    from .cgroup import parse_memory_mount
     from .unitfiles import user_unit_dir
 
     f = Facts(user=_user(), unit_dir=str(user_unit_dir()))
@@ -239,7 +224,7 @@ def gather(paths: Paths, policy, read: Callable[[str], str | None] = _read) -> F
         f.cgroup_hybrid = mem.version == 1 and v2 is not None
     if manager_cgroup is not None and mem is not None:
         if mem.version == 2:
-            d = cgroup_dir(Mount(str(mem.path), mem.root), manager_cgroup)
+            d = str(memory_dir(manager_cgroup, mem)[0])
             f.controllers_dir = d
             text = read(os.path.join(d, "cgroup.controllers"))
             if text is not None:

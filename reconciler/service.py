@@ -253,12 +253,6 @@ def serve_lock_holder(lock: Path) -> str | None:
         os.close(fd)
 
 
-def _runtime(paths: Paths, policy):
-    from .runtime.systemd import SystemdRuntime
-
-    return SystemdRuntime(unit_prefix=policy.unit_prefix, jobs_slice=policy.jobs_slice, logs_dir=paths.logs)
-
-
 async def _state(rt, name: str) -> UnitState:
     from .runtime.systemd import DBusCallError
 
@@ -306,12 +300,14 @@ async def _wait_ready(rt, name: str, paths: Paths) -> tuple[int | None, str]:
 
 
 async def _install(rt, name: str, unit_dir: Path, text: str, paths: Paths) -> tuple[int, list[str]]:
+    from .unitfiles import _current, install_unit
+
     await rt.connect()
     search = {os.path.normpath(str(p)) for p in await rt.manager_property("UnitPath")}
     if os.path.normpath(str(unit_dir)) not in search:
         return 1, [f"res: {unit_dir} is not in the user manager's unit search path (see: res doctor)"]
     before = await _state(rt, name)
-    on_disk = _unit_text(unit_dir / name)
+    on_disk = _current(unit_dir / name, "use")
     other = serves(before, on_disk)
     if other is not None and os.path.normpath(other) != os.path.normpath(str(paths.root)) and on_disk is not None:
         return 1, [f"res: {name} serves {other}; to serve {paths.root} instead, first: "
@@ -322,7 +318,7 @@ async def _install(rt, name: str, unit_dir: Path, text: str, paths: Paths) -> tu
                    "stop it, then run res service install again"]
     path = unit_dir / name
     existed = path.exists()
-    changed = await asyncio.to_thread(_write, unit_dir, name, text)
+    changed = await asyncio.to_thread(install_unit, unit_dir, name, text)
     lines = []
     if changed:
         lines.append(f"{'updated' if existed else 'installed'} {path}")
@@ -349,30 +345,12 @@ async def _install(rt, name: str, unit_dir: Path, text: str, paths: Paths) -> tu
     return 0, lines + [f"{verb} {name} (pid {pid}), serving {paths.root}"]
 
 
-def _unit_text(path: Path) -> str | None:
-    from .unitfiles import _current
-
-    return _current(path, "use")
-
-
-def ours(text: str) -> bool:
-    from .unitfiles import ours as written_by_res
-
-    return written_by_res(text)
-
-
-def _write(unit_dir: Path, name: str, text: str) -> bool:
-    from .unitfiles import install_unit
-
-    return install_unit(unit_dir, name, text)
-
-
 async def _uninstall(rt, name: str, unit_dir: Path, paths: Paths) -> tuple[int, list[str]]:
-    from .unitfiles import remove_unit
+    from .unitfiles import _current, ours, remove_unit
 
     await rt.connect()
     st = await _state(rt, name)
-    on_disk = _unit_text(unit_dir / name)  # refuses a symlink, before anything is stopped
+    on_disk = _current(unit_dir / name, "use")  # refuses a symlink, before anything is stopped
     if on_disk is not None and not ours(on_disk):
         return 1, [f"res: {unit_dir / name} was not written by res; leaving it (and its service) alone"]
     other = serves(st, on_disk)
@@ -419,7 +397,9 @@ def cmd_service(action: str, paths: Paths, policy) -> tuple[int, list[str]]:
     paths = Paths(Path(os.path.abspath(paths.root)))
 
     async def run(step, *args):
-        rt = _runtime(paths, policy)
+        from .tick import make_runtime
+
+        rt = make_runtime(paths, policy)
         try:
             return await step(rt, *args)
         finally:
