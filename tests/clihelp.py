@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,34 +222,47 @@ def res(user_manager, res_env):
 # ---------------------------------------------------------------- D-Bus
 
 
-async def _props(unit: str, ifaces: tuple[str, ...]) -> dict:
+async def dbus_call(bus, path, interface, member, signature, body):
+    """A call to systemd on `bus`; the reply's body (an error reply fails the test)."""
     from dbus_fast import Message, MessageType
-    from dbus_fast.aio import MessageBus
 
-    async def call(bus, path, interface, member, signature, body):
-        reply = await bus.call(Message(destination="org.freedesktop.systemd1", path=path, interface=interface,
-                                       member=member, signature=signature, body=body))
-        assert reply.message_type is not MessageType.ERROR, (reply.error_name, reply.body)
-        return reply.body
+    reply = await bus.call(Message(destination="org.freedesktop.systemd1", path=path, interface=interface,
+                                   member=member, signature=signature, body=body))
+    assert reply.message_type is not MessageType.ERROR, (reply.error_name, reply.body)
+    return reply.body
+
+
+@asynccontextmanager
+async def session_bus():
+    """A D-Bus connection of our own to the session bus, disconnected on the way out."""
+    from dbus_fast.aio import MessageBus
 
     bus = await MessageBus(bus_address=os.environ["DBUS_SESSION_BUS_ADDRESS"]).connect()
     try:
-        # LoadUnit, not GetUnit: an idle slice with nothing in it is unloaded between uses
-        (path,) = await call(bus, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", "LoadUnit", "s",
-                             [unit])
-        out = {}
-        for iface in ifaces:
-            (props,) = await call(bus, path, "org.freedesktop.DBus.Properties", "GetAll", "s", [iface])
-            out.update({k: v.value for k, v in props.items()})
-        return out
+        yield bus
     finally:
         bus.disconnect()
         await bus.wait_for_disconnect()
 
 
+async def unit_props_async(unit: str, kinds: tuple[str, ...] = ("Service",), load: str = "LoadUnit") -> dict:
+    """Unit properties and those of each of `kinds` ("Service", "Slice", "Scope"), over a connection of
+    our own. `load` is the Manager method that finds the unit: LoadUnit by default, not GetUnit, as an
+    idle slice with nothing in it is unloaded between uses; GetUnit fails for a unit not loaded."""
+    async with session_bus() as bus:
+        (path,) = await dbus_call(bus, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager", load, "s",
+                                  [unit])
+        out = {}
+        for kind in ("Unit", *kinds):
+            (props,) = await dbus_call(bus, path, "org.freedesktop.DBus.Properties", "GetAll", "s",
+                                       [f"org.freedesktop.systemd1.{kind}"])
+            out.update({k: v.value for k, v in props.items()})
+        return out
+
+
 def unit_props(unit: str, kind: str = "Service") -> dict:
     """Unit and Service (or Slice) properties of a loaded unit, over a D-Bus connection of our own."""
-    return asyncio.run(_props(unit, ("org.freedesktop.systemd1.Unit", f"org.freedesktop.systemd1.{kind}")))
+    return asyncio.run(unit_props_async(unit, (kind,)))
 
 
 def wait_for(pred, what: str, limit_s: float = 60, step: float = 0.1):

@@ -14,6 +14,7 @@ import stat
 import subprocess
 import sys
 import time
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from reconciler import cgroup
 from reconciler.runtime import JobSpec, RuntimeUnavailable
 from reconciler.runtime.systemd import EXIT_RECORD_SCRIPT, SystemdRuntime, job_environment
 
+from clihelp import dbus_call, session_bus, unit_props_async
+
 systemd = pytest.mark.systemd
 GB = 1024**3
 PY = sys.executable
@@ -31,44 +34,16 @@ PY = sys.executable
 # ---------------------------------------------------------------- helpers
 
 
-async def dbus_call(bus, path, interface, member, signature, body):
-    from dbus_fast import Message, MessageType
-
-    reply = await bus.call(Message(destination="org.freedesktop.systemd1", path=path, interface=interface,
-                                   member=member, signature=signature, body=body))
-    assert reply.message_type is not MessageType.ERROR, (reply.error_name, reply.body)
-    return reply.body
-
-
-async def unit_props(unit: str) -> dict:
-    """All Unit and Service properties of a loaded unit, read back over our own connection."""
-    from dbus_fast.aio import MessageBus
-
-    bus = await MessageBus(bus_address=os.environ["DBUS_SESSION_BUS_ADDRESS"]).connect()
-    try:
-        (path,) = await dbus_call(bus, "/org/freedesktop/systemd1", "org.freedesktop.systemd1.Manager",
-                                  "GetUnit", "s", [unit])
-        out = {}
-        for iface in ("org.freedesktop.systemd1.Unit", "org.freedesktop.systemd1.Service"):
-            (props,) = await dbus_call(bus, path, "org.freedesktop.DBus.Properties", "GetAll", "s", [iface])
-            out.update({k: v.value for k, v in props.items()})
-        return out
-    finally:
-        bus.disconnect()
-        await bus.wait_for_disconnect()
+def unit_props(unit: str):
+    """All Unit and Service properties of a loaded unit, read back over our own connection (awaitable)."""
+    return unit_props_async(unit, load="GetUnit")
 
 
 async def manager_prop(name: str):
-    from dbus_fast.aio import MessageBus
-
-    bus = await MessageBus(bus_address=os.environ["DBUS_SESSION_BUS_ADDRESS"]).connect()
-    try:
+    async with session_bus() as bus:
         (v,) = await dbus_call(bus, "/org/freedesktop/systemd1", "org.freedesktop.DBus.Properties", "Get", "ss",
                                ["org.freedesktop.systemd1.Manager", name])
         return v.value
-    finally:
-        bus.disconnect()
-        await bus.wait_for_disconnect()
 
 
 async def manager_env() -> dict[str, str]:
@@ -78,16 +53,11 @@ async def manager_env() -> dict[str, str]:
 async def manager_call(member: str, signature: str, body: list):
     """A Manager method call on a connection of our own; the reply message (which may be an error)."""
     from dbus_fast import Message
-    from dbus_fast.aio import MessageBus
 
-    bus = await MessageBus(bus_address=os.environ["DBUS_SESSION_BUS_ADDRESS"]).connect()
-    try:
+    async with session_bus() as bus:
         return await bus.call(Message(destination="org.freedesktop.systemd1", path="/org/freedesktop/systemd1",
                                       interface="org.freedesktop.systemd1.Manager", member=member,
                                       signature=signature, body=body))
-    finally:
-        bus.disconnect()
-        await bus.wait_for_disconnect()
 
 
 async def manager_reload() -> None:
@@ -108,8 +78,17 @@ class Ctx:
     ids: set[str] = field(default_factory=set)
     _n: int = 0
 
-    def runtime(self) -> SystemdRuntime:
-        return SystemdRuntime(self.prefix, self.jobs_slice, self.logs)
+    def runtime(self, logs: Path | None = None) -> SystemdRuntime:
+        return SystemdRuntime(self.prefix, self.jobs_slice, self.logs if logs is None else logs)
+
+    @asynccontextmanager
+    async def running(self, logs: Path | None = None):
+        """A runtime for the block, closed at its end whatever happens."""
+        rt = self.runtime(logs)
+        try:
+            yield rt
+        finally:
+            await rt.close()
 
     def spec(self, cmd: list[str], mem_gb: float = 0.25, env: dict[str, str] | None = None,
              cwd: str | None = None, job_id: str | None = None) -> JobSpec:
@@ -124,8 +103,7 @@ class Ctx:
 
     async def cleanup(self) -> list[str]:
         """Stop and forget every unit of ours, stop the test's slices; return what was still there."""
-        rt = self.runtime()
-        try:
+        async with self.running() as rt:
             seen = await rt.observe(sorted(self.ids))
             left = [j for j, o in seen.items() if o.state != "absent"]
             for job_id in set(seen) | self.ids:
@@ -136,8 +114,6 @@ class Ctx:
             after = await rt.observe([])
             assert not after, f"units left behind: {sorted(after)}"
             return left
-        finally:
-            await rt.close()
 
 
 @pytest.fixture
@@ -151,15 +127,25 @@ def ctx(user_manager, res_env):
     asyncio.run(c.cleanup())
 
 
+async def observe_one(rt: SystemdRuntime, job_id: str):
+    return (await rt.observe([job_id]))[job_id]
+
+
 async def wait_exit(rt: SystemdRuntime, job_id: str, timeout: float = 20):
     """Observe until the job has ended and its exit record is there."""
     deadline = time.monotonic() + timeout
     while True:
-        obs = (await rt.observe([job_id]))[job_id]
+        obs = await observe_one(rt, job_id)
         if obs.exit is not None and obs.state in ("absent", "inactive", "failed"):
             return obs
         assert time.monotonic() < deadline, f"{job_id} did not end in {timeout} s: {obs}"
         await asyncio.sleep(0.05)
+
+
+async def run_to_exit(rt: SystemdRuntime, spec: JobSpec):
+    """Start the job and observe until it has ended (wait_exit)."""
+    await rt.start(spec)
+    return await wait_exit(rt, spec.job_id)
 
 
 def mode(p: Path) -> int:
@@ -292,14 +278,13 @@ def test_unit_properties_read_back(ctx):
     env = dict(os.environ, RES_T_VAR="a $HOME %h ${X}", FOO_TOKEN="leak", db_Password="leak")
 
     async def go():
-        rt = ctx.runtime()
-        spec = ctx.spec(["sh", "-c", "exec sleep 30", "$HOME"], mem_gb=0.5, env=env)
-        t0 = time.perf_counter()
-        await rt.start(spec)
-        took = time.perf_counter() - t0
-        p = await unit_props(rt.unit_name(spec.job_id))
-        menv, mgr_cgroup = await manager_env(), await manager_prop("ControlGroup")
-        await rt.close()
+        async with ctx.running() as rt:
+            spec = ctx.spec(["sh", "-c", "exec sleep 30", "$HOME"], mem_gb=0.5, env=env)
+            t0 = time.perf_counter()
+            await rt.start(spec)
+            took = time.perf_counter() - t0
+            p = await unit_props(rt.unit_name(spec.job_id))
+            menv, mgr_cgroup = await manager_env(), await manager_prop("ControlGroup")
         return spec, p, menv, mgr_cgroup, took
 
     spec, p, menv, mgr_cgroup, took = asyncio.run(go())
@@ -338,12 +323,9 @@ def test_argv_and_environment_reach_the_job_verbatim(ctx):
     code = "import os,sys,json; print(json.dumps([sys.argv[1:], os.environ.get('RES_T_VAR')]))"
 
     async def go():
-        rt = ctx.runtime()
-        spec = ctx.spec([PY, "-c", code, *args], env=dict(os.environ, RES_T_VAR="$HOME %h\t'x'\nnext"))
-        await rt.start(spec)
-        obs = await wait_exit(rt, spec.job_id)
-        await rt.close()
-        return spec, obs
+        async with ctx.running() as rt:
+            spec = ctx.spec([PY, "-c", code, *args], env=dict(os.environ, RES_T_VAR="$HOME %h\t'x'\nnext"))
+            return spec, await run_to_exit(rt, spec)
 
     spec, obs = asyncio.run(go())
     assert obs.exit.status == "0", spec.log_path.read_text()
@@ -360,14 +342,12 @@ def test_exit_records_rc0_and_rc3(ctx):
                RES_EXIT_RECORD=str(ctx.tmp / "elsewhere.json"), INVOCATION_ID="0" * 32)
 
     async def go():
-        rt = ctx.runtime()
-        ok = ctx.spec(["true"], env=env)
-        bad = ctx.spec(["sh", "-c", "echo out; echo err >&2; exit 3"], env=env)
-        await rt.start(ok)
-        await rt.start(bad)
-        r = (await wait_exit(rt, ok.job_id), await wait_exit(rt, bad.job_id))
-        await rt.close()
-        return ok, bad, r
+        async with ctx.running() as rt:
+            ok = ctx.spec(["true"], env=env)
+            bad = ctx.spec(["sh", "-c", "echo out; echo err >&2; exit 3"], env=env)
+            await rt.start(ok)
+            await rt.start(bad)
+            return ok, bad, (await wait_exit(rt, ok.job_id), await wait_exit(rt, bad.job_id))
 
     ok, bad, (o, b) = asyncio.run(go())
     assert (o.exit.result, o.exit.code, o.exit.status) == ("success", "exited", "0")
@@ -388,23 +368,22 @@ def test_stop_records_term_and_observe_reports_memory(ctx):
     code = "import time; b = bytearray(96 * 2**20); print('ready', flush=True); time.sleep(60)"
 
     async def go():
-        rt = ctx.runtime()
-        spec = ctx.spec([PY, "-c", code], mem_gb=0.5)
-        await rt.start(spec)
-        for _ in range(200):
-            if "ready" in spec.log_path.read_text():
-                break
-            await asyncio.sleep(0.05)
-        other = ctx.spec(["sleep", "30"])
-        await rt.start(other)
-        running = await rt.observe([spec.job_id, "r-999999"])
-        t0 = time.perf_counter()
-        await rt.stop(spec.job_id)
-        stop_s = time.perf_counter() - t0
-        after = await rt.observe([spec.job_id])
-        await rt.stop(spec.job_id)  # idempotent: the unit is gone
-        await rt.stop("r-999998")  # never existed
-        await rt.close()
+        async with ctx.running() as rt:
+            spec = ctx.spec([PY, "-c", code], mem_gb=0.5)
+            await rt.start(spec)
+            for _ in range(200):
+                if "ready" in spec.log_path.read_text():
+                    break
+                await asyncio.sleep(0.05)
+            other = ctx.spec(["sleep", "30"])
+            await rt.start(other)
+            running = await rt.observe([spec.job_id, "r-999999"])
+            t0 = time.perf_counter()
+            await rt.stop(spec.job_id)
+            stop_s = time.perf_counter() - t0
+            after = await rt.observe([spec.job_id])
+            await rt.stop(spec.job_id)  # idempotent: the unit is gone
+            await rt.stop("r-999998")  # never existed
         return spec, other, running, after, stop_s
 
     spec, other, running, after, stop_s = asyncio.run(go())
@@ -427,12 +406,9 @@ def test_memory_max_kill_is_recorded(ctx):
     limit_gb = 64 / 1024
 
     async def go():
-        rt = ctx.runtime()
-        spec = ctx.spec([PY, "-c", "b = bytearray(300 * 2**20); print('survived')"], mem_gb=limit_gb)
-        await rt.start(spec)
-        obs = await wait_exit(rt, spec.job_id)
-        await rt.close()
-        return spec, obs
+        async with ctx.running() as rt:
+            spec = ctx.spec([PY, "-c", "b = bytearray(300 * 2**20); print('survived')"], mem_gb=limit_gb)
+            return spec, await run_to_exit(rt, spec)
 
     spec, obs = asyncio.run(go())
     e = obs.exit
@@ -446,12 +422,10 @@ def test_memory_max_kill_is_recorded(ctx):
 @systemd
 def test_exit_is_recorded_while_nobody_watches(ctx):
     async def start():
-        rt = ctx.runtime()
-        spec = ctx.spec(["sh", "-c", "sleep 1; exit 3"])
-        await rt.start(spec)
-        obs = (await rt.observe([spec.job_id]))[spec.job_id]
-        await rt.close()
-        return spec, obs
+        async with ctx.running() as rt:
+            spec = ctx.spec(["sh", "-c", "sleep 1; exit 3"])
+            await rt.start(spec)
+            return spec, await observe_one(rt, spec.job_id)
 
     spec, before = asyncio.run(start())
     assert before.state == "active" and before.exit is None
@@ -460,12 +434,9 @@ def test_exit_is_recorded_while_nobody_watches(ctx):
         assert time.monotonic() < deadline
         time.sleep(0.1)
 
-    async def later(rt):
-        return await rt.observe([spec.job_id])
-
     rt = ctx.runtime()
     asyncio.run(rt.connect())
-    obs = asyncio.run(later(rt))[spec.job_id]  # one runtime, a second event loop: it reconnects
+    obs = asyncio.run(observe_one(rt, spec.job_id))  # one runtime, a second event loop: it reconnects
     asyncio.run(rt.close())
     assert obs.state == "absent"
     assert (obs.exit.result, obs.exit.code, obs.exit.status) == ("exit-code", "exited", "3")
@@ -476,22 +447,21 @@ def test_start_is_idempotent(ctx):
     marker = ctx.tmp / "starts"
 
     async def go():
-        rt = ctx.runtime()
-        one = ctx.spec(["sh", "-c", f"echo started >> {marker}; exec sleep 30"])
-        await rt.start(one)
-        pid = (await unit_props(rt.unit_name(one.job_id)))["MainPID"]
-        await rt.start(one)
-        await asyncio.gather(rt.start(one), rt.start(one))
-        pid2 = (await unit_props(rt.unit_name(one.job_id)))["MainPID"]
-        # racing first starts, on separate connections, of a job that is not running yet
-        two = ctx.spec(["sh", "-c", f"echo two >> {marker}; exec sleep 30"])
-        rts = [ctx.runtime() for _ in range(4)]
-        await asyncio.gather(*(r.start(two) for r in rts))
-        for r in rts:
-            await r.close()
-        await asyncio.sleep(0.3)
-        obs = await rt.observe([])
-        await rt.close()
+        async with ctx.running() as rt:
+            one = ctx.spec(["sh", "-c", f"echo started >> {marker}; exec sleep 30"])
+            await rt.start(one)
+            pid = (await unit_props(rt.unit_name(one.job_id)))["MainPID"]
+            await rt.start(one)
+            await asyncio.gather(rt.start(one), rt.start(one))
+            pid2 = (await unit_props(rt.unit_name(one.job_id)))["MainPID"]
+            # racing first starts, on separate connections, of a job that is not running yet
+            two = ctx.spec(["sh", "-c", f"echo two >> {marker}; exec sleep 30"])
+            rts = [ctx.runtime() for _ in range(4)]
+            await asyncio.gather(*(r.start(two) for r in rts))
+            for r in rts:
+                await r.close()
+            await asyncio.sleep(0.3)
+            obs = await rt.observe([])
         return pid, pid2, obs, one, two
 
     pid, pid2, obs, one, two = asyncio.run(go())
@@ -504,17 +474,15 @@ def test_start_is_idempotent(ctx):
 @systemd
 def test_start_after_an_ended_attempt_clears_the_old_record(ctx):
     async def go():
-        rt = ctx.runtime()
-        spec = ctx.spec(["sh", "-c", "exit 4"])
-        await rt.start(spec)
-        first = await wait_exit(rt, spec.job_id)
-        spec2 = ctx.spec(["sh", "-c", "sleep 0.5; exit 5"], job_id=spec.job_id)
-        await rt.start(spec2)
-        mid = (await rt.observe([spec.job_id]))[spec.job_id]
-        second = await wait_exit(rt, spec.job_id)
-        await rt.forget(spec.job_id)
-        gone = (await rt.observe([spec.job_id]))[spec.job_id]
-        await rt.close()
+        async with ctx.running() as rt:
+            spec = ctx.spec(["sh", "-c", "exit 4"])
+            first = await run_to_exit(rt, spec)
+            spec2 = ctx.spec(["sh", "-c", "sleep 0.5; exit 5"], job_id=spec.job_id)
+            await rt.start(spec2)
+            mid = await observe_one(rt, spec.job_id)
+            second = await wait_exit(rt, spec.job_id)
+            await rt.forget(spec.job_id)
+            gone = await observe_one(rt, spec.job_id)
         return first, mid, second, gone, spec
 
     first, mid, second, gone, spec = asyncio.run(go())
@@ -527,14 +495,9 @@ def test_start_after_an_ended_attempt_clears_the_old_record(ctx):
 @systemd
 def test_command_that_exits_at_once_is_not_a_failed_start(ctx):
     async def go():
-        rt = ctx.runtime()
-        out = []
-        for _ in range(5):  # the exit may race the start job: never an error
-            spec = ctx.spec(["false"])
-            await rt.start(spec)
-            out.append(await wait_exit(rt, spec.job_id))
-        await rt.close()
-        return out
+        async with ctx.running() as rt:
+            # the exit may race the start job: never an error
+            return [await run_to_exit(rt, ctx.spec(["false"])) for _ in range(5)]
 
     for obs in asyncio.run(go()):
         assert (obs.exit.result, obs.exit.status) == ("exit-code", "1")
@@ -548,14 +511,11 @@ def test_command_that_exits_at_once_is_not_a_failed_start(ctx):
 ])
 def test_failed_start_raises_one_line(ctx, cmd, cwd, expect):
     async def go():
-        rt = ctx.runtime()
-        spec = ctx.spec(cmd, cwd=cwd)
-        try:
+        async with ctx.running() as rt:
+            spec = ctx.spec(cmd, cwd=cwd)
             with pytest.raises(RuntimeError) as e:
                 await rt.start(spec)
-            obs = (await rt.observe([spec.job_id]))[spec.job_id]
-        finally:
-            await rt.close()
+            obs = await observe_one(rt, spec.job_id)
         return spec, str(e.value), obs
 
     spec, msg, obs = asyncio.run(go())
@@ -568,15 +528,14 @@ def test_failed_start_raises_one_line(ctx, cmd, cwd, expect):
 def test_one_start_is_fast(ctx):
     """A start (state check, StartTransientUnit, waiting for the start job) takes milliseconds."""
     async def go():
-        rt = ctx.runtime()
-        await rt.connect()
-        times = []
-        for _ in range(5):
-            spec = ctx.spec(["sleep", "30"])
-            t0 = time.perf_counter()
-            await rt.start(spec)
-            times.append(time.perf_counter() - t0)
-        await rt.close()
+        async with ctx.running() as rt:
+            await rt.connect()
+            times = []
+            for _ in range(5):
+                spec = ctx.spec(["sleep", "30"])
+                t0 = time.perf_counter()
+                await rt.start(spec)
+                times.append(time.perf_counter() - t0)
         return sorted(times)
 
     times = asyncio.run(go())
@@ -595,16 +554,15 @@ def test_exit_record_survives_a_daemon_reload(ctx):
     code = "import sys, json, time; print(json.dumps(sys.argv[1:]), flush=True); time.sleep(1); sys.exit(7)"
 
     async def go():
-        rt = SystemdRuntime(ctx.prefix, ctx.jobs_slice, logs)
-        spec = ctx.spec([PY, "-c", code, *args])
-        spec = dataclasses.replace(spec, log_path=logs / f"{spec.job_id}.log",
-                                   exit_path=logs / f"{spec.job_id}.exit.json")
-        await rt.start(spec)
-        await manager_reload()
-        after = await unit_props(rt.unit_name(spec.job_id))
-        obs = await wait_exit(rt, spec.job_id)
-        await rt.forget(spec.job_id)
-        await rt.close()
+        async with ctx.running(logs) as rt:
+            spec = ctx.spec([PY, "-c", code, *args])
+            spec = dataclasses.replace(spec, log_path=logs / f"{spec.job_id}.log",
+                                       exit_path=logs / f"{spec.job_id}.exit.json")
+            await rt.start(spec)
+            await manager_reload()
+            after = await unit_props(rt.unit_name(spec.job_id))
+            obs = await wait_exit(rt, spec.job_id)
+            await rt.forget(spec.job_id)
         return spec, after, obs
 
     spec, after, obs = asyncio.run(go())
