@@ -10,7 +10,6 @@ d. request-to-start latency with `res serve` running: from the moment `res run` 
 from __future__ import annotations
 
 import re
-import statistics
 import subprocess
 import time
 
@@ -48,11 +47,8 @@ def bench_run(report: Report, rounds: int) -> None:
                 for key, value in (("systemd-run", t), ("python", t_py), ("python -S", t_pys),
                                    ("serve", t_serve), ("no serve", t_alone)):
                     times[key].append(value)
-        for env in (served, alone):
-            left = env.settle()
-            if left:
-                raise Broken(f"jobs still live after the runs: {left}")
-        served.stop_serve()
+        served.finish()
+        alone.finish()
     finally:
         served.close()
         alone.close()
@@ -102,10 +98,7 @@ def bench_latency(report: Report, rounds: int) -> None:
                 latency.append(to_active)
                 answer.append(t_answer)
                 sysd.append(t)
-        left = env.settle()
-        if left:
-            raise Broken(f"jobs still live after the runs: {left}")
-        env.stop_serve()
+        env.finish()
     finally:
         env.close()
 
@@ -118,5 +111,5 @@ def bench_latency(report: Report, rounds: int) -> None:
     report.raw += [
         f"d  res run invoked -> unit active              {spread(latency)}",
         f"d  res run invoked -> answer printed           {spread(answer)}",
-        f"d  after active, until the answer (median)     {statistics.median(a - l for a, l in zip(answer, latency)) * 1000:.1f} ms",
+        f"d  after active, until the answer (median)     {median_ms([a - l for a, l in zip(answer, latency)]):.1f} ms",
     ]

@@ -2,6 +2,7 @@
 directory, slices and unit prefix) driven as a real command."""
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import shutil
@@ -52,14 +53,26 @@ def median_ms(seconds: list[float]) -> float:
     return statistics.median(seconds) * 1000
 
 
-def spread(seconds: list[float]) -> str:
+def p90_ms(seconds: list[float]) -> float:
+    """Nearest-rank 90th percentile, in ms."""
+    s = sorted(seconds)
+    return s[max(0, math.ceil(0.9 * len(s)) - 1)] * 1000
+
+
+def spread(seconds: list[float], p90: bool = False) -> str:
     ms = sorted(s * 1000 for s in seconds)
-    return f"median {statistics.median(ms):.1f} ms, min {ms[0]:.1f}, max {ms[-1]:.1f}, n={len(ms)}"
+    at90 = f", p90 {p90_ms(seconds):.1f}" if p90 else ""
+    return f"median {statistics.median(ms):.1f} ms{at90}, min {ms[0]:.1f}, max {ms[-1]:.1f}, n={len(ms)}"
 
 
-def timed(argv: list[str], env: dict | None = None, cwd: str | None = None, timeout: float = 60) -> tuple[float, subprocess.CompletedProcess]:
+def timed(argv: list[str], env: dict | None = None, cwd: str | None = None, timeout: float = 60,
+          stdin: str | int | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    """(wall seconds, the finished command). `stdin`: text written to the command's stdin, else what
+    subprocess takes for it (None: this process's stdin; subprocess.DEVNULL: none)."""
+    feed = stdin if isinstance(stdin, str) else None
     t0 = time.perf_counter()
-    r = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(argv, input=feed, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                       stdin=None if feed is not None else stdin)
     return time.perf_counter() - t0, r
 
 
@@ -165,6 +178,15 @@ class ResEnv:
             if not live or time.monotonic() > deadline:
                 return live
             time.sleep(0.2)
+
+    def finish(self, what: str = "the runs", limit_s: float = 30, stop: bool = True) -> None:
+        """The end of a measured run: passes until no job of ours is live (Broken if some still are after
+        `limit_s`), then `res serve` stopped (unless not `stop`) and its exit checked."""
+        left = self.settle(limit_s)
+        if left:
+            raise Broken(f"jobs still live after {what}: {left}")
+        if stop:
+            self.stop_serve()
 
     def close(self) -> None:
         try:

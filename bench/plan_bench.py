@@ -11,10 +11,9 @@ import cProfile
 import io
 import os
 import pstats
-import statistics
 import time
 
-from common import REPO, Figure, Report
+from common import REPO, Figure, Report, median_ms
 
 NOW = 1_700_000_000.0
 TARGET_MS = 20.0
@@ -71,7 +70,7 @@ def time_plan(args, policy, runs: int) -> tuple[float, object]:
         t0 = time.perf_counter()
         result = plan(*args, NOW, policy)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000, result
+    return median_ms(times), result
 
 
 def hot_spots(args, policy, top: int = 8) -> list[str]:

@@ -16,16 +16,15 @@ import `reconciler` from this checkout.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 
-from common import PY, REPO, Broken, Figure, Report, ResEnv, res_argv
+from common import PY, REPO, Broken, Figure, Report, ResEnv, median_ms, p90_ms, res_argv, spread, timed
 
 HOOK_TARGET = 3.0
 PREFIX = "unset DISPLAY WAYLAND_DISPLAY;"
@@ -52,26 +51,8 @@ def _checkout_env(env: dict) -> dict:
     return env
 
 
-def _run(argv: list[str], env: dict, cwd: str, stdin: str | None = None, timeout: float = 60) -> tuple[float, subprocess.CompletedProcess]:
-    t0 = time.perf_counter()
-    r = subprocess.run(argv, input=stdin, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                       stdin=None if stdin is not None else subprocess.DEVNULL)
-    return time.perf_counter() - t0, r
-
-
-def p90(seconds: list[float]) -> float:
-    """Nearest-rank 90th percentile, in ms."""
-    s = sorted(seconds)
-    return s[max(0, math.ceil(0.9 * len(s)) - 1)] * 1000
-
-
-def med(seconds: list[float]) -> float:
-    return statistics.median(seconds) * 1000
-
-
-def _line(seconds: list[float]) -> str:
-    ms = sorted(x * 1000 for x in seconds)
-    return f"median {med(seconds):.1f} ms, p90 {p90(seconds):.1f}, min {ms[0]:.1f}, max {ms[-1]:.1f}, n={len(ms)}"
+# Every command here gets no stdin (DEVNULL) unless it is handed text (the hook's JSON).
+_run = partial(timed, stdin=subprocess.DEVNULL)
 
 
 # ---------------------------------------------------------------- h: res hook
@@ -112,8 +93,8 @@ def bench_hook(report: Report, rounds: int) -> None:
             raise Broken("res game on did not write the private game file (or wrote the wrong one)")
 
         commands = [
-            ("python", [PY, "-c", "pass"], env_off, None, None),
-            ("python -S", [PY, "-S", "-c", "pass"], env_off, None, None),
+            ("python", [PY, "-c", "pass"], env_off, subprocess.DEVNULL, None),
+            ("python -S", [PY, "-S", "-c", "pass"], env_off, subprocess.DEVNULL, None),
             ("off", res + ["hook"], env_off, HOOK_INPUT, _check_off),
             ("on", res + ["hook"], env_on, HOOK_INPUT, _check_on),
         ]
@@ -122,7 +103,7 @@ def bench_hook(report: Report, rounds: int) -> None:
         times: dict[str, list[float]] = {name: [] for name, *_ in commands}
         for i in range(rounds + 1):  # round 0 fills the bytecode cache and is not counted
             for name, argv, env, stdin, check in commands:
-                t, r = _run(argv, env, str(off.work), stdin)
+                t, r = _run(argv, env, str(off.work), stdin=stdin)
                 if check is not None:
                     check(r)
                 elif r.returncode != 0:
@@ -133,8 +114,8 @@ def bench_hook(report: Report, rounds: int) -> None:
         off.close()
         on.close()
 
-    py, t_off, t_on = med(times["python"]), med(times["off"]), med(times["on"])
-    py90, off90, on90 = p90(times["python"]), p90(times["off"]), p90(times["on"])
+    py, t_off, t_on = median_ms(times["python"]), median_ms(times["off"]), median_ms(times["on"])
+    py90, off90, on90 = p90_ms(times["python"]), p90_ms(times["off"]), p90_ms(times["on"])
     target = f"≤ {HOOK_TARGET:g}×"
     report.figures += [
         Figure("h", "res hook (game off) / python3 -c pass", t_off / py,
@@ -144,16 +125,16 @@ def bench_hook(report: Report, rounds: int) -> None:
         Figure("h", "res hook (game on), p90 / python3 -c pass, p90", on90 / py90, f"{on90:.0f} ms vs {py90:.0f} ms"),
     ]
     report.raw += [
-        f"h  python3 -c pass ({PY})  {_line(times['python'])}",
-        f"h  python3 -S -c pass (no site-packages)       {_line(times['python -S'])}",
-        f"h  res hook, game off ({res[-1]})  {_line(times['off'])}",
-        f"h  res hook, game on                           {_line(times['on'])}",
+        f"h  python3 -c pass ({PY})  {spread(times['python'], p90=True)}",
+        f"h  python3 -S -c pass (no site-packages)       {spread(times['python -S'], p90=True)}",
+        f"h  res hook, game off ({res[-1]})  {spread(times['off'], p90=True)}",
+        f"h  res hook, game on                           {spread(times['on'], p90=True)}",
         f"h  p90 ratios: off {off90 / py90:.2f}×, on {on90 / py90:.2f}×; every output checked "
         f"({rounds + 1} rounds: off no output, on `{PREFIX} {COMMAND}`)",
     ]
     if shim:
-        report.raw.append(f"h  res hook, game on, through PATH ({path_res}) {_line(times['on, PATH res'])} "
-                          f"= {med(times['on, PATH res']) / py:.2f}× python3 -c pass (context: the shim's cost)")
+        report.raw.append(f"h  res hook, game on, through PATH ({path_res}) {spread(times['on, PATH res'], p90=True)} "
+                          f"= {median_ms(times['on, PATH res']) / py:.2f}× python3 -c pass (context: the shim's cost)")
 
 
 # ---------------------------------------------------------------- i: res status
@@ -246,7 +227,7 @@ def bench_status(report: Report, rounds: int) -> None:
         env.close()
         empty.close()
 
-    st, sysd, st0, sv = med(times["status"]), med(times["systemctl"]), med(times["empty"]), med(times["serve"])
+    st, sysd, st0, sv = (median_ms(times[k]) for k in ("status", "systemctl", "empty", "serve"))
     report.figures += [
         Figure("i", f"res status ({total} entries, loop running) / systemctl list-units", sv / sysd,
                f"median {sv:.0f} ms vs {sysd:.1f} ms"),
@@ -257,8 +238,8 @@ def bench_status(report: Report, rounds: int) -> None:
     ]
     report.raw += [
         f"i  res status, {total} entries ({', '.join(f'{v} {k}' for k, v in sorted(states.items()))}; "
-        f"{lines} lines)  {_line(times['status'])}",
-        f"i  res status, no entries                      {_line(times['empty'])}",
-        f"i  res status, {total} entries, res serve answering  {_line(times['serve'])}",
-        f"i  systemctl --user list-units --no-pager (~{units} units)  {_line(times['systemctl'])}",
+        f"{lines} lines)  {spread(times['status'], p90=True)}",
+        f"i  res status, no entries                      {spread(times['empty'], p90=True)}",
+        f"i  res status, {total} entries, res serve answering  {spread(times['serve'], p90=True)}",
+        f"i  systemctl --user list-units --no-pager (~{units} units)  {spread(times['systemctl'], p90=True)}",
     ]

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import tempfile
 import time
 import tomllib
 from pathlib import Path
 
-from common import PY, REPO, Broken, Figure, Report
+from common import PY, REPO, Broken, Figure, Report, median_ms
 
 WORKER = Path(__file__).resolve().parent / "writer_worker.py"
 
@@ -101,7 +100,7 @@ def bench_writers(report: Report, procs: int, per: int) -> None:
     report.raw += [
         f"c  {procs} writers × {per} requests: wall {wall:.3f} s ({total / wall:.0f} adds/s); one writer alone: "
         f"{alone_wall:.3f} s ({total / alone_wall:.0f} adds/s)",
-        f"c  one add, under contention: median {statistics.median(each) * 1000:.1f} ms, p99 {p99:.1f} ms, "
+        f"c  one add, under contention: median {median_ms(each):.1f} ms, p99 {p99:.1f} ms, "
         f"max {each[-1] * 1000:.1f} ms",
         f"c  handed out {len(handed)}, in queue.toml {len(in_file)}, lost {len(lost)}, not handed out {len(unknown)}, "
         f"duplicate ids {dup_handed + dup_file}, next_id {data.get('next_id')}",
