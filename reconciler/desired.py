@@ -361,9 +361,10 @@ def read_desired(paths: Paths, last_good: "list[Request] | None" = None, last_go
         text = _read_text(paths, paths.queue)
         requests = [] if text is None else _parse_queue(text)[1]
     except _Bad as b:
-        desired = Desired(requests=list(last_good or []), queue_ok=False, queue_error=b.at(paths.queue), game=game)
+        desired = Desired(requests=list(last_good or []), queue_ok=False, queue_error=b.at(paths.queue), game=game,
+                          game_ok=game_error is None)
         return DesiredRead(desired, game_error)
-    return DesiredRead(Desired(requests=requests, game=game), game_error)
+    return DesiredRead(Desired(requests=requests, game=game, game_ok=game_error is None), game_error)
 
 
 # ---------------------------------------------------------------- writing TOML text

@@ -12,8 +12,7 @@ from .units import fmt_clock, fmt_cpus, fmt_span, quoted
 
 
 def _snapshot(store) -> dict:
-    raw = store.get_meta("last_tick")
-    return json.loads(raw) if raw else {}
+    return store.get_meta_json("last_tick", {})
 
 
 def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths) -> dict:

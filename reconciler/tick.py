@@ -50,7 +50,7 @@ class Engine:
         self.last_plan: Plan | None = None
         # Why the last pass could admit nothing (a broken queue file, an unobservable runtime); [] if it could.
         self.blocked: list[str] = []
-        self._slice_files: dict[str, str] | None = None  # the slice unit files as last installed
+        self._slice_key: str | None = None  # the inputs of the slice unit files this instance installed
         self.adopt_once = False  # the next pass adopts sessions whatever adopt_sessions says
 
     async def connect(self) -> None:
@@ -101,20 +101,20 @@ class Engine:
         try:
             ram, oomd = meminfo()[0], oomd_present()
             key = slice_units_key(self.policy, ram, oomd)
-            cached = json.loads(self.store.get_meta("slice_units") or "{}")
+            if key == self._slice_key:
+                return []  # installed by this instance from the same inputs
+            cached = self.store.get_meta_json("slice_units", {})
             if cached.get("key") == key:
                 texts = cached["texts"]
             else:
                 texts = slice_units(self.policy, ram, oomd)
-                self.store.set_meta("slice_units", json.dumps({"key": key, "texts": texts}))
-            if texts == self._slice_files:
-                return []
+                self.store.set_meta_json("slice_units", {"key": key, "texts": texts})
             directory = user_unit_dir()
             changed = [name for name, text in texts.items() if install_unit(directory, name, text)]
             if changed:
                 await self.runtime.daemon_reload()
                 log.info("installed %s in %s", ", ".join(changed), directory)
-            self._slice_files = texts
+            self._slice_key = key
             return []
         except Exception as e:  # noqa: BLE001 - jobs still run; the slices are retried next pass
             return [f"could not install the slice unit files: {' '.join(str(e).split())}"]
@@ -210,17 +210,16 @@ def load_desired(paths: Paths, store, save: bool = True) -> tuple[Desired, list[
     from .desired import read_desired
 
     last = store.get_meta("desired_last_good")
-    last_good = [Request.model_validate(r) for r in json.loads(last)["requests"]] if last else None
-    last_game = Game.model_validate(json.loads(last)["game"]) if last else None
+    saved = json.loads(last) if last else None
+    last_good = [Request.model_validate(r) for r in saved["requests"]] if saved else None
+    last_game = Game.model_validate(saved["game"]) if saved else None
     desired, game_error = read_desired(paths, last_good, last_game)
-    desired.game_ok = not game_error
     notices = [f"{game_error}; keeping game mode as it was"] if game_error else []
     if save and (desired.queue_ok or not game_error):
-        # Each file's part is remembered only from a good read of that file.
-        requests = desired.requests if desired.queue_ok else (last_good or [])
-        game = desired.game if not game_error else (last_game or Game())
-        snapshot = json.dumps({"requests": [r.model_dump(mode="json") for r in requests],
-                               "game": game.model_dump(mode="json")})
+        # Each file's part is remembered only from a good read of that file: a broken one's part
+        # is already the last good version (read_desired substitutes it).
+        snapshot = json.dumps({"requests": [r.model_dump(mode="json") for r in desired.requests],
+                               "game": desired.game.model_dump(mode="json")})
         if snapshot != last:
             store.set_meta("desired_last_good", snapshot)
     return desired, notices

@@ -2,7 +2,6 @@
 (`res hook` is dispatched before anything else is imported: see reconciler/entry.py.)"""
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -23,8 +22,7 @@ def game_report(paths: Paths, policy, now: float) -> list[str]:
         return [f"res: {error}"]
     with Store.open(paths, readonly=True) as store:
         records = store.records()
-        raw = store.get_meta("last_tick")
-    snap = json.loads(raw) if raw else {}
+        snap = store.get_meta_json("last_tick", {})
     world = World.model_validate(snap["world"]) if snap.get("world") else None
     return game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now)
 
