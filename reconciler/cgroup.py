@@ -134,11 +134,6 @@ def memory_used_bytes(cgroup_path: str, mount: MemoryMount | None = None) -> int
     return _memory_file(cgroup_path, "memory.usage_in_bytes", "memory.current", mount)
 
 
-def memory_peak_bytes(cgroup_path: str, mount: MemoryMount | None = None) -> int | None:
-    """The cgroup's peak memory (v1 memory.max_usage_in_bytes, v2 memory.peak); None if unknown."""
-    return _memory_file(cgroup_path, "memory.max_usage_in_bytes", "memory.peak", mount)
-
-
 def slice_cgroup(manager_cgroup: str, slice_name: str) -> str:
     """The absolute cgroup path of a slice of the manager whose ControlGroup is given."""
     parts = [p for p in (manager_cgroup.strip("/"), slice_path(slice_name)) if p]

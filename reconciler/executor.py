@@ -206,9 +206,10 @@ class Executor:
 
 
 def _alive(pid: int) -> bool:
+    from .procs import parse_stat
+
     try:
         with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+            return parse_stat(f.read())[2] not in ("Z", "X")
+    except (OSError, ValueError, IndexError):
         return False
-    return state not in ("Z", "X")

@@ -6,7 +6,7 @@ chooses unit names, cgroup paths and the like.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -28,7 +28,6 @@ class JobSpec:
     log_path: Path  # output is appended here
     exit_path: Path  # the unit writes its exit record here when it ends
     description: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 class Runtime(Protocol):

@@ -564,18 +564,6 @@ class SystemdRuntime:
         except DBusCallError as e:
             raise RuntimeError(one_line(f"setting {', '.join(values)} of {unit} failed: {e.text}")) from None
 
-    async def unit_processes(self, unit: str) -> list[tuple[str, int, str]]:
-        """(cgroup path, pid, command line) of every process in `unit`'s cgroup subtree; [] when the
-        unit is not loaded or has no cgroup."""
-        try:
-            (rows,) = await self._manager("GetUnitProcesses", "s", [unit])
-        except DBusCallError as e:
-            if e.name in ("org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.systemd1.NoUnitForPID") \
-                    or "not loaded" in e.text or "no cgroup" in e.text.lower():
-                return []
-            raise RuntimeError(one_line(f"listing the processes of {unit} failed: {e.text}")) from None
-        return [(str(r[0]), int(r[1]), str(r[2])) for r in rows]
-
     async def start_scope(self, name: str, slice_name: str, pids: list[int], description: str,
                           values: dict[str, int]) -> None:
         """A new scope `name` in `slice_name` holding the running `pids` (moved, not restarted)."""
@@ -623,12 +611,6 @@ class SystemdRuntime:
                 return None
             raise RuntimeError(one_line(f"stop of {name} failed: {e.text}")) from None
         return await self._wait_job(job, timeout)
-
-    async def list_units(self, states: list[str], patterns: list[str]) -> list[tuple[str, str, str, str]]:
-        """(name, load state, active state, sub state) of units matching `patterns` in `states`."""
-        (rows,) = await self._manager("ListUnitsByPatterns", "asas", [states, patterns])
-        return [(str(r[0]), str(r[2]), str(r[3]), str(r[4])) for r in rows]
-
 
 def _path_problem(path: str, want_dir: bool = False) -> str | None:
     try:
