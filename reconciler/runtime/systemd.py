@@ -299,6 +299,13 @@ class SystemdRuntime:
         except Exception as e:  # noqa: BLE001 - the connection broke
             raise RuntimeUnavailable(one_line(f"systemd user manager: {member} failed: {e or type(e).__name__}")) from None
 
+    async def _manager_or(self, what: str, member: str, signature: str, body: list):
+        """A Manager call whose error reply becomes one line: `<what> failed: <systemd's text>`."""
+        try:
+            return await self._manager(member, signature, body)
+        except DBusCallError as e:
+            raise RuntimeError(one_line(f"{what} failed: {e.text}")) from None
+
     async def _manager_property(self, name: str):
         body = await self._call_raw(SYSTEMD, SYSTEMD_PATH, PROPERTIES, "Get", "ss", [MANAGER, name])
         return body[0].value
@@ -559,10 +566,8 @@ class SystemdRuntime:
         """SetUnitProperties at runtime (not persisted past a reboot). Integers only: the weights and
         memory limits are all D-Bus `t`."""
         props = [[k, Variant("t", int(v))] for k, v in values.items()]
-        try:
-            await self._manager("SetUnitProperties", "sba(sv)", [unit, True, props])
-        except DBusCallError as e:
-            raise RuntimeError(one_line(f"setting {', '.join(values)} of {unit} failed: {e.text}")) from None
+        await self._manager_or(f"setting {', '.join(values)} of {unit}", "SetUnitProperties", "sba(sv)",
+                               [unit, True, props])
 
     async def start_scope(self, name: str, slice_name: str, pids: list[int], description: str,
                           values: dict[str, int]) -> None:
@@ -583,23 +588,14 @@ class SystemdRuntime:
             raise RuntimeError(f"start of {name} failed: job {result}")
 
     async def enable_unit_files(self, names: list[str]) -> None:
-        try:
-            await self._manager("EnableUnitFiles", "asbb", [names, False, True])
-        except DBusCallError as e:
-            raise RuntimeError(one_line(f"enabling {' '.join(names)} failed: {e.text}")) from None
+        await self._manager_or(f"enabling {' '.join(names)}", "EnableUnitFiles", "asbb", [names, False, True])
 
     async def disable_unit_files(self, names: list[str]) -> None:
-        try:
-            await self._manager("DisableUnitFiles", "asb", [names, False])
-        except DBusCallError as e:
-            raise RuntimeError(one_line(f"disabling {' '.join(names)} failed: {e.text}")) from None
+        await self._manager_or(f"disabling {' '.join(names)}", "DisableUnitFiles", "asb", [names, False])
 
     async def start_unit(self, name: str, timeout: float = START_WAIT_S) -> str | None:
         """StartUnit (mode "replace"); the job's result, None if it did not finish in `timeout`."""
-        try:
-            (job,) = await self._manager("StartUnit", "ss", [name, "replace"])
-        except DBusCallError as e:
-            raise RuntimeError(one_line(f"start of {name} failed: {e.text}")) from None
+        (job,) = await self._manager_or(f"start of {name}", "StartUnit", "ss", [name, "replace"])
         return await self._wait_job(job, timeout)
 
     async def stop_unit(self, name: str, timeout: float = STOP_WAIT_S) -> str | None:
@@ -611,6 +607,7 @@ class SystemdRuntime:
                 return None
             raise RuntimeError(one_line(f"stop of {name} failed: {e.text}")) from None
         return await self._wait_job(job, timeout)
+
 
 def _path_problem(path: str, want_dir: bool = False) -> str | None:
     try:
