@@ -55,17 +55,36 @@ class Capacity:
         return sorted(self.holders, key=lambda h: (h.eta is None, h.eta or 0, h.id))
 
 
-def cpu_reserve(configured: float, nproc: int) -> float:
-    """A CPU reserve larger than the machine would leave agents nothing at all; keep one CPU for
-    them (docs/decisions.md: small machines)."""
-    return max(0.0, min(configured, nproc - 1))
+USER_CPU_SHARE = 0.25  # the most of the machine's CPUs the user's reserve takes
+GAME_CPU_SHARE = 0.5  # … and the game reserve
+
+
+def cpu_reserve(configured: float, nproc: int, share: float = USER_CPU_SHARE) -> float:
+    """The configured CPU reserve, scaled down on small machines: at most `share` of the CPUs, so
+    that a 2-core laptop does not give agents a single CPU to queue for (docs/decisions.md)."""
+    return max(0.0, min(configured, nproc * share))
 
 
 def reserves(policy, game: Game, now: float, nproc: int) -> tuple[float, float, bool]:
+    """(GB, CPUs, game on) kept for the user now. Game mode only ever adds to the user's reserve: a
+    policy whose game reserve is the smaller one must not let agents take more while the user plays."""
     on = game.active(now)
-    gb = policy.game_reserve_gb if on else policy.user_reserve_gb
-    cpus = policy.game_reserve_cpus if on else policy.user_reserve_cpus
-    return gb, cpu_reserve(cpus, nproc), on
+    user_cpus = cpu_reserve(policy.user_reserve_cpus, nproc)
+    if not on:
+        return policy.user_reserve_gb, user_cpus, on
+    gb = max(policy.game_reserve_gb, policy.user_reserve_gb)
+    return gb, max(cpu_reserve(policy.game_reserve_cpus, nproc, GAME_CPU_SHARE), user_cpus), on
+
+
+def reserve_warnings(policy) -> list[str]:
+    """Policy values that do not mean what they say: a game reserve below the normal one."""
+    out = []
+    for what, unit in (("gb", "GB"), ("cpus", "cpus")):
+        game, user = getattr(policy, f"game_reserve_{what}"), getattr(policy, f"user_reserve_{what}")
+        if game < user:
+            out.append(f"policy: game_reserve_{what} ({game:g} {unit}) is below user_reserve_{what} ({user:g} {unit}); "
+                       f"game mode keeps {user:g} {unit} (raise game_reserve_{what} to mean more)")
+    return out
 
 
 def holder_of(rec: JobRecord, used_gb: float, now: float) -> Holder:
@@ -141,8 +160,12 @@ def freed_by(cap: Capacity, need_gb: float, need_cpus: float, now: float) -> tup
 
 class QueueForecast:
     """When each waiting queue entry is expected to start, FIFO: holders end at their ETAs, and each
-    entry, once started, holds its own request until start + its estimate. Ask in queue order.
-    O((holders + entries) log n) for a whole queue."""
+    entry, once started, holds its own request until start + its estimate; an entry with a lock also
+    waits until the lock's holder (running, or an earlier entry of the same lock) is expected to end.
+    Ask in queue order. O((holders + entries) log n) for a whole queue.
+
+    An entry that waits only for its lock is counted against capacity from the time the forecast has
+    reached, not from its own later start: conservative for the entries behind it, never optimistic."""
 
     def __init__(self, cap: Capacity, now: float):
         self.now = now
@@ -153,8 +176,21 @@ class QueueForecast:
         self.ends = [(max(h.eta or now, now), h.held_gb, h.cpus) for h in cap.holders]
         heapq.heapify(self.ends)
         self.stuck = False
+        # When each held lock is expected free; None: its holder is overdue, so nobody can tell.
+        self.lock_free: dict[str, float | None] = {
+            h.lock: (None if h.overdue or h.eta is None else max(h.eta, now)) for h in cap.holders if h.lock}
 
-    def start_of(self, mem_gb: float, cpus: float, est_s: float) -> float | None:
+    def started(self, mem_gb: float, cpus: float, est_s: float, lock: str | None = None) -> None:
+        """An entry started in this very pass (after the forecast was made): it holds from now."""
+        self.free_gb -= mem_gb
+        self.free_cpus -= cpus
+        heapq.heappush(self.ends, (self.now + est_s, mem_gb, cpus))
+        if lock:
+            self.lock_free[lock] = self.now + est_s
+
+    def start_of(self, mem_gb: float, cpus: float, est_s: float, lock: str | None = None) -> float | None:
+        if lock and lock in self.lock_free and self.lock_free[lock] is None:
+            return None  # behind an overdue holder of its lock
         if self.stuck:
             return None
         while self.free_gb < mem_gb - 1e-9 or self.free_cpus < cpus - 1e-9:
@@ -165,7 +201,79 @@ class QueueForecast:
             self.clock = max(self.clock, when)
             self.free_gb += gb
             self.free_cpus += c
+        start = max(self.clock, self.lock_free.get(lock) or self.clock) if lock else self.clock
         self.free_gb -= mem_gb
         self.free_cpus -= cpus
-        heapq.heappush(self.ends, (self.clock + est_s, mem_gb, cpus))
-        return self.clock
+        heapq.heappush(self.ends, (start + est_s, mem_gb, cpus))
+        if lock:
+            self.lock_free[lock] = start + est_s
+        return start
+
+
+# ---------------------------------------------------------------- why a request waits, as data
+# What blocks a request, as a dict with a stable `code` (docs/agent-interface.md): the plan's actions
+# and the records carry it, `--json` prints it, and render.py makes the one line from it.
+
+
+def short_of(cap: Capacity, mem_gb: float, cpus: float) -> list[str]:
+    """Which resources are short for this much: "memory", "cpus" (in that order)."""
+    out = []
+    if mem_gb > cap.mem_gb + 1e-9:
+        out.append("memory")
+    if cpus > cap.cpus + 1e-9:
+        out.append("cpus")
+    return out
+
+
+def holder_data(h: Holder) -> dict:
+    return {"id": h.id, "title": h.title, "project": h.project, "gb": round(h.held_gb, 3), "cpus": h.cpus,
+            "until": None if h.overdue else h.eta, "overdue": h.overdue}
+
+
+def _retry(when: float | None, holders: list[Holder], now: float) -> dict:
+    if when is None:
+        return {"retry": "unknown", "retry_at": None}
+    if when <= now or any(h.overdue for h in holders):
+        return {"retry": "soon", "retry_at": None}
+    return {"retry": "after", "retry_at": when}
+
+
+def busy_detail(req: Request, cap: Capacity, now: float, head: Request | None = None) -> dict:
+    """A request that does not fit now (or would overtake a waiting queue head): which resources are
+    short, who holds them (earliest end first), what is free, when to retry."""
+    need_gb = req.mem_gb + (head.mem_gb if head else 0.0)
+    need_cpus = req.cpus + (head.cpus if head else 0.0)
+    short = short_of(cap, need_gb, need_cpus) or ["memory"]
+    chosen, when = freed_by(cap, need_gb, need_cpus, now)
+    d = {"code": "busy", "resource": "queue_head" if head else "+".join(short), "short": short,
+         "holders": [holder_data(h) for h in chosen], "free_gb": round(cap.mem_gb, 3), "free_cpus": round(cap.cpus, 3),
+         "asked_gb": req.mem_gb, "asked_cpus": req.cpus, **_retry(when, chosen, now)}
+    if head:
+        d["head"] = {"id": head.id, "title": head.title, "gb": head.mem_gb, "cpus": head.cpus,
+                     "waits_for": "+".join(short_of(cap, head.mem_gb, head.cpus) or short)}
+    return d
+
+
+def lock_detail(lock: str, holder: Holder) -> dict:
+    known = holder.eta is not None and not holder.overdue
+    return {"code": "busy", "resource": "lock", "lock": lock, "holders": [holder_data(holder)],
+            "retry": "after" if known else "soon", "retry_at": holder.eta if known else None}
+
+
+def sessions_detail(sessions: list[Holder], limit: int) -> dict:
+    ordered = sorted(sessions, key=lambda h: (h.eta is None, h.eta or 0, h.id))
+    first = next((h for h in ordered if h.eta and not h.overdue), None)
+    return {"code": "busy", "resource": "sessions", "limit": limit, "running": len(sessions),
+            "holders": [holder_data(h) for h in ordered],
+            **({"retry": "after", "retry_at": first.eta} if first else {"retry": "soon", "retry_at": None})}
+
+
+def daily_detail(spent: float, limit: float) -> dict:
+    return {"code": "busy", "resource": "daily_cost", "spent_usd": round(spent, 6), "limit_usd": limit,
+            "retry": "tomorrow", "retry_at": None}
+
+
+def never_detail(req: Request, cap: Capacity) -> dict:
+    if req.mem_gb > cap.max_mem_gb:
+        return {"code": "never_fits", "resource": "memory", "asked": req.mem_gb, "max": round(max(cap.max_mem_gb, 0), 3)}
+    return {"code": "never_fits", "resource": "cpus", "asked": req.cpus, "max": round(max(cap.max_cpus, 0), 3)}

@@ -6,13 +6,14 @@ dbus-fast, APScheduler) load only in the commands that use them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
 
-from .environ import public_env
+from .environ import public_env, resolve_program
 from .paths import Paths
-from .units import BadValue, parse_count, parse_cpus, parse_duration_s, parse_size_gb, parse_usd
+from .units import BadValue, parse_count, parse_cpus, parse_duration_s, parse_pid, parse_size_gb, parse_usd
 
 
 class Fail(Exception):
@@ -68,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a command as a job with reserved memory and CPUs")
     run.add_argument("--mem", required=True, type=_arg(parse_size_gb, "--mem"), help="memory, e.g. 512M, 10G")
-    run.add_argument("--cpus", type=_arg(parse_cpus, "--cpus"), default=1.0)
+    run.add_argument("--cpus", type=_arg(parse_cpus, "--cpus"), default=None,
+                     help="CPUs it keeps busy (default 0.5); its share when CPUs are contended")
     run.add_argument("--for", dest="est", required=True, type=_arg(parse_duration_s, "--for"), help="estimate, e.g. 40m")
     run.add_argument("--title")
     run.add_argument("--project")
@@ -83,27 +85,44 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop the job once it has run this long")
     run.add_argument("--max-iterations", type=_arg(parse_count, "--max-iterations"), default=None,
                      help="stop an agent session after this many turns")
+    run.add_argument("--wait", action="store_true",
+                     help="wait until the job ends: its output as it comes (or --tail N at the end), then the "
+                          "done line on stderr; exit with the job's own code")
+    run.add_argument("--tail", type=_arg(parse_count, "--tail"), default=None, metavar="N",
+                     help="with --wait: print only the last N lines of the output, once the job ended")
+    run.add_argument("--json", action="store_true", help="one JSON object (with --wait: once the job ended)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
     note = sub.add_parser("note", help="reserve memory for foreground work")
     note.add_argument("--mem", required=True, type=_arg(parse_size_gb, "--mem"))
-    note.add_argument("--cpus", type=_arg(parse_cpus, "--cpus"), default=1.0)
+    note.add_argument("--cpus", type=_arg(parse_cpus, "--cpus"), default=None)
     note.add_argument("--for", dest="est", required=True, type=_arg(parse_duration_s, "--for"))
     note.add_argument("--project")
     note.add_argument("--force", action="store_true")
+    owner = note.add_mutually_exclusive_group()
+    owner.add_argument("--owner", type=_arg(parse_pid, "--owner"), metavar="PID",
+                       help="free the note when this process ends (default: the agent session that asks, "
+                            "else the calling shell)")
+    owner.add_argument("--until-expiry", action="store_true",
+                       help="no owner: only --for's end or res release frees it")
+    note.add_argument("--json", action="store_true")
     note.add_argument("title")
 
     st = sub.add_parser("status", help="what runs, what waits, what agents may use")
     st.add_argument("id", nargs="?")
     st.add_argument("--json", action="store_true")
+    st.add_argument("--all", action="store_true", help="also entries that finished over 5 minutes ago")
 
-    wt = sub.add_parser("wait", help="wait until a job is done")
+    wt = sub.add_parser("wait", help="wait until a job is done; exit with its own code (README: exit codes)")
     wt.add_argument("id")
-    wt.add_argument("--timeout", type=_arg(parse_duration_s, "--timeout"), default=None)
+    wt.add_argument("--timeout", type=_arg(parse_duration_s, "--timeout"), default=None,
+                    help="give up after this long (exit 124)")
+    wt.add_argument("--json", action="store_true")
 
     rl = sub.add_parser("release", help="remove a queued entry or a note; --stop a running job")
     rl.add_argument("id")
     rl.add_argument("--stop", action="store_true")
+    rl.add_argument("--json", action="store_true")
 
     rc = sub.add_parser("reconcile", help="run one reconcile pass (or show its plan with --dry-run)")
     _reconcile_args(rc)
@@ -116,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--standby", action="store_true",
                     help="if a loop already runs for this state directory, wait and take over when it ends")
 
-    it = sub.add_parser("init", help="lay down the annotated desired-state files and a policy file")
+    it = sub.add_parser("init", help="lay down the annotated desired-state files (queue.toml, game.toml)")
     it.add_argument("--force", action="store_true")
 
     gm = sub.add_parser("game", help="game mode: the user's bigger reserve, agents yield CPU and IO")
@@ -173,32 +192,9 @@ def _project(cwd: str) -> str:
         d = parent
 
 
-def _owner_pid() -> int:
-    """The process whose exit frees a note: the nearest ancestor named `claude`, else our parent."""
-    from .procs import SESSION_NAME, parse_stat
-
-    pid = os.getppid()
-    cur = pid
-    for _ in range(64):
-        try:
-            with open(f"/proc/{cur}/stat") as f:
-                name, ppid, _ = parse_stat(f.read())
-        except (OSError, ValueError):
-            break
-        if name == SESSION_NAME:
-            return cur
-        if ppid <= 1:
-            break
-        cur = ppid
-    return pid
-
-
-def _which(cmd0: str, cwd: str, path: str) -> bool:
-    if "/" in cmd0:
-        full = cmd0 if os.path.isabs(cmd0) else os.path.join(cwd, cmd0)
-        return os.path.isfile(full) and os.access(full, os.X_OK)
-    return any(os.path.isfile(os.path.join(d, cmd0)) and os.access(os.path.join(d, cmd0), os.X_OK)
-               for d in path.split(os.pathsep) if d)
+def _given(**values) -> dict:
+    """The flags that were given; the others take the request model's defaults (one home)."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _title_from(cmd: list[str]) -> str:
@@ -215,7 +211,7 @@ def _check_title(title: str) -> str:
     return title
 
 
-def _decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str]:
+def _decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str, dict | None]:
     """Ask the running loop; without one, run the passes here under the same lock. `resume`: what
     to run here instead of `local` when the loop took the request and ended before answering (it may
     have acted on it already)."""
@@ -226,7 +222,7 @@ def _decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str]:
         answer = ask(paths.socket, request, timeout=float(os.environ.get("RES_ANSWER_TIMEOUT_S", "60")))
         if answer.get("hint"):
             print(answer["hint"], file=sys.stderr)
-        return answer["code"], answer["line"]
+        return answer["code"], answer["line"], answer.get("data")
     except NoAnswer:
         fn = resume or local
     except NoDaemon:
@@ -266,24 +262,96 @@ def cmd_run(a, paths: Paths) -> int:
         cwd = os.getcwd()
     except FileNotFoundError:
         raise Fail("res: the current directory does not exist any more; cd somewhere that does") from None
-    if not _which(cmd[0], cwd, os.environ.get("PATH", "")):
+    program = resolve_program(cmd[0], cwd, os.environ.get("PATH", ""))
+    if program is None:
         raise Fail(f"res: command not found or not executable: {cmd[0]}", 1)
+    title = _check_title(a.title if a.title is not None else _title_from(cmd))
+    cmd[0] = program  # the program this shell would run, not the one on systemd's PATH
     env = public_env(dict(os.environ))
-    fields = dict(title=_check_title(a.title if a.title is not None else _title_from(cmd)),
-                  project=a.project or _project(cwd), mem_gb=a.mem, cpus=a.cpus, est_s=a.est,
+    fields = dict(title=title,
+                  project=a.project or _project(cwd), mem_gb=a.mem, est_s=a.est,
                   created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
                   agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
-                  max_iterations=a.max_iterations)
-    return _submit(paths, "job", fields)
+                  max_iterations=a.max_iterations, **_given(cpus=a.cpus))
+    if a.tail is not None and not a.wait:
+        raise Fail("res: --tail goes with --wait", 2)
+    if not a.wait:
+        return _submit(paths, "job", fields, a.json)
+    code, line, data = _submit_answer(paths, "job", fields)
+    state = (data or {}).get("state")
+    if state not in ("queued", "running", "starting", "exited") or code != 0:
+        _print_answer(code, line, data, a.json)
+        return code
+    return _wait_for_job(paths, data["id"], line, state, a)
+
+
+def _wait_for_job(paths: Paths, job_id: str, line: str, state: str, a) -> int:
+    """`res run --wait`: the job's output as it comes (stdout), res's own lines on stderr (as
+    `systemd-run --wait` does), the job's exit code."""
+    from .waiting import LogFollower, tail_lines, wait_for
+
+    say = (lambda text: None) if a.json else (lambda text: print(text, file=sys.stderr, flush=True))
+    log = paths.log(job_id)
+    if state == "queued":
+        say(line)  # once: position, est. start, what it waits for
+        started = lambda: say(f"{job_id} started; log {log}")  # noqa: E731
+    else:
+        say(line)
+        started = None
+    quiet = a.json or a.tail is not None
+    follow = LogFollower(log, on_start=started, echo=not quiet)
+    code, done, data = wait_for(paths, _policy, job_id, None, on_idle=follow.poll)
+    if not quiet:
+        follow.poll()  # the rest, up to the line the unit's own stop step wrote
+    elif a.tail is not None and not a.json:
+        sys.stdout.buffer.write(tail_lines(log, a.tail))
+        sys.stdout.flush()
+    if a.json:
+        out = dict(data or {"id": job_id}, exit_code=code, line=done)
+        if a.tail is not None:
+            out["tail"] = tail_lines(log, a.tail).decode("utf-8", "replace")
+        print(json.dumps(out))
+    else:
+        print(done, file=sys.stderr)
+    return code
 
 
 def cmd_note(a, paths: Paths) -> int:
+    from .procs import note_owner, parse_stat
+
+    if a.until_expiry:
+        owner, name = None, None
+    elif a.owner is not None:
+        try:
+            with open(f"/proc/{a.owner}/stat") as f:
+                name = parse_stat(f.read())[0]
+        except (OSError, ValueError):
+            raise Fail(f"res: --owner {a.owner}: no such process", 2) from None
+        owner = a.owner
+    else:
+        owner, name = note_owner(os.getppid())
     fields = dict(title=_check_title(a.title), project=a.project or _project(os.getcwd()), mem_gb=a.mem,
-                  cpus=a.cpus, est_s=a.est, created=time.time(), force=a.force, owner_pid=_owner_pid())
-    return _submit(paths, "note", fields)
+                  est_s=a.est, created=time.time(), force=a.force, owner_pid=owner, owner_name=name,
+                  **_given(cpus=a.cpus))
+    return _submit(paths, "note", fields, a.json)
 
 
-def _submit(paths: Paths, kind: str, fields: dict) -> int:
+def _submit(paths: Paths, kind: str, fields: dict, as_json: bool = False) -> int:
+    code, line, data = _submit_answer(paths, kind, fields)
+    _print_answer(code, line, data, as_json)
+    return code
+
+
+def _print_answer(code: int, line: str, data: dict | None, as_json: bool) -> None:
+    """The one line (stderr for an error), or with --json one object on stdout with the line and the
+    exit code beside the entry."""
+    if as_json:
+        print(json.dumps(dict(data or {}, exit_code=code, line=line)))
+    else:
+        _say(line, code)
+
+
+def _submit_answer(paths: Paths, kind: str, fields: dict) -> tuple[int, str, dict | None]:
     async def local(engine, resume=False):
         from . import ops
 
@@ -294,10 +362,8 @@ def _submit(paths: Paths, kind: str, fields: dict) -> int:
         return decided
 
     paths.ensure()
-    code, line = _decide(paths, {"op": "submit", "kind": kind, "fields": fields}, local,
-                         resume=lambda engine: local(engine, resume=True))
-    _say(line, code)
-    return code
+    return _decide(paths, {"op": "submit", "kind": kind, "fields": fields}, local,
+                   resume=lambda engine: local(engine, resume=True))
 
 
 def cmd_release(a, paths: Paths) -> int:
@@ -306,8 +372,8 @@ def cmd_release(a, paths: Paths) -> int:
 
         return ops.release(engine, engine.tick, a.id, a.stop)
 
-    code, line = _decide(paths, {"op": "release", "id": a.id, "stop": a.stop}, local)
-    _say(line, code)
+    code, line, data = _decide(paths, {"op": "release", "id": a.id, "stop": a.stop}, local)
+    _print_answer(code, line, data, a.json)
     return code
 
 
@@ -394,7 +460,7 @@ def cmd_status(a, paths: Paths) -> int:
     from .client import NoDaemon, ask
 
     try:
-        answer = ask(paths.socket, {"op": "status", "id": a.id, "json": a.json}, timeout=3)
+        answer = ask(paths.socket, {"op": "status", "id": a.id, "json": a.json, "all": a.all}, timeout=3)
         if answer.get("code") == 2:  # a loop from before the status op: read here
             raise KeyError("status")
         out, code, problem = answer["line"], answer["code"], answer.get("problem")
@@ -409,16 +475,20 @@ def cmd_status(a, paths: Paths) -> int:
 def _status_here(a, paths: Paths) -> tuple[str, int, str | None]:
     from .status import queue_problem, status
 
-    out, code = status(paths, _policy(), a.id, a.json)
+    out, code = status(paths, _policy(), a.id, a.json, a.all)
     return out, code, (queue_problem(paths) if a.id and code == 0 else None)
 
 
 def cmd_wait(a, paths: Paths) -> int:
-    from .status import wait
+    """Exits with the job's own code; 124 timeout, 125 never ran, 1 error (README: exit codes)."""
+    from .waiting import wait_for
 
     _quiet_logs()
-    code, line = wait(paths, _policy(), a.id, a.timeout)
-    _say(line, code)
+    code, line, data = wait_for(paths, _policy, a.id, a.timeout)
+    if a.json:
+        print(json.dumps(dict(data or {"id": a.id}, exit_code=code, line=line)))
+    else:
+        print(line, file=sys.stderr if line.startswith("res: ") else sys.stdout)
     return code
 
 

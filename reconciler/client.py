@@ -15,10 +15,15 @@ class NoAnswer(NoDaemon):
     `res run` may be in the queue already), so the caller must not simply ask again."""
 
 
-def ask(sock_path: Path, request: dict, timeout: float) -> dict:
-    """Send one JSON request, return the JSON answer. NoDaemon if nobody listens."""
+def ask(sock_path: Path, request: dict, timeout: float | None, on_idle=None, idle_s: float = 0.1) -> dict:
+    """Send one JSON request, return the JSON answer. NoDaemon if nobody listens. `timeout`: for the
+    whole answer (None: no limit); TimeoutError past it. `on_idle()` is called every `idle_s` while
+    the answer is awaited (e.g. to print a job's log as it grows)."""
+    import time
+
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
+    s.settimeout(timeout if on_idle is None else idle_s)
+    deadline = None if timeout is None else time.monotonic() + timeout
     try:
         try:
             s.connect(str(sock_path))
@@ -31,7 +36,13 @@ def ask(sock_path: Path, request: dict, timeout: float) -> dict:
         buf = b""
         try:
             while not buf.endswith(b"\n"):
-                chunk = s.recv(65536)
+                try:
+                    chunk = s.recv(65536)
+                except TimeoutError:
+                    if on_idle is None or (deadline is not None and time.monotonic() > deadline):
+                        raise
+                    on_idle()
+                    continue
                 if not chunk:
                     break
                 buf += chunk

@@ -22,6 +22,7 @@ log = logging.getLogger("res.serve")
 
 
 REQUEST_LIMIT = 64 << 20  # bytes in one request line
+ENDED_STATES = ("inactive", "failed", "removed")  # a job unit in one of these has ended
 
 
 class ServeBusy(Exception):
@@ -112,15 +113,23 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
         except asyncio.TimeoutError:
             pass
     engine = engine or Engine(paths, policy)
-    await engine.connect()
     ticker = Ticker(engine)
+    if hasattr(engine.runtime, "watch"):
+        # A unit of ours ended or went away: a pass now settles it and starts what waited for it.
+        await engine.runtime.watch(lambda job_id, state: state in ENDED_STATES and ticker.kick())
+    await engine.connect()
+    if not engine.connected and engine.manager_absent and policy.private_manager == "auto":
+        await start_private_manager(engine, paths)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             line = await reader.readline()
-            answer = await answer_request(engine, ticker, json.loads(line))
+            answer = await answer_request(engine, ticker, json.loads(line), reader)
         except Exception as e:  # a bad request gets an answer, never kills the loop
             answer = {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
+        if answer is None:  # the caller went away (a wait it gave up): nobody to answer
+            writer.close()
+            return
         try:
             writer.write(json.dumps(answer).encode() + b"\n")
             await writer.drain()
@@ -171,6 +180,23 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
         release(lock_fd)
 
 
+async def start_private_manager(engine, paths: Paths) -> None:
+    """No systemd user manager to reach (a container, CI, a root shell without lingering): boot one for
+    this state directory (reconciler/usermanager.py), say so in one line, and connect to it. It
+    outlives this loop; a restarted loop, and every `res` call for this state directory, reuse it."""
+    from .usermanager import ManagerError, pids, start
+
+    try:
+        await asyncio.to_thread(start, paths.root)
+    except ManagerError as e:
+        log.error("no systemd user manager reachable, and a private one could not be started: %s", e)
+        return
+    await engine.connect()
+    where = getattr(engine.runtime, "address", None) or "?"
+    log.warning("no systemd user manager was reachable: started a private one for %s (systemd --user pid %s, bus %s)",
+                paths.root, pids(paths.root).get("systemd", "?"), where)
+
+
 async def auto_clean(engine, roots, now: float) -> list[str] | None:
     """The loop's silent cleanup (issue 4, item 6): like `res clean --yes` without project patterns,
     at most every `clean_every_minutes` (the last run is kept in state.db, so a restarted loop does
@@ -191,15 +217,46 @@ async def auto_clean(engine, roots, now: float) -> list[str] | None:
     return lines
 
 
-async def answer_request(engine, ticker: Ticker, req: dict) -> dict:
+async def wait_answer(engine, ticker: Ticker, job_id: str, timeout: float | None, reader=None) -> dict | None:
+    """Answer once the entry is finished (checked after every pass) or `timeout` passed; None if the
+    caller hung up meanwhile."""
+    from .waiting import finished
+
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    gone = asyncio.ensure_future(reader.read(1)) if reader is not None else None
+    try:
+        while True:
+            decided = finished(engine.store, engine.paths, job_id, deadline is not None and loop.time() >= deadline, timeout)
+            if decided is not None:
+                code, line, data = decided
+                return {"code": code, "line": line, "data": data}
+            if gone is not None and gone.done():
+                return None
+            wake = 30.0 if deadline is None else max(min(deadline - loop.time(), 30.0), 0.0)
+            async with ticker.done:
+                try:
+                    await asyncio.wait_for(ticker.done.wait(), wake)
+                except asyncio.TimeoutError:
+                    pass
+    finally:
+        if gone is not None:
+            gone.cancel()
+
+
+async def answer_request(engine, ticker: Ticker, req: dict, reader=None) -> dict | None:
     op = req.get("op")
+    data = None
     if op == "submit":
-        code, line = await ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"])
+        code, line, data = await ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"])
         hint = ops.request_hint(engine, req["kind"], req["fields"])
         if hint:
-            return {"code": code, "line": line, "hint": hint}
+            return {"code": code, "line": line, "data": data, "hint": hint}
     elif op == "release":
-        code, line = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")))
+        code, line, data = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")))
+    elif op == "wait":
+        timeout = req.get("timeout")
+        return await wait_answer(engine, ticker, str(req["id"]), None if timeout is None else float(timeout), reader)
     elif op == "tick":
         # `res adopt`: the very pass that answers adopts (not one already under way, whose plan
         # would not be the answer).
@@ -216,11 +273,12 @@ async def answer_request(engine, ticker: Ticker, req: dict) -> dict:
         from .status import queue_problem, status
 
         job_id = req.get("id")
-        text, code = await asyncio.to_thread(status, engine.paths, engine.policy, job_id, bool(req.get("json")))
+        text, code = await asyncio.to_thread(status, engine.paths, engine.policy, job_id, bool(req.get("json")),
+                                             bool(req.get("all")))
         problem = await asyncio.to_thread(queue_problem, engine.paths) if job_id and code == 0 else None
         return {"code": code, "line": text, "problem": problem}
     elif op == "ping":
-        code, line = 0, f"pid {os.getpid()}"
+        return {"code": 0, "line": f"pid {os.getpid()}", "code_id": engine.code_id}
     else:
         code, line = 2, f"res: unknown request {op!r}"
-    return {"code": code, "line": line}
+    return {"code": code, "line": line, "data": data}

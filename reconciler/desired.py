@@ -819,6 +819,8 @@ class Writer:
                 raise DesiredError(f"env {k!r}: not a variable name")
         if req.lock is not None:
             _check_text("lock", req.lock)
+        if req.owner_name is not None:
+            _check_text("owner_name", req.owner_name)
 
         base = _entry_dict(req)
 
@@ -1104,7 +1106,7 @@ class Writer:
         return written
 
 
-_KEY_ORDER = ("title", "project", "mem_gb", "cpus", "est_s", "created", "queue", "lock", "force", "cmd", "cwd", "agent", "env", "owner_pid")
+_KEY_ORDER = ("title", "project", "mem_gb", "cpus", "est_s", "created", "queue", "lock", "force", "cmd", "cwd", "agent", "env", "owner_pid", "owner_name")
 
 
 def _entry_dict(req: "Request") -> dict[str, Any]:

@@ -45,6 +45,9 @@ class Facts:
     tmp_fstype: str | None = None
     unit_dir: str = ""
     unit_path: tuple[str, ...] | None = None  # the manager's UnitPath; None: unknown
+    policy_warnings: tuple[str, ...] = ()  # policy values that do not mean what they say
+    private_manager: str | None = None  # "pid N": the manager reached is the private one res serve started
+    private_allowed: bool = True  # policy private_manager = "auto"
 
 
 # ---------------------------------------------------------------------------------- pure
@@ -63,11 +66,17 @@ def decide(f: Facts) -> tuple[int, list[str]]:
     later = "fix the user manager first, then run res doctor again"
     if f.manager is None:
         version = f" (systemd {f.manager_version})" if f.manager_version else ""
-        good(f"systemd user manager reachable over D-Bus{version}")
+        if f.private_manager:
+            good(f"systemd user manager reachable over D-Bus{version}: the private one res serve started for this "
+                 f"state directory ({f.private_manager}), as none other was reachable")
+        else:
+            good(f"systemd user manager reachable over D-Bus{version}")
     else:
+        private = ("; or run res serve, which starts a private one for its state directory (policy "
+                   "private_manager = \"auto\")") if f.private_allowed else ""
         fix(f"systemd user manager unreachable ({f.manager})",
             "log in through a systemd session (or export XDG_RUNTIME_DIR=/run/user/$(id -u)); "
-            "`systemctl --user status` must work")
+            f"`systemctl --user status` must work{private}")
 
     if f.cgroup_version == 2:
         good(f"cgroup v2 (unified) at {f.memory_mount}")
@@ -116,6 +125,10 @@ def decide(f: Facts) -> tuple[int, list[str]]:
     else:
         fix(f"unit dir {f.unit_dir} is not in the user manager's search path",
             "run res with the XDG_CONFIG_HOME the manager has (systemctl --user show-environment)")
+
+    for warning in f.policy_warnings:
+        what, _, how = warning.partition("; ")
+        fix(what, how)
 
     return (0 if all(g for g, _ in ok) else 1), [line for _, line in ok]
 
@@ -188,8 +201,8 @@ def _user() -> str:
         return os.environ.get("USER") or str(os.getuid())
 
 
-async def _ask_manager(paths: Paths, policy) -> tuple[str | None, str, str | None, tuple[str, ...] | None]:
-    """(why unreachable or None, version, ControlGroup, UnitPath)."""
+async def _ask_manager(paths: Paths, policy) -> tuple[str | None, str, str | None, tuple[str, ...] | None, str | None]:
+    """(why unreachable or None, version, ControlGroup, UnitPath, the bus address reached)."""
     from .runtime import RuntimeUnavailable
     from .tick import make_runtime
 
@@ -198,12 +211,12 @@ async def _ask_manager(paths: Paths, policy) -> tuple[str | None, str, str | Non
         await rt.connect()
         version = str(await rt.manager_property("Version"))
         unit_path = tuple(str(p) for p in await rt.manager_property("UnitPath"))
-        return None, version, rt.manager_cgroup, unit_path
+        return None, version, rt.manager_cgroup, unit_path, getattr(rt, "address", None)
     except RuntimeUnavailable as e:
         why = str(e).removeprefix("systemd user manager unreachable").removeprefix(" at ").removeprefix(":")
-        return why.strip() or "no answer", "", None, None
+        return why.strip() or "no answer", "", None, None, None
     except Exception as e:  # noqa: BLE001 - any failure to ask is "unreachable" to the user
-        return " ".join(str(e).split()) or type(e).__name__, "", None, None
+        return " ".join(str(e).split()) or type(e).__name__, "", None, None, None
     finally:
         await rt.close()
 
@@ -213,8 +226,15 @@ def gather(paths: Paths, policy, read: Callable[[str], str | None] = lambda p: _
 
     from .unitfiles import user_unit_dir
 
-    f = Facts(user=_user(), unit_dir=str(user_unit_dir()))
-    f.manager, f.manager_version, manager_cgroup, f.unit_path = asyncio.run(_ask_manager(paths, policy))
+    from .capacity import reserve_warnings
+
+    from .usermanager import bus_address, pids
+
+    f = Facts(user=_user(), unit_dir=str(user_unit_dir()), policy_warnings=tuple(reserve_warnings(policy)),
+              private_allowed=policy.private_manager == "auto")
+    f.manager, f.manager_version, manager_cgroup, f.unit_path, reached = asyncio.run(_ask_manager(paths, policy))
+    if reached is not None and reached == bus_address(paths.root):
+        f.private_manager = f"systemd --user pid {pids(paths.root).get('systemd', '?')}"
 
     mountinfo = read("/proc/self/mountinfo") or ""
     mem = parse_memory_mount(mountinfo, read=lambda p: read(str(p)) or "")

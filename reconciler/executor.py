@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 
-from .environ import public_env
+from .environ import public_env, resolve_program
 from .models import Action, JobRecord, Phase, Request
 from .plan import agent_why
 from .paths import Paths
@@ -58,7 +58,7 @@ class Executor:
                        expect_phase=rec.phase if rec else None)
 
     async def _refuse(self, a, req, rec, now):
-        self.store.put(JobRecord(request=req, phase=Phase.refused, why=a.reason, ended=now, updated=now),
+        self.store.put(JobRecord(request=req, phase=Phase.refused, why=a.reason, detail=a.detail, ended=now, updated=now),
                        expect_phase=rec.phase if rec else None)
 
     async def _running(self, a, req, rec, now):
@@ -66,11 +66,12 @@ class Executor:
 
     async def _cancel(self, a, req, rec, now):
         self.store.put(rec.model_copy(update={"phase": Phase.cancelled, "why": "released before it started",
-                                              "ended": now, "updated": now}), expect_phase=Phase.queued)
+                                              "detail": {"code": "cancelled"}, "ended": now, "updated": now}),
+                       expect_phase=Phase.queued)
 
     async def _expire(self, a, req, rec, now):
-        if self.store.put(rec.model_copy(update={"phase": Phase.done, "why": a.reason, "ended": now, "updated": now}),
-                          expect_phase=Phase.running):
+        if self.store.put(rec.model_copy(update={"phase": Phase.done, "why": a.reason, "detail": a.detail,
+                                                 "ended": now, "updated": now}), expect_phase=Phase.running):
             self.writer.remove([rec.id])
 
     async def _retire(self, a, req, rec, now):
@@ -150,9 +151,9 @@ class Executor:
             os.kill(os.getpid(), signal.SIGKILL)
         self._fresh_log(req.id, attempt)
         spec = JobSpec(
-            job_id=req.id, cmd=list(req.cmd), cwd=req.cwd, env=public_env(req.env), mem_gb=req.mem_gb,
+            job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=public_env(req.env), mem_gb=req.mem_gb,
             cpus=req.cpus, log_path=self.paths.log(req.id), exit_path=self.paths.exit_record(req.id),
-            description=f"res {req.id}: {' '.join(req.title.split())[:120]}",
+            description=f"res {req.id}: {' '.join(req.title.split())[:120]}", cpu_quota=self.policy.cpu_quota,
         )
         try:
             await self.runtime.start(spec)
@@ -163,7 +164,8 @@ class Executor:
         except Exception as e:  # the runtime refused the start: settle it now, with why
             why = "start failed: " + " ".join(str(e).split())
             self.store.put(starting.model_copy(update={"phase": Phase.done, "why": why, "ended": now,
-                                                       "updated": now}), expect_phase=Phase.starting)
+                                                       "detail": {"code": "start_failed"}, "updated": now}),
+                           expect_phase=Phase.starting)
             await self._forget(req.id)
             return
         self.store.put(starting.model_copy(update={"phase": Phase.running, "updated": now}), expect_phase=Phase.starting)
@@ -171,21 +173,23 @@ class Executor:
     async def _stop(self, a, req, rec, now):
         # The reason goes on record first, so the settle that follows the exit uses it.
         if rec.stop_reason is None:
-            rec = rec.model_copy(update={"stop_reason": a.reason, "updated": now})
+            rec = rec.model_copy(update={"stop_reason": a.reason, "stop_code": (a.detail or {}).get("code"),
+                                         "updated": now})
             self.store.put(rec, expect_phase=rec.phase)
         await self.runtime.stop(rec.id)
 
     async def _settle(self, a, req, rec, now):
         """Once: the rest of the log into the digest, then rc, peak, why and spend in one write, a
         compare-and-set on this instance's hold."""
-        why = a.why
+        why, code = a.why, (a.detail or {}).get("code", "exited")
         if self.streamer is not None:
             read = self.streamer.final(rec, a.rc, now)
             if read is None:
                 return  # the read failed and was recorded; a later pass settles it
             rec = read
-            why = agent_why(rec, why)
+            why, code = agent_why(rec, why, code)
         done = rec.model_copy(update={"phase": Phase.done, "rc": a.rc, "peak_gb": a.peak_gb, "why": why,
+                                      "detail": {"code": code},
                                       "ended": a.at or now, "attached_by": None, "lease_until": None, "updated": now})
         if self.store.put(done, expect_phase=rec.phase, expect_holder=rec.attached_by):
             await self._forget(rec.id)
@@ -203,6 +207,15 @@ class Executor:
             os.replace(path, path.with_name(f"{job_id}.attempt{attempt - 1}.log"))
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         os.close(fd)
+
+
+def _program_resolved(req: Request) -> list[str]:
+    """The command with argv[0] as `res run` resolves it; an entry written another way (by hand, by
+    an older res) is resolved here on the caller's recorded PATH, never on the runtime's own."""
+    cmd = list(req.cmd)
+    if cmd and not os.path.isabs(cmd[0]):
+        cmd[0] = resolve_program(cmd[0], req.cwd or "/", req.env.get("PATH", "")) or cmd[0]
+    return cmd
 
 
 def _alive(pid: int) -> bool:

@@ -10,7 +10,9 @@ Writes, atomically (a temporary file in the same directory, then os.replace) and
     {"result": "exit-code", "code": "exited", "status": "3", "peak_bytes": 123, "oom_kills": 0, "at": 1.7e9}
 
 Stdlib only, no imports from the package (it runs isolated, -I -S, and must keep working even if the
-package moved). Never raises and always exits 0: a missing value is written as null.
+package moved). Never raises and always exits 0: a missing value is written as null. When the job was
+killed at its memory limit it also prints one `res: killed at its memory limit …` line, which lands at
+the end of the job's log.
 """
 import json
 import os
@@ -96,11 +98,12 @@ def memory_cgroup_dir():
 
 
 def measure(status):
-    """(peak_bytes, oom_kills) of this process's cgroup, as far as they can be read."""
-    peak, ooms = None, 0
+    """(peak_bytes, oom_kills, limit_bytes) of this process's cgroup, as far as they can be read."""
+    peak, ooms, limit = None, 0, None
     try:
         d, version = memory_cgroup_dir()
         if version == 1:
+            limit = _int(_read(os.path.join(d, "memory.limit_in_bytes")))
             peak = _int(_read(os.path.join(d, "memory.max_usage_in_bytes")))
             ooms = _keyed(_read(os.path.join(d, "memory.oom_control")), "oom_kill")
             if ooms is None:  # kernels before 4.13: hitting the limit and dying of SIGKILL is the OOM kill
@@ -109,9 +112,29 @@ def measure(status):
         elif version == 2:
             peak = _int(_read(os.path.join(d, "memory.peak")))
             ooms = _keyed(_read(os.path.join(d, "memory.events")), "oom_kill") or 0
+            limit = _int(_read(os.path.join(d, "memory.max")))
     except Exception:
         pass
-    return peak, ooms or 0
+    return peak, ooms or 0, limit
+
+
+def _mb(n):
+    return "%d MB" % round(n / 1048576) if n < 1 << 30 else "%.1f GB" % (n / (1 << 30))
+
+
+def tell_the_log(record, limit):
+    """One line at the end of the job's own output (this script's stdout is the job's log) when the
+    kernel killed it at its memory limit, so an agent that reads only the log knows why it ended."""
+    oom = record["result"] == "oom-kill" or (record["oom_kills"] > 0 and record["code"] != "exited")
+    if not oom:
+        return
+    size = " (%s)" % _mb(limit) if limit and limit < 1 << 60 else ""
+    peak = ", peak %s" % _mb(record["peak_bytes"]) if record["peak_bytes"] else ""
+    line = "res: killed at its memory limit%s%s; run it again with a bigger --mem\n" % (size, peak)
+    try:
+        os.write(1, line.encode())
+    except OSError:
+        pass
 
 
 def write_atomic(path, record):
@@ -139,7 +162,8 @@ def main(argv):
         status = env.get("EXIT_STATUS")
         record = {"result": env.get("SERVICE_RESULT"), "code": env.get("EXIT_CODE"), "status": status,
                   "peak_bytes": None, "oom_kills": 0, "at": time.time()}
-        record["peak_bytes"], record["oom_kills"] = measure(status)
+        record["peak_bytes"], record["oom_kills"], limit = measure(status)
+        tell_the_log(record, limit)
         write_atomic(path, record)
     except BaseException:  # noqa: BLE001 - the job's end must never be made to fail by its bookkeeping
         pass

@@ -1,7 +1,7 @@
 """Game mode (DESIGN §5.6): the agents slice's target values, its actions, and the shortfall line. Pure."""
 from __future__ import annotations
 
-from .capacity import Capacity, freed_by
+from .capacity import Capacity, freed_by, reserves
 from .models import Action, Desired, Game, World
 from .units import GIB, fmt_clock, fmt_gb, fmt_span, quoted
 
@@ -16,11 +16,12 @@ UNSET = 1 << 63  # systemd reports an unset weight or limit as UINT64_MAX; anyth
 def slice_target(policy, game: Game, now: float, ram_gb: float, slice_used_gb: float) -> dict[str, int]:
     """What the agents slice should be set to: game on yields CPU/IO and keeps memory for the user
     without squeezing what agents already use; off (or expired) gives the normal share back."""
-    if game.active(now):
-        high = max(ram_gb - policy.game_reserve_gb, slice_used_gb)
+    reserve_gb, _, on = reserves(policy, game, now, 1)
+    if on:
+        high = max(ram_gb - reserve_gb, slice_used_gb)
         weight = GAME_WEIGHT
     else:
-        high = ram_gb - policy.user_reserve_gb
+        high = ram_gb - reserve_gb
         weight = NORMAL_WEIGHT
     steps = -(-int(max(high, 0) * GIB) // MEMORY_HIGH_STEP)  # ceiling
     return {"CPUWeight": weight, "IOWeight": weight, "MemoryHigh": max(steps, 1) * MEMORY_HIGH_STEP}

@@ -236,7 +236,7 @@ def suggestion_for(records: Iterable["JobRecord"], project: str, title: str) -> 
 def hint_for(request_mem_gb: float, request_est_s: float, suggestion: Suggestion | None) -> str | None:
     """One stderr line when a `run` / `note` asks for more than 2× the suggestion (memory or
     duration), else None:
-    `res: hint: "build" in proj-a peaked at 1.2 GB (p95, 7 runs); --mem 1.4G would do`"""
+    `hint: "build" in proj-a peaked at 1.2 GB (p95, 7 runs); --mem 1.4G would do`"""
     if suggestion is None:
         return None
     s = suggestion
@@ -255,7 +255,7 @@ def hint_for(request_mem_gb: float, request_est_s: float, suggestion: Suggestion
     else:
         what = f"took {fmt_span(s.dur_p90_s)} (p90, {runs})"
         flags = f"--for {for_flag(s.est_s)}"
-    return f"res: hint: {where} {what}; {flags} would do"
+    return f"hint: {where} {what}; {flags} would do"
 
 
 _HEADER = ("project", "kind", "runs", "req", "peak p50", "peak p95", "est", "took p50", "took p90", "suggest", "")

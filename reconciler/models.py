@@ -29,7 +29,8 @@ class Request(_Model):
     title: str = Field(max_length=200)
     project: str = Field(default="", max_length=200)
     mem_gb: float = Field(gt=0, le=65536)
-    cpus: float = Field(default=1.0, gt=0, le=4096)
+    # Half a CPU unless asked: CPUs are shared by weight, and most jobs leave them idle part of the time.
+    cpus: float = Field(default=0.5, gt=0, le=4096)
     est_s: int = Field(gt=0, le=365 * 86400)  # --for
     created: float
     queue: bool = False
@@ -44,8 +45,9 @@ class Request(_Model):
     max_cost_usd: float | None = Field(default=None, ge=0)
     max_duration_s: int | None = Field(default=None, ge=0)
     max_iterations: int | None = Field(default=None, ge=0)
-    # notes: the process whose exit frees the note
+    # notes: the process whose exit frees the note (None: only its time or `res release` frees it)
     owner_pid: int | None = None
+    owner_name: str | None = Field(default=None, max_length=64)  # what that process is (e.g. "claude")
 
     @property
     def number(self) -> int:
@@ -106,12 +108,15 @@ class JobRecord(_Model):
     peak_gb: float | None = None
     why: str | None = None
     stop_reason: str | None = None  # set by a stop action, used when the exit is settled
+    stop_code: str | None = None  # its stable code: released, budget, attach_failed
     attached_by: str | None = None  # "<host>/<pid>/<nonce>" of the reconciler that streams the job
     lease_until: float | None = None
     log_offset: int = 0  # bytes of the log digested and committed
     digest: DigestState | None = None  # what the digest knows, committed with log_offset
     attach_failures: int = 0  # attachments in a row that failed
     last_error: str | None = None
+    # Why it ended, as data: {"code": …} (docs/agent-interface.md), with a refusal's whole detail.
+    detail: dict | None = None
     updated: float = 0
 
     @property
@@ -127,8 +132,10 @@ class JobRecord(_Model):
     def spend_usd(self) -> float:
         return self.digest.spend_usd if self.digest else 0.0
 
-    def lease_live(self, now: float) -> bool:
-        return self.attached_by is not None and self.lease_until is not None and now < self.lease_until
+    def lease_live(self, now: float, gone: "list[str] | tuple[str, ...]" = ()) -> bool:
+        """Someone holds the attachment: a lease not yet expired, of a holder not known to be gone."""
+        return (self.attached_by is not None and self.lease_until is not None and now < self.lease_until
+                and self.attached_by not in gone)
 
     def expires(self) -> float | None:
         """Past this a running job is overdue (DESIGN §5.1: started + 2 × estimate)."""
@@ -194,6 +201,8 @@ class World(_Model):
     nproc: int
     jobs: dict[JobId, JobObs] = Field(default_factory=dict)
     live_pids: list[int] = Field(default_factory=list)  # note owners that are alive
+    # Attachment holders on this host whose process is gone: their leases are void at once (DESIGN §5.4).
+    gone_holders: list[str] = Field(default_factory=list)
     # The user's side (issue 4). None / empty: not observed (then nothing is changed for them).
     agents_slice: SliceObs | None = None
     sessions: list[SessionObs] | None = None
@@ -242,6 +251,9 @@ class Action(_Model):
     # set / adopt: unit properties to give; adopt: the pids to move into a new scope `id`
     props: dict[str, int] = Field(default_factory=dict)
     pids: list[int] = Field(default_factory=list)
+    # The reason as data with a stable `code` (docs/agent-interface.md): refuse / enqueue / wait
+    # (capacity.*_detail, `reason` is its one line), settle, stop and expire (the outcome's code).
+    detail: dict | None = None
 
 
 class Plan(_Model):

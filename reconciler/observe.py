@@ -37,12 +37,32 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def gone_holders(holders: set[str], host: str) -> list[str]:
+    """The attachment holders (`host/pid/nonce[/start]`) on this host whose process is gone: its pid
+    is not alive, or is another process (another start time). A holder elsewhere is never judged."""
+    from .procs import start_time
+
+    out = []
+    for holder in holders:
+        parts = holder.split("/")
+        if len(parts) < 3 or parts[0] != host or not parts[1].isdigit():
+            continue
+        started = start_time(int(parts[1]))
+        if started is None or (len(parts) >= 4 and parts[3] != "?" and parts[3] != started):
+            out.append(holder)
+    return sorted(out)
+
+
 async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord]) -> World:
+    import socket
+
     total, available = meminfo()
     owners = {r.request.owner_pid for r in records.values()
               if r.request.kind == "note" and r.phase == Phase.running and r.request.owner_pid}
     world = World(mem_total_gb=round(total, 3), mem_available_gb=round(available, 3), nproc=cpu_count(),
-                  live_pids=sorted(p for p in owners if pid_alive(p)))
+                  live_pids=sorted(p for p in owners if pid_alive(p)),
+                  gone_holders=gone_holders({r.attached_by for r in records.values()
+                                             if r.phase in LIVE and r.attached_by}, socket.gethostname()))
     wanted = [r.id for r in records.values() if r.phase in LIVE and r.request.kind == "job"]
     if runtime is None:
         world.ok, world.errors = False, ["no runtime connected"]

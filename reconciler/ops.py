@@ -5,45 +5,61 @@ from __future__ import annotations
 from typing import Awaitable, Callable
 
 from .models import LIVE, Phase, Plan
-from .units import fmt_clock
+from .units import fmt_clock, fmt_gb
 
 TickFn = Callable[[], Awaitable[Plan]]
 MAX_PASSES = 6  # a request deferred by the per-pass start cap is decided within a few passes
 
 
-def _reason(plan: Plan | None, job_id: str, kinds: tuple[str, ...]) -> str | None:
+def _detail(plan: Plan | None, job_id: str, kinds: tuple[str, ...]) -> dict | None:
     if plan is None:
         return None
     for a in plan.for_id(job_id):
         if a.kind in kinds:
-            return a.reason
+            return a.detail
     return None
 
 
-def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str] | None:
-    """(exit code, line) once the request is decided, None while it is not yet."""
+def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | None:
+    """(exit code, line, the entry as data) once the request is decided, None while it is not yet."""
+    from .render import queued_line
+    from .status import entry_json
+
     rec = engine.store.get(job_id)
     if rec is None:
         return None
     req = rec.request
-    if rec.phase == Phase.refused:
-        why = rec.why or "refused"
-        return (3, why) if why.startswith("busy:") else (1, f"res: {why}")
     if rec.phase == Phase.starting:
         return None  # not started yet: its unit is not seen (e.g. the loop that asked for it died)
+    detail = _detail(plan, job_id, ("enqueue", "wait")) if rec.phase == Phase.queued else None
+    if rec.phase == Phase.queued and detail is None and plan is not None and plan.for_id(job_id):
+        return None  # requeued by this very pass (its starter died): the next pass decides it
+    data = entry_json(rec, engine.paths, detail)
+    if rec.phase == Phase.refused:
+        why = rec.why or "refused"
+        busy = (rec.detail or {}).get("code") == "busy"
+        return (3, why, data) if busy else (1, f"res: {why}", data)
     if rec.phase in LIVE:
         if req.kind == "note":
-            return 0, f"{job_id} noted: {req.mem_gb:g} GB until ~{fmt_clock(rec.expires())}; free it: res release {job_id}"
-        eta = rec.eta()
-        return 0, f"{job_id} started; log {engine.paths.log(job_id)}; ETA ~{fmt_clock(eta)}"
+            return 0, f"{job_id} noted: {fmt_gb(req.mem_gb)} until ~{fmt_clock(rec.expires())}{_owner(req)}; free it: res release {job_id}", data
+        return 0, f"{job_id} started; log {engine.paths.log(job_id)}; ETA ~{fmt_clock(rec.eta())}", data
     if rec.phase == Phase.queued:
-        reason = _reason(plan, job_id, ("enqueue", "wait")) or "waiting"
-        return 0, f"{job_id} queued, {reason}; cancel: res release {job_id}"
+        reason = queued_line(detail) if detail else "waiting"
+        return 0, f"{job_id} queued, {reason}; cancel: res release {job_id}", data
     if rec.phase == Phase.done:
-        return (1 if rec.why and rec.why.startswith("start failed") else 0,
-                f"{job_id} done rc={rec.rc} ({rec.why})" if not (rec.why or "").startswith("start failed")
-                else f"res: {job_id} {rec.why}")
-    return 1, f"res: {job_id} {rec.phase.value}"
+        from .status import done_line
+
+        if (rec.detail or {}).get("code") == "start_failed":
+            return 1, f"res: {job_id} {rec.why}", data
+        return 0, done_line(rec), data
+    return 1, f"res: {job_id} {rec.phase.value}", data
+
+
+def _owner(req) -> str:
+    """What frees a note besides its time and `res release`."""
+    if req.owner_pid is None:
+        return ""
+    return f", while pid {req.owner_pid}" + (f" ({req.owner_name})" if req.owner_name else "") + " runs"
 
 
 def find_submitted(engine, kind: str, fields: dict):
@@ -63,7 +79,7 @@ def find_submitted(engine, kind: str, fields: dict):
     return next((r for r in [*queued, *recorded] if same(r)), None)
 
 
-async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = False) -> tuple[int, str]:
+async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = False) -> tuple[int, str, dict | None]:
     """`resume`: a loop took this request and ended before answering; decide the request it
     recorded, if it did, rather than add it a second time."""
     from .desired import DesiredError
@@ -73,7 +89,7 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
         try:
             req = engine.writer.add(fields, kind)
         except DesiredError as e:
-            return 1, f"res: {e}"
+            return 1, f"res: {e}", None
     plan = None
     for _ in range(MAX_PASSES):
         plan = await tick()
@@ -89,46 +105,52 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
         try:
             engine.writer.remove([req.id])
         except DesiredError as e:
-            return 1, f"res: {req.id} not decided ({why}) and could not be withdrawn: {e}"
+            return 1, f"res: {req.id} not decided ({why}) and could not be withdrawn: {e}", None
         if engine.store.get(req.id) is None:
-            return 1, f"res: {req.id} not {'noted' if kind == 'note' else 'started'}: {why}"
+            return 1, f"res: {req.id} not {'noted' if kind == 'note' else 'started'}: {why}", \
+                {"id": req.id, "kind": kind, "state": "withdrawn", "reason": {"code": "undecided", "why": why}}
+    pending = {"id": req.id, "kind": kind, "state": "queued", "reason": {"code": "undecided", "why": why or None}}
     if why:
-        return 0, f"{req.id} queued, not decided yet: {why}; cancel: res release {req.id}"
-    return 0, f"{req.id} accepted; not decided yet (see: res status {req.id})"
+        return 0, f"{req.id} queued, not decided yet: {why}; cancel: res release {req.id}", pending
+    return 0, f"{req.id} accepted; not decided yet (see: res status {req.id})", pending
 
 
-async def release(engine, tick: TickFn, job_id: str, stop: bool) -> tuple[int, str]:
+async def release(engine, tick: TickFn, job_id: str, stop: bool) -> tuple[int, str, dict | None]:
     from .desired import DesiredError
+    from .status import entry_json
+
+    def answer(code: int, line: str, rec) -> tuple[int, str, dict | None]:
+        return code, line, (entry_json(rec, engine.paths) if rec is not None else None)
 
     rec = engine.store.get(job_id)
     if rec is not None and rec.phase in LIVE and rec.request.kind == "job" and not stop:
-        return 1, f"res: {job_id} is running; --stop to kill it"
+        return answer(1, f"res: {job_id} is running; --stop to kill it", rec)
     if rec is not None and rec.phase not in LIVE and rec.phase != Phase.queued:
         try:
             engine.writer.remove([job_id])
         except DesiredError:
             pass
-        return 0, f"{job_id} already {rec.phase.value}" + (f" ({rec.why})" if rec.why else "")
+        return answer(0, f"{job_id} already {rec.phase.value}" + (f" ({rec.why})" if rec.why else ""), rec)
     try:
         removed = engine.writer.remove([job_id])
     except DesiredError as e:
-        return 1, f"res: {e}"
+        return answer(1, f"res: {e}", rec)
     if rec is None and not removed:
-        return 1, f"res: no such entry: {job_id}"
+        return 1, f"res: no such entry: {job_id}", None
     for _ in range(MAX_PASSES * 2):
         await tick()
         rec = engine.store.get(job_id)
         if rec is None or rec.phase not in LIVE and rec.phase != Phase.queued:
             break
     if rec is None:
-        return 0, f"{job_id} released"
+        return 0, f"{job_id} released", {"id": job_id, "state": "released", "reason": {"code": "released"}}
     if rec.phase in LIVE or rec.phase == Phase.queued:
-        return 1, f"res: {job_id} is still {rec.phase.value}; see res status {job_id}"
-    return 0, f"{job_id} released ({rec.phase.value}" + (f", rc={rec.rc}" if rec.rc is not None else "") + ")"
+        return answer(1, f"res: {job_id} is still {rec.phase.value}; see res status {job_id}", rec)
+    return answer(0, f"{job_id} released ({rec.phase.value}" + (f", rc={rec.rc}" if rec.rc is not None else "") + ")", rec)
 
 
 def request_hint(engine, kind: str, fields: dict) -> str | None:
-    """`res: hint: …` when the request asks for more than 2× what its kind needed before (res hist)."""
+    """`hint: …` when the request asks for more than 2× what its kind needed before (res hist)."""
     from .hist import hint_for, suggestion_for
 
     try:

@@ -9,10 +9,11 @@ import math
 import signal
 import time
 
-from .capacity import HOLDING, Capacity, QueueForecast, capacity, holder_of
+from .capacity import (HOLDING, Capacity, QueueForecast, busy_detail, capacity, daily_detail, holder_of, lock_detail,
+                       never_detail, sessions_detail, short_of)
 from .models import LIVE, TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, Plan, Request, World
 from .game import game_actions
-from .render import UNHELD, busy_line, daily_line, lock_line, never_line, sessions_line
+from .render import UNHELD, queued_line, reason_line
 from .sessions import session_actions
 from .units import fmt_clock, fmt_gb, fmt_span, fmt_usd_pair
 
@@ -114,12 +115,14 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
         if rec.phase != Phase.running:
             return []
         if req.owner_pid is not None and world.ok and req.owner_pid not in world.live_pids:
-            return [_act(kind="expire", id=rec.id, reason=f"owner pid {req.owner_pid} is gone", **tag)]
+            return [_act(kind="expire", id=rec.id, reason=f"owner pid {req.owner_pid} is gone",
+                         detail={"code": "owner_gone"}, **tag)]
         expires = rec.expires()
         if expires is not None and now >= expires:
-            return [_act(kind="expire", id=rec.id, reason=f"expired at {fmt_clock(expires)}", **tag)]
+            return [_act(kind="expire", id=rec.id, reason=f"expired at {fmt_clock(expires)}",
+                         detail={"code": "expired"}, **tag)]
         if desired.queue_ok and rec.id not in wanted:
-            return [_act(kind="expire", id=rec.id, reason="released", **tag)]
+            return [_act(kind="expire", id=rec.id, reason="released", detail={"code": "released"}, **tag)]
         return []
 
     if rec.phase == Phase.queued:
@@ -131,7 +134,7 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
     # reconciler that holds the job's attachment (or may claim it: no live lease of another).
     if not world.ok:
         return []
-    if rec.lease_live(now) and rec.attached_by != me:
+    if rec.lease_live(now, world.gone_holders) and rec.attached_by != me:
         return []
     obs = world.jobs.get(rec.id)
     alive = obs is not None and obs.state in ALIVE
@@ -140,32 +143,41 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
             pass  # it started and already ended: settled below
         elif alive:
             return [_act(kind="running", id=rec.id, reason="unit seen started", **tag)]
+        elif rec.attached_by in world.gone_holders:
+            return [_act(kind="requeue", id=rec.id, reason=f"never started; {_holder(rec)} is gone", **tag)]
         elif rec.lease_until is not None and now > rec.lease_until:
             return [_act(kind="requeue", id=rec.id, reason="never started; lease expired", **tag)]
         else:
             return []
     acts = []
     if me is not None and rec.attached_by != me:
-        acts.append(_act(kind="reattach", id=rec.id, reason=_lapsed(rec, now), **tag))
+        acts.append(_act(kind="reattach", id=rec.id, reason=_lapsed(rec, now, world.gone_holders), **tag))
     if obs is not None and obs.exit is not None:
-        rc, why, peak = settle_outcome(rec, obs.exit)
+        rc, why, peak, code = settle_outcome(rec, obs.exit)
         acts.append(_act(kind="settle", id=rec.id, rc=rc, why=why, peak_gb=peak, at=obs.exit.at or None,
-                         reason=settle_text(rec, rc, peak, why, obs.exit.at), **tag))
+                         reason=settle_text(rec, rc, peak, why, obs.exit.at), detail={"code": code}, **tag))
     elif not alive:
         why = "lost: the unit vanished without an exit record"
-        acts.append(_act(kind="settle", id=rec.id, rc=None, why=why, peak_gb=None, reason=why, **tag))
+        acts.append(_act(kind="settle", id=rec.id, rc=None, why=why, peak_gb=None, reason=why,
+                         detail={"code": "lost"}, **tag))
     elif rec.stop_reason is None:
         if desired.queue_ok and rec.id not in wanted:
-            acts.append(_act(kind="stop", id=rec.id, reason="released", **tag))
+            acts.append(_act(kind="stop", id=rec.id, reason="released", detail={"code": "released"}, **tag))
         elif (trip := budget_trip(rec, policy, now)) is not None:
-            acts.append(_act(kind="stop", id=rec.id, reason=trip, **tag))
+            acts.append(_act(kind="stop", id=rec.id, reason=trip[1], detail={"code": trip[0]}, **tag))
     return acts
 
 
-def _lapsed(rec: JobRecord, now: float) -> str:
+def _holder(rec: JobRecord) -> str:
+    return "/".join((rec.attached_by or "?").split("/")[:2])
+
+
+def _lapsed(rec: JobRecord, now: float, gone: list[str]) -> str:
     if rec.attached_by is None:
         return UNHELD
-    holder = "/".join(rec.attached_by.split("/")[:2])
+    holder = _holder(rec)
+    if rec.attached_by in gone:
+        return f"{holder} is gone"
     ago = fmt_span(now - rec.lease_until) if rec.lease_until else "?"
     return f"lease of {holder} expired {ago} ago"
 
@@ -182,25 +194,28 @@ def effective_limits(req: Request, policy) -> tuple[float, int, int]:
             pick(req.max_iterations, policy.max_iterations))
 
 
-def budget_trip(rec: JobRecord, policy, now: float) -> str | None:
-    """The `why` of a job over one of its budgets (DESIGN §5.5), or None."""
+def budget_trip(rec: JobRecord, policy, now: float) -> tuple[str, str] | None:
+    """(code, why) of a job over one of its budgets (DESIGN §5.5), or None. Codes: `attach_failed`,
+    `budget`."""
     if rec.attach_failures >= ATTACH_FAILURES_MAX:
-        return f"attachment failed {rec.attach_failures} times in a row: {rec.last_error or 'unknown error'}"
+        return "attach_failed", f"attachment failed {rec.attach_failures} times in a row: {rec.last_error or 'unknown error'}"
     max_cost, max_duration, max_iterations = effective_limits(rec.request, policy)
     spend = rec.spend_usd
     if max_cost and spend > max_cost:
         shown, cap = fmt_usd_pair(spend, max_cost)
-        return f"budget: cost {shown} > {cap}"
+        return "budget", f"budget: cost {shown} > {cap}"
     if max_duration and rec.started is not None and now - rec.started > max_duration:
-        return f"budget: duration {fmt_span(now - rec.started)} > {fmt_span(max_duration)}"
+        return "budget", f"budget: duration {fmt_span(now - rec.started)} > {fmt_span(max_duration)}"
     iterations = rec.digest.iterations if rec.digest else 0
     if max_iterations and iterations > max_iterations:
-        return f"budget: iterations {iterations} > {max_iterations}"
+        return "budget", f"budget: iterations {iterations} > {max_iterations}"
     return None
 
 
-def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, str, float | None]:
-    """(rc, why, peak GB) of an ended job, from the exit record its unit wrote."""
+def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, str, float | None, str]:
+    """(rc, why, peak GB, code) of an ended job, from the exit record its unit wrote. Codes (stable,
+    docs/agent-interface.md): the stop's own (`released`, `budget`, `attach_failed`), `memory_limit`,
+    `exec_failed`, `exited`, `stopped_outside`, `signal`."""
     req = rec.request
     peak = round(ex.peak_gb, 3) if ex.peak_gb is not None else None
     if ex.code == "exited":
@@ -212,36 +227,41 @@ def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, str, float 
             rc = None
     oom = ex.result == "oom-kill" or (ex.oom_kills > 0 and ex.code != "exited")
     if rec.stop_reason:
-        why = rec.stop_reason
+        code, why = rec.stop_code or "stopped", rec.stop_reason
     elif rec.attach_failures >= ATTACH_FAILURES_MAX:
-        why = budget_trip(rec, None, 0)
+        code, why = budget_trip(rec, None, 0)
     elif oom:
-        why = (f"killed at its memory limit ({fmt_gb(req.mem_gb)}"
-               + (f", peak {fmt_gb(peak)}" if peak is not None else "")
-               + f"); raise --mem (try --mem {suggest_mem(req.mem_gb)})")
+        code = "memory_limit"
+        why = memory_limit_why(req.mem_gb, peak)
     elif ex.code == "exited" and rc == 203:
-        why = "could not execute the command (not found or not executable)"
+        code, why = "exec_failed", "could not execute the command (not found or not executable)"
     elif ex.code == "exited":
-        why = "exited 0" if rc == 0 else f"exit code {rc}"
+        code, why = "exited", ("exited 0" if rc == 0 else f"exit code {rc}")
     elif ex.status in OUTSIDE_STOP:
         # res asked for no stop (no stop_reason): someone else did, e.g. `systemctl --user stop`.
-        why = f"stopped from outside res (signal {ex.status})"
+        code, why = "stopped_outside", f"stopped from outside res (signal {ex.status})"
     else:
-        why = f"killed by signal {ex.status}"
-    return rc, why, peak
+        code, why = "signal", f"killed by signal {ex.status}"
+    return rc, why, peak, code
 
 
-def agent_why(rec: JobRecord, why: str) -> str:
-    """An agent session's own verdict, once its output is read to the end: a failure it reported
-    (a result event, or an error signal without one) is the reason, unless we stopped it ourselves
-    or the kernel killed it at its memory limit. An outcome the digest took from the exit code alone
-    says nothing the exit's own why (exit code, signal, stopped from outside) does not say better."""
+def memory_limit_why(mem_gb: float, peak: float | None) -> str:
+    return (f"killed at its memory limit ({fmt_gb(mem_gb)}" + (f", peak {fmt_gb(peak)}" if peak is not None else "")
+            + f"); raise --mem (try --mem {suggest_mem(mem_gb)})")
+
+
+def agent_why(rec: JobRecord, why: str, code: str) -> tuple[str, str]:
+    """(why, code) with an agent session's own verdict, once its output is read to the end: a failure
+    it reported (a result event, or an error signal without one) is the reason, unless we stopped it
+    ourselves or the kernel killed it at its memory limit. An outcome the digest took from the exit
+    code alone says nothing the exit's own why (exit code, signal, stopped from outside) does not say
+    better."""
     d = rec.digest
-    if not rec.request.session or d is None or d.outcome != "failure" or rec.stop_reason or why.startswith("killed at its memory limit"):
-        return why
+    if not rec.request.session or d is None or d.outcome != "failure" or rec.stop_reason or code == "memory_limit":
+        return why, code
     if not d.result_seen and not d.failure_signal:
-        return why
-    return f"agent failed: {d.failure_reason or 'reported an error'}"
+        return why, code
+    return f"agent failed: {d.failure_reason or 'reported an error'}", "agent_failed"
 
 
 def suggest_mem(mem_gb: float) -> str:
@@ -274,16 +294,21 @@ def spent_today(records: dict[str, JobRecord], now: float) -> float:
                if r.phase in LIVE or (r.phase == Phase.done and (r.ended or 0) >= midnight))
 
 
-def _session_block(req: Request, cap: Capacity, policy, spent: float, pricing_error: str | None) -> tuple[str, bool] | None:
-    """Why an agent session may not start now, and whether that can never change by waiting."""
+def _session_block(req: Request, cap: Capacity, policy, spent: float, pricing_error: str | None) -> tuple[dict, bool] | None:
+    """Why an agent session may not start now (a structured reason), and whether that can never
+    change by waiting."""
     if pricing_error:
-        return f"{pricing_error}; no agent session starts until it is fixed", True
+        return {"code": "pricing", "resource": "pricing", "error": pricing_error}, True
     running = [h for h in cap.holders if h.session]
     if len(running) >= policy.max_concurrent_sessions:
-        return sessions_line(running, policy.max_concurrent_sessions), False
+        return sessions_detail(running, policy.max_concurrent_sessions), False
     if policy.daily_cost_usd and spent >= policy.daily_cost_usd:
-        return daily_line(spent, policy.daily_cost_usd), False
+        return daily_detail(spent, policy.daily_cost_usd), False
     return None
+
+
+def _refuse(req: Request, detail: dict, never: bool = False, **tag) -> Action:
+    return _act(kind="refuse", id=req.id, never=never, reason=reason_line(detail), detail=detail, **tag)
 
 
 def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: float, policy,
@@ -291,10 +316,21 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
     acts: list[Action] = []
     session_waits = False  # a queued session waits for the session caps: later sessions wait behind it
     locks = {h.lock: h for h in cap.holders if h.lock}
+    queued_locks: dict[str, str] = {}  # lock -> the first waiting entry that will take it
     starts = 0
     head: Request | None = None  # the first queued entry that waits: everything behind it waits too
     forecast: QueueForecast | None = None  # made once the first entry waits
     position = 0  # of a queued entry among those that stay queued
+
+    def start(req: Request, why: str, **tag) -> None:
+        nonlocal starts
+        acts.append(_act(kind="start", id=req.id, reason=f"{why} ({fmt_gb(cap.mem_gb)} free)", **tag))
+        cap.take(req, _new_holder(req, now))
+        starts += 1
+        if req.lock:
+            locks[req.lock] = cap.holders[-1]
+        if forecast is not None:
+            forecast.started(req.mem_gb, req.cpus, req.est_s, req.lock)
 
     for req in desired.requests:
         rec = records.get(req.id)
@@ -302,67 +338,69 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             continue
         tag = dict(title=req.title, mem_gb=req.mem_gb, cpus=req.cpus)
         if cap.never_fits(req):
-            acts.append(_act(kind="refuse", id=req.id, never=True, reason=never_line(req, cap), **tag))
+            acts.append(_refuse(req, never_detail(req, cap), never=True, **tag))
             continue
         holder = locks.get(req.lock) if req.lock else None
         blocked = _session_block(req, cap, policy, spent, pricing_error) if req.session else None
 
         if req.kind == "note" or not req.queue:
             if blocked is not None:
-                line, final = blocked
-                acts.append(_act(kind="refuse", id=req.id, never=final, reason=line, **tag))
+                detail, final = blocked
+                acts.append(_refuse(req, detail, never=final, **tag))
             elif holder is not None:
-                acts.append(_act(kind="refuse", id=req.id, reason=lock_line(req, holder), **tag))
+                acts.append(_refuse(req, lock_detail(req.lock or "", holder), **tag))
             elif head is not None and not req.force:
-                acts.append(_act(kind="refuse", id=req.id, reason=busy_line(req, cap, now, head=head), **tag))
+                acts.append(_refuse(req, busy_detail(req, cap, now, head=head), **tag))
             elif not cap.fits(req):
-                acts.append(_act(kind="refuse", id=req.id, reason=busy_line(req, cap, now), **tag))
+                acts.append(_refuse(req, busy_detail(req, cap, now), **tag))
             elif req.kind == "note":
                 acts.append(_act(kind="grant", id=req.id, reason=f"fits ({fmt_gb(cap.mem_gb)} free)", **tag))
                 cap.take(req, _new_holder(req, now))
             elif starts < policy.max_starts_per_tick:
-                acts.append(_act(kind="start", id=req.id, reason=f"fits ({fmt_gb(cap.mem_gb)} free)", **tag))
-                cap.take(req, _new_holder(req, now))
-                starts += 1
-                if req.lock:
-                    locks[req.lock] = cap.holders[-1]
+                start(req, "fits", **tag)
             # else: over this pass's start cap; decided next pass
             continue
 
         # --queue: strict FIFO; a blocked head holds the rest; a held lock skips the entry.
         position += 1
-        if holder is not None:
-            eta = f"est. start ~{fmt_clock(max(holder.eta, now))}" if holder.eta and not holder.overdue else "est. start unknown"
-            acts.extend(_wait(req, rec, f"position {position}; {eta}; lock {req.lock!r} held by {holder.id}", **tag))
+        if holder is not None or req.lock in queued_locks:
+            # Skipped, not blocking: it waits for its lock (held now, or taken by an earlier waiting
+            # entry), and starts once its holders are expected to end.
+            forecast = forecast or QueueForecast(cap, now)
+            est = forecast.start_of(req.mem_gb, req.cpus, req.est_s, lock=req.lock)
+            lock_holder = holder.id if holder is not None else queued_locks[req.lock]
+            acts.extend(_wait(req, rec, {"code": "queued", "position": position, "est_start": est, "waits_for": "lock",
+                                         "lock": req.lock, "lock_holder": lock_holder}, **tag))
             continue
         if req.session and (blocked is not None or session_waits):
             # Sessions wait for the session caps in FIFO order among themselves; other jobs go on.
             session_waits = True
-            why = blocked[0] if blocked else "behind an earlier session that waits"
-            acts.extend(_wait(req, rec, f"position {position}; {why.removeprefix('busy: ')}", **tag))
+            acts.extend(_wait(req, rec, {"code": "queued", "position": position, "est_start": None,
+                                         "waits_for": blocked[0]["resource"] if blocked else "sessions",
+                                         "block": blocked[0] if blocked else None}, **tag))
             continue
         if head is None and cap.fits(req) and starts < policy.max_starts_per_tick:
-            why = "queue head, fits" if position == 1 else "fits"
-            acts.append(_act(kind="start", id=req.id, reason=f"{why} ({fmt_gb(cap.mem_gb)} free)", **tag))
-            cap.take(req, _new_holder(req, now))
-            starts += 1
+            start(req, "queue head, fits" if position == 1 else "fits", **tag)
             position -= 1  # it did not stay queued
-            if req.lock:
-                locks[req.lock] = cap.holders[-1]
             continue
         if head is None:
             head = req
-            forecast = QueueForecast(cap, now)
-        est = forecast.start_of(req.mem_gb, req.cpus, req.est_s)
-        eta = f"est. start ~{fmt_clock(est)}" if est is not None else "est. start unknown"
-        blocked = "" if head is req else f"; behind queue head {head.id}"
-        acts.extend(_wait(req, rec, f"position {position}; {eta}{blocked}", **tag))
+            forecast = forecast or QueueForecast(cap, now)
+        est = forecast.start_of(req.mem_gb, req.cpus, req.est_s, lock=req.lock)
+        if req.lock:
+            queued_locks.setdefault(req.lock, req.id)
+        if head is req:
+            waits = "+".join(short_of(cap, req.mem_gb, req.cpus)) or "starts_per_pass"
+            detail = {"code": "queued", "position": position, "est_start": est, "waits_for": waits}
+        else:
+            detail = {"code": "queued", "position": position, "est_start": est, "waits_for": "queue_head", "head": head.id}
+        acts.extend(_wait(req, rec, detail, **tag))
     return acts
 
 
-def _wait(req: Request, rec: JobRecord | None, reason: str, **tag) -> list[Action]:
+def _wait(req: Request, rec: JobRecord | None, detail: dict, **tag) -> list[Action]:
     kind = "enqueue" if rec is None else "wait"
-    return [_act(kind=kind, id=req.id, reason=reason, **tag)]
+    return [_act(kind=kind, id=req.id, reason=queued_line(detail), detail=detail, **tag)]
 
 
 def _new_holder(req: Request, now: float):

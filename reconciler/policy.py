@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, TomlConfigSettingsSource
@@ -65,6 +65,8 @@ class Policy(BaseSettings):
     unit_prefix: str = Field(pattern=r"^[A-Za-z0-9_]+$")
     max_concurrent_sessions: int = Field(ge=0)
     max_starts_per_tick: int = Field(ge=1)
+    cpu_quota: bool
+    private_manager: Literal["auto", "never"]
     max_cost_usd: float = Field(ge=0)
     max_duration: int = Field(ge=0)  # seconds; the file may say "30m"
     max_iterations: int = Field(ge=0)

@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 
 SESSION_NAME = "claude"  # the process name of an agent session
+# Agent command-line programs: a `res note` made under one of them lives as long as that session.
+AGENT_NAMES = frozenset({"claude", "codex", "gemini", "cursor-agent", "aider", "opencode", "goose", "amp",
+                         "qwen", "crush", "copilot", "cline", "kiro-cli", "droid"})
+# Interpreters an agent CLI may run under (`node …/gemini`): its name is then its script's.
+INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})
 
 
 class Proc:
@@ -20,6 +25,59 @@ def parse_stat(text: str) -> tuple[str, int, str]:
     name = text[text.index("(") + 1: text.rindex(")")]
     rest = text[text.rindex(")") + 2:].split()
     return name, int(rest[1]), rest[0]
+
+
+def agent_name(comm: str, cmdline: list[str]) -> str | None:
+    """The agent CLI a process is, from its name and argv, or None."""
+    if comm in AGENT_NAMES:
+        return comm
+    if comm in INTERPRETERS or comm.startswith("python3."):
+        for arg in cmdline[1:3]:
+            if arg.startswith("-"):
+                continue
+            base = os.path.basename(arg)
+            for suffix in (".js", ".mjs", ".cjs", ".py"):
+                base = base.removesuffix(suffix)
+            return base if base in AGENT_NAMES else None
+    return None
+
+
+def note_owner(start: int) -> tuple[int, str]:
+    """(pid, name) of the process whose exit frees a note made by `start`'s child: the nearest agent
+    session among `start` and its ancestors (agents run each command in a shell that exits at once),
+    else `start` itself (a person's interactive shell)."""
+    cur = start
+    own_name = "?"
+    for _ in range(64):
+        try:
+            with open(f"/proc/{cur}/stat") as f:
+                comm, ppid, _ = parse_stat(f.read())
+            with open(f"/proc/{cur}/cmdline", "rb") as f:
+                argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+        except (OSError, ValueError):
+            break
+        if cur == start:
+            own_name = comm
+        name = agent_name(comm, argv)
+        if name is not None:
+            return cur, name
+        if ppid <= 1:
+            break
+        cur = ppid
+    return start, own_name
+
+
+def start_time(pid: int) -> str | None:
+    """When `pid` started (clock ticks since boot, /proc/PID/stat field 22): with the pid, it names
+    one process for good (a pid is reused, the pair is not). None if there is no such process, or it
+    has ended and only waits to be reaped (a zombie runs nothing and holds nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+        rest = text[text.rindex(")") + 2:].split()
+        return None if rest[0] in ("Z", "X") else rest[19]
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def processes() -> dict[int, Proc]:

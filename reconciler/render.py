@@ -4,78 +4,90 @@ Agents parse these lines: each is one line, stable and complete.
 """
 from __future__ import annotations
 
-from .capacity import Capacity, Holder, freed_by
-from .models import Action, Plan, Request, World
+from .models import Action, Plan, World
 from .units import fmt_clock, fmt_cpus, fmt_gb, one_line, quoted
 
 
-def _until(h: Holder) -> str:
-    if h.overdue or h.eta is None:
+def _until(h: dict) -> str:
+    if h["overdue"] or h["until"] is None:
         return "(overdue)"
-    return f"until ~{fmt_clock(h.eta)}"
+    return f"until ~{fmt_clock(h['until'])}"
 
 
-def _who(h: Holder) -> str:
-    project = f"{one_line(h.project, 30)} " if h.project else ""
-    return f"{project}{quoted(h.title, 40)} ({h.id}) {_until(h)}"
+def _who(h: dict) -> str:
+    project = f"{one_line(h['project'], 30)} " if h["project"] else ""
+    return f"{project}{quoted(h['title'], 40)} ({h['id']}) {_until(h)}"
 
 
-def busy_line(req: Request, cap: Capacity, now: float, head: Request | None = None) -> str:
+def _retry_text(d: dict) -> str:
+    if d["retry"] == "after":
+        return f"retry after ~{fmt_clock(d['retry_at'])} or work on something else"
+    if d["retry"] == "soon":
+        return "retry in a few minutes or work on something else"
+    return "retry later or work on something else"
+
+
+def _amounts(short: list[str], gb: float, cpus: float) -> str:
+    """`2.0 GB`, `1 cpu`, or `2.0 GB and 1 cpu`: the resources in `short`, by these amounts."""
+    return " and ".join(fmt_gb(gb) if r == "memory" else fmt_cpus(cpus) for r in short)
+
+
+def reason_line(d: dict) -> str:
+    """The one line of a structured reason (capacity.*_detail)."""
+    if d["code"] == "never_fits":
+        if d["resource"] == "memory":
+            return f"{_g(d['asked'])} GB can never fit (max {_g(d['max'])} GB)"
+        return f"{fmt_cpus(d['asked'])} can never fit (max {fmt_cpus(d['max'])})"
+    if d["code"] == "pricing":
+        return f"{d['error']}; no agent session starts until it is fixed"
+    resource = d["resource"]
+    if resource == "lock":
+        return f"busy: lock {quoted(d['lock'], 40)} held by {_who(d['holders'][0])}; {_retry_text(d)}"
+    if resource == "sessions":
+        hs = d["holders"]
+        who = ", ".join(_who(h) for h in hs[:5]) + (f", and {len(hs) - 5} more" if len(hs) > 5 else "")
+        return f"busy: {d['running']} agent sessions running (max {d['limit']}): {who}; {_retry_text(d)}"
+    if resource == "daily_cost":
+        return (f"busy: agent sessions spent ${d['spent_usd']:.2f} today, daily_cost_usd is ${d['limit_usd']:.2f}; "
+                "new sessions start again tomorrow, or raise daily_cost_usd")
+    return busy_line(d)
+
+
+def busy_line(d: dict) -> str:
     """`busy: 7.5 GB held by proj-a "dotnet e2e" (r-4) until ~14:40; 2.1 GB free for agents; retry after
-    ~14:40 or work on something else` — holders named earliest ETA first."""
-    need_gb = req.mem_gb + (head.mem_gb if head else 0.0)
-    need_cpus = req.cpus + (head.cpus if head else 0.0)
-    short_mem = need_gb > cap.mem_gb + 1e-9
-    chosen, when = freed_by(cap, need_gb, need_cpus, now)
+    ~14:40 or work on something else` — holders named earliest ETA first, in the resource that is short."""
+    short = d["short"]
     parts = []
-    if chosen:
-        unit = (lambda h: fmt_gb(h.held_gb)) if short_mem else (lambda h: fmt_cpus(h.cpus))
-        first, *rest = chosen
-        held = f"{unit(first)} held by {_who(first)}"
-        held += "".join(f", {unit(h)} by {_who(h)}" for h in rest)
+    if d["holders"]:
+        first, *rest = d["holders"]
+        held = f"{_amounts(short[:1], first['gb'], first['cpus'])} held by {_who(first)}"
+        held += "".join(f", {_amounts(short[:1], h['gb'], h['cpus'])} by {_who(h)}" for h in rest)
         parts.append(held)
+    head = d.get("head")
     if head:
-        parts.append(f"queue head {head.id} {quoted(head.title, 40)} waits for {fmt_gb(head.mem_gb)} first")
-    free = f"{fmt_gb(max(cap.mem_gb, 0))} free for agents" if short_mem else f"{fmt_cpus(max(cap.cpus, 0))} free for agents"
-    if not chosen:
-        asked = fmt_gb(req.mem_gb) if short_mem else fmt_cpus(req.cpus)
-        free += f", {asked} asked; the rest is in use outside res or kept as the user's reserve"
+        waits = head["waits_for"].split("+")
+        parts.append(f"queue head {head['id']} {quoted(head['title'], 40)} waits for "
+                     f"{_amounts(waits, head['gb'], head['cpus'])} first")
+    free = f"{_amounts(short, max(d['free_gb'], 0), max(d['free_cpus'], 0))} free for agents"
+    if not d["holders"]:
+        free += f", {_amounts(short, d['asked_gb'], d['asked_cpus'])} asked; the rest is in use outside res or kept as the user's reserve"
     parts.append(free)
-    if when is None:
-        retry = "retry later or work on something else"
-    elif when <= now or any(h.overdue for h in chosen):
-        retry = "retry in a few minutes or work on something else"
-    else:
-        retry = f"retry after ~{fmt_clock(when)} or work on something else"
-    parts.append(retry)
+    parts.append(_retry_text(d))
     return "busy: " + "; ".join(parts)
 
 
-def lock_line(req: Request, holder: Holder) -> str:
-    return (f"busy: lock {quoted(req.lock or '', 40)} held by {_who(holder)}; "
-            + (f"retry after ~{fmt_clock(holder.eta)} or work on something else"
-               if holder.eta and not holder.overdue else "retry in a few minutes or work on something else"))
-
-
-def sessions_line(sessions: list[Holder], limit: int) -> str:
-    """Over max_concurrent_sessions: name the running sessions, earliest ETA first."""
-    ordered = sorted(sessions, key=lambda h: (h.eta is None, h.eta or 0, h.id))
-    who = ", ".join(_who(h) for h in ordered[:5]) + (f", and {len(ordered) - 5} more" if len(ordered) > 5 else "")
-    first = next((h for h in ordered if h.eta and not h.overdue), None)
-    retry = (f"retry after ~{fmt_clock(first.eta)} or work on something else" if first
-             else "retry in a few minutes or work on something else")
-    return f"busy: {len(sessions)} agent sessions running (max {limit}): {who}; {retry}"
-
-
-def daily_line(spent: float, limit: float) -> str:
-    return (f"busy: agent sessions spent ${spent:.2f} today, daily_cost_usd is ${limit:.2f}; "
-            "new sessions start again tomorrow, or raise daily_cost_usd")
-
-
-def never_line(req: Request, cap: Capacity) -> str:
-    if req.mem_gb > cap.max_mem_gb:
-        return f"{_g(req.mem_gb)} GB can never fit (max {_g(max(cap.max_mem_gb, 0))} GB)"
-    return f"{fmt_cpus(req.cpus)} can never fit (max {fmt_cpus(max(cap.max_cpus, 0))})"
+def queued_line(d: dict) -> str:
+    """`position 2; est. start ~14:40; lock 'e2e' held by r-1`: a waiting queue entry (plan.wait_detail)."""
+    if d["waits_for"] in ("sessions", "daily_cost", "pricing"):
+        why = reason_line(d["block"]).removeprefix("busy: ") if d.get("block") else "behind an earlier session that waits"
+        return f"position {d['position']}; {why}"
+    eta = f"est. start ~{fmt_clock(d['est_start'])}" if d["est_start"] is not None else "est. start unknown"
+    text = f"position {d['position']}; {eta}"
+    if d["waits_for"] == "lock":
+        text += f"; lock {d['lock']!r} held by {d['lock_holder']}"
+    elif d["waits_for"] == "queue_head":
+        text += f"; behind queue head {d['head']}"
+    return text
 
 
 def _g(gb: float) -> str:
@@ -131,10 +143,18 @@ def render_plan(plan: Plan) -> str:
     counts = {k: sum(1 for a in plan.of(k) if not _bookkeeping(a)) for k, _ in _SUMMARY}
     said = [f"{counts[k]} {label}" for k, label in _SUMMARY if counts[k]]
     bookkeeping = sum(1 for a in plan.actions if _bookkeeping(a))
+    waits = plan.of("wait")
+    waiting = ""
+    if waits:
+        n = len(waits)
+        waiting = f"{n} queued entr{'y waits' if n == 1 else 'ies wait'} ({waits[0].id}: {one_line(waits[0].reason, 120)})"
     if said:
-        lines.append("Plan: " + ", ".join(said) + ".")
+        lines.append("Plan: " + ", ".join(said) + "." + (f" {waiting}." if waiting else ""))
     elif bookkeeping:
-        lines.append(f"No changes to jobs; {bookkeeping} bookkeeping step{'s' if bookkeeping > 1 else ''} (·).")
+        lines.append(f"No changes to jobs; {bookkeeping} bookkeeping step{'s' if bookkeeping > 1 else ''} (·)"
+                     + (f"; {waiting}." if waiting else "."))
+    elif waiting:
+        lines.append(f"No changes; {waiting}.")
     else:
         lines.append("No changes. The world matches the desired state.")
     return "\n".join(lines)

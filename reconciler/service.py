@@ -299,6 +299,19 @@ async def _wait_ready(rt, name: str, paths: Paths) -> tuple[int | None, str]:
     return None, why
 
 
+def _runs_older_code(paths: Paths) -> bool:
+    """Whether the running loop started from other code than this installation has now (an upgrade,
+    an edited checkout); a loop too old to say counts as older."""
+    from . import code_fingerprint
+    from .client import NoDaemon, ask
+
+    try:
+        answer = ask(paths.socket, {"op": "ping"}, 5)
+    except (NoDaemon, OSError, ValueError):
+        return False  # nobody answers: the start below is what helps, not a restart
+    return answer.get("code_id") != code_fingerprint()
+
+
 async def _install(rt, name: str, unit_dir: Path, text: str, paths: Paths) -> tuple[int, list[str]]:
     from .unitfiles import _current, install_unit
 
@@ -328,7 +341,8 @@ async def _install(rt, name: str, unit_dir: Path, text: str, paths: Paths) -> tu
         await rt.enable_unit_files([name])
         await rt.daemon_reload()  # as `systemctl enable` does: the manager sees the new symlink
         lines.append(f"enabled {name} (starts with the user manager)")
-    if before.running and not changed:
+    stale = before.running and not changed and await asyncio.to_thread(_runs_older_code, paths)
+    if before.running and not changed and not stale:
         if not lines:
             return 0, [f"{name} already installed and running (pid {before.pid})"]
         return 0, lines + [f"{name} running (pid {before.pid})"]
@@ -336,6 +350,8 @@ async def _install(rt, name: str, unit_dir: Path, text: str, paths: Paths) -> tu
     if not before.stopped:
         await rt.stop_unit(name)
         verb = "restarted" if before.running else "started"
+        if stale:
+            verb = "restarted (its code changed since it started)"
     result = await rt.start_unit(name)
     if result not in ("done", None):
         return 1, [f"res: {name} is installed and enabled but did not start (job {result}); {_journal_hint(name)}"]

@@ -8,7 +8,7 @@ from .capacity import reserves
 from .plan import spent_today
 from .models import LIVE, TERMINAL, Game, JobRecord, Phase
 from .paths import Paths
-from .units import fmt_clock, fmt_cpus, fmt_span, quoted
+from .units import fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
 
 
 def _snapshot(store) -> dict:
@@ -16,8 +16,13 @@ def _snapshot(store) -> dict:
 
 
 def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths) -> dict:
-    """One job as data: what `status --json` prints and the text lines are made of."""
+    """One job as data: what `status --json` prints and the text lines are made of. A queued entry
+    carries what the last pass said of it (position, est. start, what it waits for)."""
+    from .render import queued_line
+
     req = rec.request
+    queued = (snap.get("queue") or {}).get(rec.id) if rec.phase == Phase.queued else None
+    rec = ended_unsettled(rec, paths) or rec
     used = (snap.get("world", {}).get("jobs", {}).get(rec.id) or {}).get("mem_used_gb")
     expires = rec.expires()
     d = rec.digest
@@ -34,25 +39,56 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths) -> dict:
         "input_tokens": d.input_tokens if d else 0, "output_tokens": d.output_tokens if d else 0,
         "iterations": d.iterations if d else 0, "lines": d.lines if d else 0,
         "log_offset": rec.log_offset, "attach_failures": rec.attach_failures, "last_error": rec.last_error,
+        "reason": reason_of(rec, queued), "position": (queued or {}).get("position"),
+        "est_start": (queued or {}).get("est_start"), "waits": queued_line(queued) if queued else None,
     }
 
 
+FINISHED_GRACE_S = 300  # finished entries stay in the default `res status` view this long (--all: all)
+
+HEADER = f"{'ID':<6} {'PROJECT':<16} {'TITLE':<32} {'STATE':<9} {'MEM':>7} {'USED':>7} {'PEAK':>7} {'CPUS':>5} {'START':>5}  WHY / WHEN"
+
+
+def ended_unsettled(rec: JobRecord, paths: Paths) -> JobRecord | None:
+    """A job recorded as live whose unit has written its exit record: as a pass would settle it
+    (state `exited`, rc, peak, why), read-only. Without a running loop, no pass may have seen the end."""
+    if rec.phase not in LIVE or rec.request.kind != "job":
+        return None
+    from .plan import settle_outcome
+    from .runtime import read_exit_record
+
+    ex = read_exit_record(paths.exit_record(rec.id))
+    if ex is None:
+        return None
+    rc, why, peak, code = settle_outcome(rec, ex)
+    return rec.model_copy(update={"phase": Phase.exited, "rc": rc, "peak_gb": peak, "ended": ex.at or None,
+                                  "why": f"{why} (not settled yet: no pass since it ended)", "detail": {"code": code}})
+
+
+def _size(gb: float | None) -> str:
+    return "-" if gb is None else fmt_gb(gb)
+
+
 def _line(v: dict) -> str:
-    gb = lambda x: "-" if x is None else f"{x:.1f}"  # noqa: E731
+    """One entry under HEADER: what it asked for, uses and used, and what a reader decides on: when
+    it ends, why it waits (position, est. start, what blocks it), or how it ended."""
     started = fmt_clock(v["started"]) if v["started"] else "-"
-    if v["state"] in ("done", "refused", "cancelled"):
+    if v["state"] in ("done", "refused", "cancelled", "exited") and v["why"]:
         tail = f"rc={v['rc']}" if v["rc"] is not None else ""
         tail += f" {v['why']}" if v["why"] else ""
     elif v["overdue"]:
         tail = "overdue"
+    elif v["state"] == "queued":
+        tail = v["waits"] or "waiting (no pass has looked at it yet)"
     elif v["eta"]:
         tail = f"ETA ~{fmt_clock(v['eta'])}"
     else:
-        tail = "waiting"
+        tail = "starting"
     if v["agent"] != "none":
         tail += f" ${v['spend_usd']:.2f} {v['iterations']} turns"
-    return (f"{v['id']:<6} {v['project'][:16]:<16} {quoted(v['title'], 30):<32} {v['state']:<9} "
-            f"{gb(v['mem_gb'])}/{gb(v['used_gb'])}/{gb(v['peak_gb'])} GB  {fmt_cpus(v['cpus']):<7} {started:>5}  {tail}").rstrip()
+    return (f"{v['id']:<6} {one_line(v['project'], 16):<16} {quoted(v['title'], 30):<32} {v['state']:<9} "
+            f"{_size(v['mem_gb']):>7} {_size(v['used_gb']):>7} {_size(v['peak_gb']):>7} {fmt_cpus(v['cpus']).split()[0]:>5} "
+            f"{started:>5}  {one_line(tail.strip(), 160)}").rstrip()
 
 
 def queue_problem(paths: Paths) -> str | None:
@@ -77,7 +113,7 @@ def notices(paths: Paths, snap: dict) -> list[str]:
 
 def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord], now: float) -> dict:
     """Game mode, the agents' unreserved memory and the warnings, from the last pass's world."""
-    from .capacity import HOLDING
+    from .capacity import HOLDING, reserve_warnings
     from .game import game_lines
     from .models import World
     from .render import agents_memory_line, status_warnings
@@ -90,11 +126,11 @@ def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord
                  "lines": game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now)},
         "agents_memory": agents_memory_line(world) if world else None,
         "agents_slice": world.agents_slice.model_dump() if world and world.agents_slice else None,
-        "warnings": status_warnings(world, live, policy) if world else [],
+        "warnings": (status_warnings(world, live, policy) if world else []) + reserve_warnings(policy),
     }
 
 
-def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str, int]:
+def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bool = False) -> tuple[str, int]:
     """(text, exit code) of `res status [ID] [--json]`. With an id, the text is the entry alone (the
     CLI says a queue_problem on stderr), so the output stays one entry."""
     from .store import Store
@@ -126,13 +162,17 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str
               "reserve_gb": reserve_gb, "reserve_cpus": reserve_cpus, "as_of": snap.get("at"),
               "mem_available_gb": world.get("mem_available_gb"),  # what the budget was taken from
               "spend_today_usd": round(spent, 6), "daily_cost_usd": policy.daily_cost_usd or None}
+    grace = float("inf") if show_all else FINISHED_GRACE_S
     live = [r for r in sorted(records.values(), key=lambda r: r.request.number)
-            if r.phase not in TERMINAL or (r.ended and now - r.ended < 3600)]
+            if r.phase not in TERMINAL or (r.ended and now - r.ended < grace)]
     views = [job_view(r, snap, now, paths) for r in live]
     side = user_side(policy, game, world, records, now)
     if as_json:
         return json.dumps({"jobs": views, "budget": budget, "notices": warn, **side}, indent=2), 0
-    lines = [_line(v) for v in views] or ["no entries"]
+    hidden = sum(1 for r in records.values() if r.phase in TERMINAL) - sum(1 for v in views if v["state"] in ("done", "refused", "cancelled"))
+    lines = [HEADER] + [_line(v) for v in views] if views else ["no entries"]
+    if hidden:
+        lines.append(f"({hidden} finished entr{'y' if hidden == 1 else 'ies'} not shown: res status --all, res hist)")
     if budget["mem_gb"] is None:
         lines.append(f"agents may use ? GB, ? cpus now (no pass has run yet); reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}")
     else:
@@ -150,39 +190,60 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool) -> tuple[str
     return "\n".join(lines), 0
 
 
-def wait(paths: Paths, policy, job_id: str, timeout: float | None) -> tuple[int, str]:
-    """Poll until the entry is finished; with no loop running, run passes here so it settles."""
-    from .client import NoDaemon, ask
-    from .store import Store
+# `res wait` and `res run --wait` exit with the job's own code (128+N when a signal killed it), like
+# `systemd-run --wait`; these two are res's own (README: exit codes).
+EXIT_TIMEOUT = 124  # --timeout passed first (as timeout(1))
+EXIT_NEVER_RAN = 125  # no exit code: refused, cancelled, the start failed, or the outcome was lost
 
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        store = Store.open(paths, readonly=True)
-        try:
-            rec = store.get(job_id)
-        finally:
-            store.close()
-        if rec is None:
-            return 1, f"res: no such entry: {job_id}"
-        if rec.phase in TERMINAL:
-            return 0, done_line(rec)
-        if deadline is not None and time.monotonic() >= deadline:
-            return 1, f"res: {job_id} still {rec.phase.value} after {fmt_span(timeout)}"
-        try:
-            ask(paths.socket, {"op": "ping"}, timeout=5)
-            time.sleep(0.5)
-        except NoDaemon:
-            from .tick import pass_here
+# The outcome code of a record whose detail has none (started, queued, a record from an older res).
+_PHASE_CODE = {Phase.queued: "queued", Phase.starting: "starting", Phase.running: "started",
+               Phase.exited: "ended", Phase.done: "done", Phase.refused: "refused", Phase.cancelled: "cancelled"}
 
-            pass_here(paths, policy)
-            time.sleep(0.5)
+
+def wait_code(rec: JobRecord) -> int:
+    """The exit code of `res wait` for a finished entry."""
+    if rec.phase == Phase.done and (rec.request.kind == "note" or rec.rc is not None):
+        return 0 if rec.request.kind == "note" else rec.rc & 0xFF
+    return EXIT_NEVER_RAN
+
+
+def reason_of(rec: JobRecord, detail: dict | None = None) -> dict:
+    """The structured reason of an entry's state (docs/agent-interface.md)."""
+    if detail:
+        return detail
+    if rec.phase in TERMINAL and rec.detail:
+        return rec.detail
+    code = _PHASE_CODE[rec.phase]
+    if code == "started" and rec.request.kind == "note":
+        code = "noted"
+    return {"code": code}
+
+
+def entry_json(rec: JobRecord, paths: Paths, detail: dict | None = None) -> dict:
+    """One entry as `run`, `note`, `wait` and `release` print it with --json."""
+    req = rec.request
+    reason = reason_of(rec, detail)
+    return {"id": rec.id, "kind": req.kind, "state": rec.phase.value, "title": req.title,
+            "log": str(paths.log(rec.id)) if req.kind == "job" else None,
+            "position": reason.get("position"), "est_start": reason.get("est_start"),
+            "started": rec.started, "eta": rec.eta() if rec.phase not in TERMINAL else None, "ended": rec.ended,
+            "rc": rec.rc, "peak_gb": rec.peak_gb, "why": rec.why, "reason": reason}
 
 
 def done_line(rec: JobRecord) -> str:
+    """`r-1 done rc=0 peak 28 MB in 3 s`: how a finished entry ended, in one line."""
+    why = " ".join((rec.why or "").split())
+    if rec.phase == Phase.refused:
+        return f"{rec.id} refused: {why or 'refused'}"
+    if rec.phase == Phase.cancelled:
+        return f"{rec.id} cancelled" + (f": {why}" if why else "")
     if rec.phase != Phase.done:
-        return f"{rec.id} {rec.phase.value}" + (f": {rec.why}" if rec.why else "")
-    peak = f" peak {rec.peak_gb:.1f} GB" if rec.peak_gb is not None else ""
+        return f"{rec.id} {rec.phase.value}" + (f": {why}" if why else "")
+    if rec.request.kind == "note":
+        return f"{rec.id} note ended" + (f": {why}" if why else "")
+    if rec.rc is None and rec.started is not None and (rec.detail or {}).get("code") == "start_failed":
+        return f"{rec.id} never ran ({why})"
+    peak = f" peak {fmt_gb(rec.peak_gb)}" if rec.peak_gb is not None else ""
     took = f" in {fmt_span(rec.ended - rec.started)}" if rec.ended and rec.started else ""
-    why = "" if rec.why in (None, "exited 0") else f" ({rec.why})"
-    return f"{rec.id} done rc={rec.rc}{peak}{took}{why}"
-
+    tail = "" if why in ("", "exited 0") else f" ({why})"
+    return f"{rec.id} done rc={rec.rc if rec.rc is not None else '?'}{peak}{took}{tail}"

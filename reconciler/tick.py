@@ -20,14 +20,33 @@ log = logging.getLogger("res.tick")
 
 
 def holder_id() -> str:
-    return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}"
+    """`host/pid/nonce/start`: the process start time lets another instance on this host tell that
+    the holder is gone even when its pid has been reused (DESIGN §5.4)."""
+    from .procs import start_time
+
+    return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}/{start_time(os.getpid()) or '?'}"
+
+
+def policy_files_key() -> tuple:
+    """The policy files as they are now (path, mtime, size, inode): a change means reload."""
+    from .policy import default_policy_path, user_policy_path
+
+    out = []
+    for path in (default_policy_path(), user_policy_path()):
+        try:
+            st = path.stat()
+            out.append((str(path), st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            out.append((str(path), None, None, None))
+    return tuple(out)
 
 
 def make_runtime(paths: Paths, policy):
     """The job runtime (systemd for now), imported only when a pass needs it."""
     from .runtime.systemd import SystemdRuntime
 
-    return SystemdRuntime(unit_prefix=policy.unit_prefix, jobs_slice=policy.jobs_slice, logs_dir=paths.logs)
+    return SystemdRuntime(unit_prefix=policy.unit_prefix, jobs_slice=policy.jobs_slice, logs_dir=paths.logs,
+                          state_root=paths.root)
 
 
 class Engine:
@@ -47,21 +66,48 @@ class Engine:
         self.executor = Executor(paths, self.store, self.runtime, self.writer, policy, self.holder, self.streamer)
         self.connected = False
         self.connect_error: str | None = None
+        self.manager_absent = False  # the runtime is not slow or broken: there is none to reach
         self.last_plan: Plan | None = None
         # Why the last pass could admit nothing (a broken queue file, an unobservable runtime); [] if it could.
         self.blocked: list[str] = []
         self._slice_key: str | None = None  # the inputs of the slice unit files this instance installed
         self.adopt_once = False  # the next pass adopts sessions whatever adopt_sessions says
+        from . import code_fingerprint
+
+        self.code_id = code_fingerprint()  # the code this instance runs (`res service install` compares)
+        self._policy_key = policy_files_key()
+        self.policy_error: str | None = None  # the policy files changed and do not load: the last good one is used
+
+    def reload_policy(self) -> None:
+        """Pick up a changed policy file (checked by its stat each pass). A broken one keeps the last
+        good policy and says so in every pass's notices until it is fixed."""
+        from .policy import PolicyError, load_policy
+
+        key = policy_files_key()
+        if key == self._policy_key:
+            return
+        self._policy_key = key
+        try:
+            policy = load_policy()
+        except PolicyError as e:
+            self.policy_error = f"{' '.join(str(e).split())}; keeping the policy loaded before"
+            log.error("policy not reloaded: %s", self.policy_error)
+            return
+        self.policy_error = None
+        if policy != self.policy:
+            log.warning("policy reloaded from %s", ", ".join(str(p) for p, *_ in key if p))
+        self.policy = self.executor.policy = self.streamer.policy = policy
 
     async def connect(self) -> None:
         from .runtime import RuntimeUnavailable
 
         try:
             await self.runtime.connect()
-            self.connected, self.connect_error = True, None
+            self.connected, self.connect_error, self.manager_absent = True, None, False
         except RuntimeUnavailable as e:
-            log.warning("%s", e)
-            self.connected, self.connect_error = False, str(e)
+            if str(e) != self.connect_error:  # once per new reason, not every pass
+                log.warning("%s", e)
+            self.connected, self.connect_error, self.manager_absent = False, str(e), e.absent
 
     async def close(self) -> None:
         """Give up this instance's attachments (so the next instance takes over at once, DESIGN
@@ -124,7 +170,10 @@ class Engine:
             await self.connect()  # observation then says what failed, and nothing is acted on blindly
         with locked(self.paths.tick_lock):
             now = time.time()
+            self.reload_policy()
             desired, notices = load_desired(self.paths, self.store)
+            if self.policy_error:
+                notices.append(self.policy_error)
             records = self.store.records()
             self.streamer.refresh_pricing()
             self.streamer.stream(records, now)  # before planning: budgets see what was spent so far
@@ -226,10 +275,12 @@ def load_desired(paths: Paths, store, save: bool = True) -> tuple[Desired, list[
 
 
 def publish(store, world: World, p: Plan, now: float) -> None:
-    """What `res status` shows without a lock: the world and budget as of this pass."""
+    """What `res status` shows without a lock: the world and budget as of this pass, and what it said
+    of each queued entry (position, est. start, what it waits for)."""
+    queue = {a.id: a.detail for a in p.actions if a.kind in ("enqueue", "wait") and a.detail}
     store.set_meta("last_tick", json.dumps({
         "at": now, "world": world.model_dump(mode="json"),
-        "budget_mem_gb": p.budget_mem_gb, "budget_cpus": p.budget_cpus, "notices": p.notices,
+        "budget_mem_gb": p.budget_mem_gb, "budget_cpus": p.budget_cpus, "notices": p.notices, "queue": queue,
     }))
 
 

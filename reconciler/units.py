@@ -58,6 +58,12 @@ def parse_cpus(text: str, what: str = "--cpus") -> float:
     return cpus
 
 
+def parse_pid(text: str, what: str = "--owner") -> int:
+    if not str(text).strip().isdigit() or int(text) < 1 or int(text) > 1 << 22:
+        raise BadValue(f"{what} {text!r}: not a process id")
+    return int(text)
+
+
 def parse_usd(text: str, what: str = "--max-cost-usd") -> float:
     """'0.50', '$2' -> USD; 0 means no limit."""
     try:
@@ -90,6 +96,9 @@ def fmt_usd_pair(value: float, limit: float) -> tuple[str, str]:
 
 
 def fmt_gb(gb: float) -> str:
+    """`10.0 GB`; under 1 GB in MB (`28 MB`, not `0.0 GB`)."""
+    if abs(gb) < 0.9995:
+        return f"{round(gb * 1024):d} MB"
     return f"{gb:.1f} GB"
 
 

@@ -82,11 +82,11 @@ def test_busy_line_names_the_holder_free_memory_and_retry(res):
     assert res.started(*hold, mem="1G", extra=("--title", "holder job", "--project", "proj-a")) == "r-1"
     r = res.run_job("true", mem="1G")
     line = r.one_line()
-    m = re.fullmatch(rf'busy: 1\.0 GB held by proj-a "holder job" \(r-1\) until ~({CLOCK}); ([\d.]+) GB free for agents; '
+    m = re.fullmatch(rf'busy: 1\.0 GB held by proj-a "holder job" \(r-1\) until ~({CLOCK}); (\d+) MB free for agents; '
                      rf"retry after ~({CLOCK}) or work on something else", line)
     assert r.code == 3 and m and r.err == "", str(r)
     assert m.group(1) == m.group(3)  # retry when the holder is expected to end
-    assert float(m.group(2)) < 1.0
+    assert float(m.group(2)) < 1024  # under 1 GB free: said in MB
     assert res.status("r-2")["state"] == "refused"
     assert res.status("r-1")["state"] == "running"
 
@@ -98,8 +98,8 @@ def test_busy_line_names_holders_earliest_eta_first(res):
     assert res.started(*late, mem="512M", est="50m", extra=("--title", "late")) == "r-1"
     assert res.started(*early, mem="512M", est="10m", extra=("--title", "early")) == "r-2"
     r = res.run_job("true", mem="1280M")  # needs both to end
-    m = re.fullmatch(rf'busy: 0\.5 GB held by \S+ "early" \(r-2\) until ~({CLOCK}), 0\.5 GB by \S+ "late" \(r-1\) '
-                     rf"until ~({CLOCK}); [\d.]+ GB free for agents; retry after ~({CLOCK}) or work on something else",
+    m = re.fullmatch(rf'busy: 512 MB held by \S+ "early" \(r-2\) until ~({CLOCK}), 512 MB by \S+ "late" \(r-1\) '
+                     rf"until ~({CLOCK}); [\d.]+ [GM]B free for agents; retry after ~({CLOCK}) or work on something else",
                      r.one_line())
     assert r.code == 3 and m, str(r)
     assert m.group(3) == m.group(2)  # retry when enough is free: after the later of the two
@@ -269,7 +269,8 @@ def test_note_is_freed_when_its_owner_exits(res):
         pytest.skip("running under a process named claude: it, not our parent, would own the note")
     before = _budget(res)
     parent, line = _note_from(res, "-", "--mem", "1G", "--for", "20m", "debugging in a shell")
-    assert re.fullmatch(rf"r-1 noted: 1 GB until ~{CLOCK}; free it: res release r-1", line), line
+    assert re.fullmatch(rf"r-1 noted: 1\.0 GB until ~{CLOCK}, while pid {parent.pid} \(python3\) runs; "
+                        rf"free it: res release r-1", line), line
     assert _owner_of(res, "r-1") == parent.pid
     held = _budget(res)
     assert abs((before - held) - 1.0) < 1e-6, (before, held)
@@ -285,9 +286,12 @@ def test_note_is_freed_when_its_owner_exits(res):
     assert 'id = "r-1"' not in res.queue.read_text()  # gone from the desired file too
 
 
-def test_note_owner_is_the_nearest_claude_ancestor(res):
-    claude, line = _note_from(res, "claude", "--mem", "512M", "--for", "20m", "claude's own work", shell=True)
-    assert line.startswith("r-1 noted: 0.5 GB"), line
+@pytest.mark.parametrize("agent", ["claude", "codex", "gemini"])
+def test_note_owner_is_the_nearest_agent_ancestor(res, agent):
+    """Agents run each command in a shell that exits at once: the note lives as long as the agent
+    session, not that shell, and the line says whose it is."""
+    claude, line = _note_from(res, agent, "--mem", "512M", "--for", "20m", "claude's own work", shell=True)
+    assert line.startswith(f"r-1 noted: 512 MB until ") and f", while pid {claude.pid} ({agent}) runs;" in line, line
     assert _owner_of(res, "r-1") == claude.pid  # not the shell in between
     res.ok("reconcile")  # the shell is gone by now; the note stays
     assert res.status("r-1")["state"] == "running"
@@ -297,9 +301,28 @@ def test_note_owner_is_the_nearest_claude_ancestor(res):
     assert res.status("r-1")["why"] == f"owner pid {claude.pid} is gone"
 
 
+def test_note_with_an_explicit_owner_or_none(res):
+    shell, line = _note_from(res, "-", "--mem", "256M", "--for", "20m", "--until-expiry", "kept", shell=True)
+    assert re.fullmatch(rf"r-1 noted: 256 MB until ~{CLOCK}; free it: res release r-1", line), line
+    res.ok("reconcile")  # the shell that asked is gone: the note stays until its time or a release
+    assert res.status("r-1")["state"] == "running"
+    shell.kill()
+    shell.wait()
+    sleeper = res.popen(["sleep", "600"])
+    r = res("note", "--mem", "256M", "--for", "20m", "--owner", str(sleeper.pid), "owned")
+    assert r.code == 0 and f", while pid {sleeper.pid} (sleep) runs;" in r.one_line(), str(r)
+    sleeper.kill()
+    sleeper.wait()
+    res.ok("reconcile")
+    assert res.status("r-2")["why"] == f"owner pid {sleeper.pid} is gone"
+    assert res.status("r-1")["state"] == "running"
+    r = res("note", "--mem", "256M", "--for", "20m", "--owner", "4000000", "nobody")
+    assert r.code == 2 and r.one_line("err").startswith("res: --owner 4000000: "), str(r)
+
+
 def test_note_expires(res):
     r = res("note", "--mem", "512M", "--for", "2s", "short")
-    assert r.code == 0 and r.one_line().startswith("r-1 noted: 0.5 GB until ~"), str(r)
+    assert r.code == 0 and r.one_line().startswith("r-1 noted: 512 MB until ~"), str(r)
     st = res.reconcile_until("r-1", lambda s: s["state"] == "done", "expired")
     assert st["why"].startswith("expired at "), st
 
@@ -328,15 +351,18 @@ def test_status_lines_budget_and_json(res):
     res.ok("reconcile")
     r = res.ok("status")
     lines = r.lines
-    assert len(lines) == 5, r.out  # one per live entry, the budget line, the agents slice's memory
-    assert re.match(rf'r-1 +projx +"status probe" +running +0\.5/[\d.]+/- GB +0\.1 cpus +{CLOCK} +ETA ~{CLOCK}$',
-                    lines[0]), lines[0]
-    assert re.match(r'r-2 +\S+ +"waits for k" +queued +0\.2/-/- GB +0\.1 cpus +- +waiting$', lines[1]), lines[1]
-    assert re.match(r'r-3 +\S+ +"a note" +running +0\.2/', lines[2]), lines[2]
+    assert len(lines) == 6, r.out  # the header, one per live entry, the budget line, the agents slice's memory
+    assert lines[0].split() == ["ID", "PROJECT", "TITLE", "STATE", "MEM", "USED", "PEAK", "CPUS", "START", "WHY", "/", "WHEN"]
+    assert re.match(rf'r-1 +projx +"status probe" +running +512 MB +\d+ MB +- +0\.1 +{CLOCK} +ETA ~{CLOCK}$',
+                    lines[1]), lines[1]
+    # a queued entry says where it stands, when it is expected to start, and what it waits for
+    assert re.match(rf'r-2 +\S+ +"waits for k" +queued +256 MB +- +- +0\.1 +- +position 1; est\. start ~{CLOCK}; '
+                    r"lock 'k' held by r-1$", lines[2]), lines[2]
+    assert re.match(r'r-3 +\S+ +"a note" +running +256 MB ', lines[3]), lines[3]
     assert re.fullmatch(r"agents may use [\d.]+ GB, [\d.]+ cpus? now; reserve [\d.]+ GB/0 cpus; "
-                        r"sessions spent \$0\.00 today", lines[3]), lines[3]
+                        r"sessions spent \$0\.00 today", lines[4]), lines[4]
     assert re.fullmatch(r"agents slice uses [\d.]+ GB: jobs [\d.]+ GB, unreserved [\d.]+ GB "
-                        r"\(of which [\d.]+ GB reclaimable cache\)", lines[4]), lines[4]
+                        r"\(of which [\d.]+ GB reclaimable cache\)", lines[5]), lines[5]
     side = res.status_all()
     assert side["game"]["on"] is False and side["agents_slice"]["name"] == res.agents_slice
 
@@ -360,21 +386,48 @@ def test_status_lines_budget_and_json(res):
 # ---------------------------------------------------------------- item 6: wait
 
 
-def test_wait_prints_the_outcome_whatever_the_rc(res):
-    assert res.started("sh", "-c", "exit 3") == "r-1"
-    r = res("wait", "r-1")
-    m = re.fullmatch(r"r-1 done rc=3 peak [\d.]+ GB in \d+ s \(exit code 3\)", r.one_line())
-    assert r.code == 0 and m, str(r)
-    assert res.started("true") == "r-2"
-    r = res("wait", "r-2", "--timeout", "1m")
-    assert r.code == 0 and re.fullmatch(r"r-2 done rc=0 peak [\d.]+ GB in \d+ s", r.one_line()), str(r)
+def test_wait_exits_with_the_jobs_own_code(res):
+    """`res wait && git commit` must not commit broken code: the job's own code, as systemd-run --wait."""
+    for n, code in enumerate((3, 0, 1, 7), start=1):
+        assert res.started("sh", "-c", f"exit {code}") == f"r-{n}"
+        r = res("wait", f"r-{n}", "--timeout", "1m")
+        assert r.code == code, str(r)
+        tail = f" \\(exit code {code}\\)" if code else ""
+        assert re.fullmatch(rf"r-{n} done rc={code} peak \d+ MB in \d+ s{tail}", r.one_line()), str(r)
+    st = json.loads(res.ok("wait", "r-2", "--json").out)
+    assert (st["id"], st["state"], st["rc"], st["exit_code"], st["reason"]["code"]) == ("r-2", "done", 0, 0, "exited"), st
+
+
+def test_wait_on_an_entry_that_never_ran_exits_125(res):
+    res.shape(1.0)
+    held, held_go = blocker(res, "1")
+    assert res.started(*held, mem="768M") == "r-1"
+    r = res.run_job("true", mem="512M")  # does not fit now: refused at once
+    assert r.code == 3, str(r)
+    r = res("wait", "r-2")
+    assert r.code == 125 and r.one_line().startswith("r-2 refused: busy: "), str(r)
+    held_go.touch()
+    assert res("wait", "r-1").code == 0
+    # a start that fails: the program is no longer executable when its turn comes
+    hold, hold_go = blocker(res, "2")
+    assert res.started(*hold, extra=("--lock", "k")) == "r-3"
+    prog = res.work / "prog.sh"
+    prog.write_text("#!/bin/sh\necho ran\n")
+    prog.chmod(0o755)
+    r = res.run_job(str(prog), extra=("--lock", "k", "--queue"))
+    assert r.code == 0 and r.one_line().startswith("r-4 queued, position 1;"), str(r)
+    prog.chmod(0o644)
+    hold_go.touch()
+    r = res("wait", "r-4", "--timeout", "1m")
+    assert r.code == 125 and r.one_line().startswith("r-4 never ran (start failed: "), str(r)
+    assert json.loads(res("wait", "r-4", "--json").out)["reason"]["code"] == "start_failed"
 
 
 def test_wait_times_out_on_a_long_job(res):
     cmd, go = blocker(res, "1")
     assert res.started(*cmd) == "r-1"
     r = res("wait", "r-1", "--timeout", "1s")
-    assert r.code == 1 and r.out == "" and r.one_line("err") == "res: r-1 still running after 1 s", str(r)
+    assert r.code == 124 and r.out == "" and r.one_line("err") == "res: r-1 still running after 1 s", str(r)
     assert res.active("r-1") == "active"
     go.touch()
     assert res("wait", "r-1").code == 0
@@ -413,11 +466,14 @@ def test_job_over_its_memory_is_killed_and_says_so(res):
     hog = "x = 'x' * (300 << 20); print('survived', len(x))"
     assert res.started(PY, "-c", hog, mem="64M", extra=("--title", "memory hog")) == "r-1"
     r = res("wait", "r-1", "--timeout", "2m")
-    assert r.code == 0 and r.one_line().startswith("r-1 done rc="), str(r)
+    assert r.code == 137 and r.one_line().startswith("r-1 done rc=137 "), str(r)  # 128 + SIGKILL
     st = res.status("r-1")
-    assert st["state"] == "done" and st["rc"] != 0, st
+    assert st["state"] == "done" and st["rc"] == 137, st
     assert "memory limit" in st["why"] and "raise --mem" in st["why"], st["why"]
-    assert "survived" not in (res.state / "logs" / "r-1.log").read_text()
+    log = (res.state / "logs" / "r-1.log").read_text()
+    assert "survived" not in log
+    # an agent that reads only the log knows why it ended: the unit's own last line says so
+    assert log.splitlines()[-1].startswith("res: killed at its memory limit (64 MB"), log[-300:]
     assert st["peak_gb"] is not None and st["peak_gb"] <= 64 / 1024 + 0.01, st
 
 
@@ -431,13 +487,16 @@ def test_exit_code_and_peak_recorded_with_no_reconciler_running(res):
     wait_for(lambda: exit_record.exists() and res.active("r-1") in ("inactive", "unknown", "failed"),
              "saw the job end")
     st = res.status("r-1")
-    assert st["state"] == "running" and st["rc"] is None  # nobody has looked since it ended
+    # nobody has settled it since it ended; status reads the exit record the unit wrote (read-only)
+    assert (st["state"], st["rc"]) == ("exited", 7) and st["why"].endswith("(not settled yet: no pass since it ended)"), st
+    line = [ln for ln in res.ok("status").lines if ln.startswith("r-1 ")][0]
+    assert " exited " in line and "rc=7 exit code 7" in line, line
     res.ok("reconcile")
     st = res.status("r-1")
     assert (st["state"], st["rc"], st["why"]) == ("done", 7, "exit code 7"), st
     assert 0.09 <= st["peak_gb"] < 0.5, st
     r = res("wait", "r-1")
-    assert re.fullmatch(r"r-1 done rc=7 peak 0\.\d GB in \d+ s \(exit code 7\)", r.one_line()), str(r)
+    assert r.code == 7 and re.fullmatch(r"r-1 done rc=7 peak \d+ MB in \d+ s \(exit code 7\)", r.one_line()), str(r)
 
 
 # ---------------------------------------------------------------- item 10: dry run
@@ -472,7 +531,8 @@ def test_dry_run_changes_nothing_and_replays_from_a_world_file(res):
     world_file.write_text(res.ok("observe", "--json").out)
     replay = json.loads(res.ok("reconcile", "--dry-run", "--world", str(world_file), "--json").out)
     assert res.digest() == before and res.units() == units  # nothing changed
-    assert [res.status(j)["state"] for j in ("r-1", "r-2", "r-3")] == ["running", "running", "queued"]
+    # status reads the ended jobs' exit records, but settles nothing: still not done
+    assert [res.status(j)["state"] for j in ("r-1", "r-2", "r-3")] == ["exited", "exited", "queued"]
 
     assert _plan_keys(live) == _plan_keys(replay)
     assert sorted(_plan_keys(live)) == sorted([("settle", "r-1", 0, "exited 0"), ("settle", "r-2", 4, "exit code 4"),
@@ -482,7 +542,7 @@ def test_dry_run_changes_nothing_and_replays_from_a_world_file(res):
     res.ok("reconcile")
     st = {j: res.status(j) for j in ("r-1", "r-2", "r-3")}
     assert (st["r-1"]["state"], st["r-1"]["rc"], st["r-2"]["state"], st["r-2"]["rc"]) == ("done", 0, "done", 4), st
-    assert st["r-3"]["state"] in ("running", "done") and st["r-3"]["unit"] == res.unit("r-3"), st
+    assert st["r-3"]["state"] in ("running", "exited", "done") and st["r-3"]["unit"] == res.unit("r-3"), st
 
 
 def test_dry_run_with_a_bad_world_file_is_one_line(res):
@@ -529,7 +589,7 @@ def test_serve_answers_runs_and_is_the_single_writer(res):
     hold, hold_go = blocker(res, "1")
     assert res.started(*hold, mem="1G") == "r-1"
     st = res.status("r-1")
-    host, pid, nonce = st["attached_by"].split("/")
+    host, pid, nonce, started = st["attached_by"].split("/")
     assert pid == str(serve.pid), st["attached_by"]  # the loop started it, not the CLI
 
     # a second loop on the same state directory says who holds it

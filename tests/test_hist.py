@@ -150,7 +150,7 @@ def test_a_job_killed_at_its_limit_counts_its_limit_as_peak():
     assert (row.n, row.peak_p50_gb, row.peak_p95_gb, row.dur_p90_s, row.killed) == (3, 6.0, 8.0, 900.0, 1)
     assert row.suggestion == Suggestion("proj-b", "e2e", 3, mem_gb=9.2, est_s=1380, peak_p95_gb=8.0, dur_p90_s=900.0, killed=1)
     assert hint_for(20.0, 1200, row.suggestion) == (
-        'res: hint: "e2e" in proj-b peaked at 8.0 GB (p95, 3 runs, 1 killed at the limit); --mem 9.2G would do')
+        'hint: "e2e" in proj-b peaked at 8.0 GB (p95, 3 runs, 1 killed at the limit); --mem 9.2G would do')
 
 
 def test_fewer_than_three_runs_or_peaks():
@@ -184,16 +184,16 @@ SUGG = Suggestion("proj-a", "build", 7, mem_gb=1.4, est_s=360, peak_p95_gb=1.2, 
 
 
 def test_hint_for_memory():
-    assert hint_for(4.0, 600, SUGG) == 'res: hint: "build" in proj-a peaked at 1.2 GB (p95, 7 runs); --mem 1.4G would do'
+    assert hint_for(4.0, 600, SUGG) == 'hint: "build" in proj-a peaked at 1.2 GB (p95, 7 runs); --mem 1.4G would do'
 
 
 def test_hint_for_duration():
-    assert hint_for(1.0, 721, SUGG) == 'res: hint: "build" in proj-a took 4 min (p90, 7 runs); --for 6m would do'
+    assert hint_for(1.0, 721, SUGG) == 'hint: "build" in proj-a took 4 min (p90, 7 runs); --for 6m would do'
 
 
 def test_hint_for_both():
     assert hint_for(4.0, 1800, SUGG) == (
-        'res: hint: "build" in proj-a peaked at 1.2 GB (p95) and took 4 min (p90) over 7 runs; --mem 1.4G --for 6m would do')
+        'hint: "build" in proj-a peaked at 1.2 GB (p95) and took 4 min (p90) over 7 runs; --mem 1.4G --for 6m would do')
 
 
 def test_hint_threshold_is_more_than_twice():
@@ -206,7 +206,7 @@ def test_hint_threshold_is_more_than_twice():
 
 def test_hint_small_peaks_and_no_project_and_hostile_kind():
     s = Suggestion("", 'say "hi"\x1b[31m', 4, mem_gb=0.25, est_s=60, peak_p95_gb=0.2, dur_p90_s=30.0, killed=0)
-    assert hint_for(1.0, 60, s) == "res: hint: \"say 'hi' [31m\" peaked at 205 MB (p95, 4 runs); --mem 256M would do"
+    assert hint_for(1.0, 60, s) == "hint: \"say 'hi' [31m\" peaked at 205 MB (p95, 4 runs); --mem 256M would do"
 
 
 # ---------------------------------------------------------------- the table

@@ -85,9 +85,34 @@ def test_game_mode_raises_the_reserve_until_it_expires():
     assert capacity(POLICY, on, world(avail=30), [], NOW + 61).mem_gb == pytest.approx(22.0)
 
 
-def test_cpu_reserve_never_takes_the_last_cpu_on_a_small_machine():
-    cap = capacity(POLICY, Game(), world(nproc=2), [], NOW)
-    assert cap.cpus == pytest.approx(1.0)
+def test_cpu_reserve_scales_down_on_a_small_machine():
+    # the shipped 4-CPU reserve is a quarter of a 16-core machine; on 2 cores it is half a CPU, so
+    # agents are not queued behind one another for a single CPU (issue 8, item 8)
+    assert capacity(POLICY, Game(), world(nproc=2), [], NOW).cpus == pytest.approx(1.5)
+    assert capacity(POLICY, Game(), world(nproc=16), [], NOW).cpus == pytest.approx(12.0)
+    on = Game(on=True, until=NOW + 60)
+    assert capacity(POLICY, on, world(nproc=2), [], NOW).cpus == pytest.approx(1.0)  # game: half of it
+    assert capacity(POLICY, on, world(nproc=16), [], NOW).cpus == pytest.approx(8.0)
+    # three default (half-CPU) jobs start at once on two cores
+    p = run_plan([req(n, mem=1.0, cpus=Request.model_fields["cpus"].default) for n in (1, 2, 3)], w=world(nproc=2))
+    assert kinds(p) == [("start", "r-1"), ("start", "r-2"), ("start", "r-3")]
+
+
+def test_game_reserve_below_the_user_reserve_never_loosens_admission():
+    from reconciler.capacity import reserve_warnings
+    from reconciler.game import slice_target
+
+    odd = SimpleNamespace(**{**vars(POLICY), "user_reserve_gb": 17, "game_reserve_gb": 12,
+                             "user_reserve_cpus": 4, "game_reserve_cpus": 1})
+    on, off = Game(on=True, until=NOW + 3600), Game()
+    w = world(avail=30.0, total=32.0, nproc=16)
+    assert capacity(odd, on, w, [], NOW).mem_gb == capacity(odd, off, w, [], NOW).mem_gb == pytest.approx(11.0)
+    assert capacity(odd, on, w, [], NOW).cpus == capacity(odd, off, w, [], NOW).cpus == pytest.approx(12.0)
+    # the slice's MemoryHigh in game mode is never above what it is off
+    assert slice_target(odd, on, NOW, 32.0, 1.0)["MemoryHigh"] == slice_target(odd, off, NOW, 32.0, 1.0)["MemoryHigh"]
+    warnings = reserve_warnings(odd)
+    assert len(warnings) == 2 and warnings[0].startswith("policy: game_reserve_gb (12 GB) is below user_reserve_gb (17 GB)")
+    assert reserve_warnings(POLICY) == []
 
 
 # ---------------------------------------------------------------- admission
@@ -126,6 +151,37 @@ def test_cpu_shortage_is_named_in_cpus():
     line = p.actions[0].reason
     assert line.startswith('busy: 10 cpus held by proj-a "build" (r-1)')
     assert "2 cpus free for agents" in line
+
+
+def test_a_head_that_waits_for_cpus_is_named_for_cpus_not_memory():
+    """The refusal names the resource that blocks, from the structured reason (issue 8, item 6)."""
+    hog = running(1, mem=1.0, cpus=11, title="build", est=600)
+    head = req(2, mem=2.0, cpus=2, queue=True, title="attrs pytest")
+    p = run_plan([head, req(3, mem=1.0, cpus=0.5)], records=[hog], w=world(avail=30, nproc=16))  # 1 cpu free
+    wait, refuse = p.actions
+    assert (wait.kind, wait.detail["waits_for"], wait.detail["position"]) == ("enqueue", "cpus", 1)
+    assert refuse.kind == "refuse" and refuse.detail["resource"] == "queue_head"
+    assert refuse.detail["head"] == {"id": "r-2", "title": "attrs pytest", "gb": 2.0, "cpus": 2, "waits_for": "cpus"}
+    line = refuse.reason
+    assert 'queue head r-2 "attrs pytest" waits for 2 cpus first' in line, line
+    assert line.startswith('busy: 11 cpus held by proj-a "build" (r-1)') and "1 cpu free for agents" in line, line
+    assert "GB" not in line, line
+    # short of both: both are named
+    both = run_plan([req(4, mem=22.0, cpus=2)], records=[hog], w=world(avail=30, nproc=16)).actions[0]
+    assert both.detail["short"] == ["memory", "cpus"], both.detail
+    assert "; 21.0 GB and 1 cpu free for agents; " in both.reason, both.reason
+
+
+def test_refusals_carry_a_stable_reason_code():
+    hog = running(1, mem=20.0, lock="e2e", title="e2e")
+    p = run_plan([req(2, mem=50.0), req(3, mem=1.0, lock="e2e"), req(4, mem=10.0)], records=[hog],
+                 w=world(avail=30.0))
+    never, lock, busy = p.actions
+    assert (never.detail["code"], never.detail["resource"]) == ("never_fits", "memory")
+    assert (lock.detail["code"], lock.detail["resource"], lock.detail["lock"]) == ("busy", "lock", "e2e")
+    assert lock.detail["holders"][0]["id"] == "r-1" and lock.detail["retry"] == "after"
+    assert (busy.detail["code"], busy.detail["resource"], busy.detail["holders"][0]["id"]) == ("busy", "memory", "r-1")
+    assert busy.detail["retry_at"] == pytest.approx(NOW - 300 + 600)
 
 
 def test_request_larger_than_the_whole_budget_can_never_fit():
@@ -234,10 +290,49 @@ def test_a_session_verdict_taken_from_the_exit_code_alone_keeps_the_exit_why():
 
     rec = running(1, agent="claude")
     by_rc = DigestState(agent="claude", outcome="failure", failure_reason="exit code 143", finished=True, rc=143)
-    assert agent_why(rec.model_copy(update={"digest": by_rc}), "stopped from outside res (signal TERM)") == \
-        "stopped from outside res (signal TERM)"
+    assert agent_why(rec.model_copy(update={"digest": by_rc}), "stopped from outside res (signal TERM)", "stopped_outside") == \
+        ("stopped from outside res (signal TERM)", "stopped_outside")
     said = by_rc.model_copy(update={"result_seen": True, "failure_reason": "error_during_execution"})
-    assert agent_why(rec.model_copy(update={"digest": said}), "exit code 1") == "agent failed: error_during_execution"
+    assert agent_why(rec.model_copy(update={"digest": said}), "exit code 1", "exited") == \
+        ("agent failed: error_during_execution", "agent_failed")
+
+
+def test_a_lease_of_a_holder_that_is_gone_is_void_at_once():
+    """DESIGN §5.4: a holder on this host whose process is gone holds nothing, however long its lease."""
+    gone = "host/123/abcd/99"
+    rec = running(1).model_copy(update={"attached_by": gone, "lease_until": NOW + 600})
+    ex = ExitObs(result="success", code="exited", status="0", at=NOW - 1)
+    w = world(jobs={"r-1": JobObs(state="absent", exit=ex)})
+    held = plan(Desired(requests=[rec.request]), {"r-1": rec}, w, NOW, POLICY, me="host/1/x/1")
+    assert kinds(held) == []  # a live lease of another: nothing, even though the job ended
+    w.gone_holders = [gone]
+    free = plan(Desired(requests=[rec.request]), {"r-1": rec}, w, NOW, POLICY, me="host/1/x/1")
+    assert kinds(free) == [("reattach", "r-1"), ("settle", "r-1")]
+    assert free.actions[0].reason == "host/123 is gone"
+    # a `starting` record of a starter that is gone, with no unit: requeued at once (the unit's name
+    # is the idempotency key, so a start the dead one did get through is never doubled)
+    starting = rec.model_copy(update={"phase": Phase.starting})
+    w2 = world(jobs={}, ok=True)
+    w2.gone_holders = [gone]
+    p = plan(Desired(requests=[rec.request]), {"r-1": starting}, w2, NOW, POLICY, me="host/1/x/1")
+    assert kinds(p) == [("requeue", "r-1")] and p.actions[0].reason == "never started; host/123 is gone"
+
+
+def test_settle_and_stop_carry_their_outcome_code():
+    from reconciler.models import ExitObs as E
+
+    def settle(ex, **kw):
+        rec = running(1, **kw)
+        return run_plan([req(1, **kw)], records=[rec], w=world(jobs={"r-1": JobObs(exit=ex)})).actions[0]
+
+    assert settle(E(result="success", code="exited", status="0", at=NOW)).detail == {"code": "exited"}
+    assert settle(E(result="exit-code", code="exited", status="3", at=NOW)).detail == {"code": "exited"}
+    oom = settle(E(result="signal", code="killed", status="KILL", oom_kills=1, at=NOW))
+    assert (oom.rc, oom.detail) == (137, {"code": "memory_limit"})
+    assert settle(E(result="signal", code="killed", status="TERM", at=NOW)).detail == {"code": "stopped_outside"}
+    over = running(1, max_duration_s=60, started=NOW - 120)
+    (stop,) = run_plan([over.request], records=[over]).actions
+    assert (stop.kind, stop.detail) == ("stop", {"code": "budget"})
 
 
 def test_broken_queue_file_starts_and_stops_nothing():
@@ -284,6 +379,27 @@ def test_plan_rendering_lines_and_summary():
     assert text.splitlines()[-1] == "Plan: 1 to start."
     assert "- stop" in render_plan(p) and "Plan: 1 to start, 1 to stop." in render_plan(p)
     assert render_plan(run_plan([])) == "No changes. The world matches the desired state."
+
+
+def test_queue_forecast_follows_a_lock_chain_in_order():
+    """Three entries on one lock, each --for 5m, behind a running holder of it: each starts when the
+    one before it is expected to end, never earlier than its predecessor (issue 8, item 7)."""
+    holder = running(1, mem=1.0, lock="gate", started=NOW - 60, est=300)  # ends at NOW + 240
+    queued = [req(n, mem=1.0, est=300, queue=True, lock="gate") for n in (2, 3, 4)]
+    p = run_plan(queued, records=[holder], w=world(avail=30.0))
+    ests = [a.detail["est_start"] for a in p.actions]
+    assert ests == [NOW + 240, NOW + 540, NOW + 840]
+    assert [a.detail["position"] for a in p.actions] == [1, 2, 3]
+    assert [a.detail["waits_for"] for a in p.actions] == ["lock"] * 3
+    assert [a.detail["lock_holder"] for a in p.actions] == ["r-1", "r-1", "r-1"]
+    assert p.actions[1].reason == f"position 2; est. start ~{fmt_clock(NOW + 540)}; lock 'gate' held by r-1"
+    # with the lock free, the first starts and the others chain behind it
+    p = run_plan(queued, w=world(avail=30.0))
+    assert kinds(p)[0] == ("start", "r-2")
+    assert [a.detail["est_start"] for a in p.actions[1:]] == [NOW + 300, NOW + 600]
+    # an entry without the lock behind them is not held up by the lock
+    p = run_plan(queued + [req(5, mem=1.0, queue=True)], records=[holder], w=world(avail=30.0))
+    assert kinds(p)[-1] == ("start", "r-5")
 
 
 def test_queue_forecast_gives_every_waiting_position_a_start_time():

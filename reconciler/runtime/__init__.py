@@ -6,15 +6,21 @@ chooses unit names, cgroup paths and the like.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..models import JobObs
+from ..models import ExitObs, JobObs
 
 
 class RuntimeUnavailable(Exception):
-    """The runtime could not be reached or did not answer: nothing it runs can be observed."""
+    """The runtime could not be reached or did not answer: nothing it runs can be observed. `absent`:
+    there is none to reach at all (not one that is slow or broken)."""
+
+    def __init__(self, line: str, absent: bool = False):
+        super().__init__(line)
+        self.absent = absent
 
 
 @dataclass(frozen=True)
@@ -28,6 +34,7 @@ class JobSpec:
     log_path: Path  # output is appended here
     exit_path: Path  # the unit writes its exit record here when it ends
     description: str = ""
+    cpu_quota: bool = False  # cap the job at `cpus` CPUs (not only a share of them when contended)
 
 
 class Runtime(Protocol):
@@ -74,3 +81,21 @@ def read_output(log_path: Path, offset: int, limit: int = 1 << 20) -> tuple[byte
             return b"", offset  # a line still being written
         return data, offset + len(data)  # a line longer than `limit` is cut, never a stall
     return data[: end + 1], offset + end + 1
+
+
+def read_exit_record(path: Path) -> ExitObs | None:
+    """The unit's exit record, or None if there is none (or it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
+        peak = data.get("peak_bytes")
+        return ExitObs(
+            result=str(data.get("result") or ""),
+            code=str(data.get("code") or ""),
+            status=str(data.get("status") if data.get("status") is not None else ""),
+            peak_gb=None if peak is None else int(peak) / 1024**3,
+            oom_kills=int(data.get("oom_kills") or 0),
+            at=float(data.get("at") or 0),
+        )
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None

@@ -7,7 +7,8 @@ dbus_fast (about 90 ms): callers import it lazily.
 What a unit gets (StartTransientUnit, mode "fail"):
 
     Description, Slice, Type=exec, ExecStart, ExecStopPost, WorkingDirectory, Environment,
-    MemoryMax, MemoryHigh (0.9 x), MemorySwapMax=0, Nice=10,
+    MemoryMax, MemoryHigh (0.9 x), MemorySwapMax=0, CPUWeight (100 x --cpus), Nice=10,
+    CPUQuotaPerSecUSec (--cpus x 1 s) where the policy sets cpu_quota,
     StandardOutputFileToAppend, StandardErrorFileToAppend, CollectMode=inactive-or-failed
 
 The command reaches the job verbatim. Measured on systemd 252: an ExecStart set over D-Bus is never
@@ -29,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import errno
-import json
 import os
 import re
 import shutil
@@ -42,11 +42,12 @@ from dbus_fast.aio import MessageBus
 from .. import cgroup
 from ..environ import SECRET_NAME
 from ..models import ExitObs, JobObs
-from . import JobSpec, RuntimeUnavailable
+from . import JobSpec, RuntimeUnavailable, read_exit_record
 
 SYSTEMD = "org.freedesktop.systemd1"
 SYSTEMD_PATH = "/org/freedesktop/systemd1"
 MANAGER = "org.freedesktop.systemd1.Manager"
+UNIT_PATH = "/org/freedesktop/systemd1/unit"
 PROPERTIES = "org.freedesktop.DBus.Properties"
 
 EXIT_RECORD_SCRIPT = str(Path(__file__).resolve().parent.parent / "exit_record.py")
@@ -111,6 +112,20 @@ class DBusCallError(RuntimeError):
         self.text = text
 
 
+def bus_label_escape(text: str) -> str:
+    """A unit name as systemd puts it in an object path: every byte but [A-Za-z0-9] as _XX (and a
+    leading digit too)."""
+    out = []
+    for i, b in enumerate(text.encode()):
+        c = chr(b)
+        out.append(c if (c.isascii() and c.isalnum() and not (i == 0 and c.isdigit())) else f"_{b:02x}")
+    return "".join(out)
+
+
+def bus_label_unescape(label: str) -> str:
+    return re.sub(r"_([0-9a-fA-F]{2})", lambda m: chr(int(m.group(1), 16)), label)
+
+
 def default_bus_address() -> str | None:
     """The user bus: DBUS_SESSION_BUS_ADDRESS, else $XDG_RUNTIME_DIR/bus if it exists."""
     addr = os.environ.get("DBUS_SESSION_BUS_ADDRESS")
@@ -136,33 +151,20 @@ def job_environment(env: dict[str, str], manager_env: dict[str, str]) -> list[st
     return out
 
 
+def cpu_weight(cpus: float) -> int:
+    """systemd's CPUWeight (1–10000) for a job that asked for `cpus`."""
+    return min(max(round(100 * cpus), 1), 10000)
+
+
 def one_line(text: str) -> str:
     return " ".join(str(text).split())
-
-
-def read_exit_record(path: Path) -> ExitObs | None:
-    """The unit's exit record, or None if there is none (or it cannot be read)."""
-    try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read())
-        peak = data.get("peak_bytes")
-        return ExitObs(
-            result=str(data.get("result") or ""),
-            code=str(data.get("code") or ""),
-            status=str(data.get("status") if data.get("status") is not None else ""),
-            peak_gb=None if peak is None else int(peak) / 1024**3,
-            oom_kills=int(data.get("oom_kills") or 0),
-            at=float(data.get("at") or 0),
-        )
-    except (OSError, ValueError, TypeError, AttributeError):
-        return None
 
 
 class SystemdRuntime:
     name = "systemd"
 
     def __init__(self, unit_prefix: str, jobs_slice: str, logs_dir: Path | None = None,
-                 bus_address: str | None = None):
+                 bus_address: str | None = None, state_root: Path | None = None):
         if logs_dir is None:
             from ..paths import Paths
 
@@ -171,6 +173,8 @@ class SystemdRuntime:
         self.jobs_slice = jobs_slice
         self.logs_dir = Path(logs_dir)
         self._address = bus_address
+        self._state_root = state_root  # where a private manager of this state directory is recorded
+        self.address: str | None = None  # the bus connected to
         self._bus: MessageBus | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._manager_env: dict[str, str] = {}
@@ -179,6 +183,9 @@ class SystemdRuntime:
         # JobRemoved: results that arrived before anyone waited for them, and waiters.
         self._job_results: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._job_waiters: dict[str, asyncio.Future] = {}
+        # watch(): told when a job unit of ours changes state; our units' object paths start so.
+        self._watch = None
+        self._unit_path_prefix = f"{UNIT_PATH}/{bus_label_escape(unit_prefix + '-r-')}"
 
     # ------------------------------------------------------------------ connection
 
@@ -188,10 +195,34 @@ class SystemdRuntime:
         if self._bus is not None and self._bus.connected and self._loop is asyncio.get_running_loop():
             return
         self._drop()
-        address = self._address or default_bus_address()
-        if not address:
+        if self._address:
+            candidates = [self._address]
+        else:
+            # The session's own manager first; else the private one `res serve` started for this
+            # state directory (reconciler/usermanager.py), if there is one.
+            candidates = [a for a in (default_bus_address(), self._private_bus()) if a]
+            candidates = list(dict.fromkeys(candidates))
+        if not candidates:
             raise RuntimeUnavailable("systemd user manager unreachable: DBUS_SESSION_BUS_ADDRESS is not set "
-                                     "and $XDG_RUNTIME_DIR/bus does not exist")
+                                     "and $XDG_RUNTIME_DIR/bus does not exist", absent=True)
+        errors = []
+        for address in candidates:
+            try:
+                await self._connect_to(address)
+                self.address = address
+                return
+            except RuntimeUnavailable as e:
+                errors.append(e)
+        raise RuntimeUnavailable(str(errors[0]), absent=all(e.absent for e in errors))
+
+    def _private_bus(self) -> str | None:
+        if self._state_root is None:
+            return None
+        from ..usermanager import bus_address
+
+        return bus_address(self._state_root)
+
+    async def _connect_to(self, address: str) -> None:
         bus = None
         try:
             bus = MessageBus(bus_address=address)
@@ -204,6 +235,8 @@ class SystemdRuntime:
                                   f"interface='{MANAGER}',member='JobRemoved'"])
             env = await self._manager_property("Environment")
             self._manager_cgroup = await self._manager_property("ControlGroup")
+            if self._watch is not None:
+                await self._subscribe()
         except Exception as e:  # noqa: BLE001 - every way of not getting there is the same to callers
             self._bus = None
             if bus is not None:
@@ -214,7 +247,13 @@ class SystemdRuntime:
             what = e.text if isinstance(e, DBusCallError) else (str(e) or type(e).__name__)
             if isinstance(e, asyncio.TimeoutError):
                 what = "no answer in time"
-            raise RuntimeUnavailable(one_line(f"systemd user manager unreachable at {address}: {what}")) from None
+            # No manager there at all (no socket, nobody listening, no systemd on that bus), as opposed
+            # to one that is slow or broken: only then may a private one be started beside it.
+            absent = isinstance(e, (FileNotFoundError, ConnectionRefusedError)) or (
+                isinstance(e, DBusCallError) and e.name in ("org.freedesktop.DBus.Error.ServiceUnknown",
+                                                            "org.freedesktop.DBus.Error.NameHasNoOwner"))
+            raise RuntimeUnavailable(one_line(f"systemd user manager unreachable at {address}: {what}"),
+                                     absent=absent) from None
         self._manager_env = dict(kv.split("=", 1) for kv in env if "=" in kv)
 
     def _drop(self) -> MessageBus | None:
@@ -252,7 +291,43 @@ class SystemdRuntime:
         except Exception:  # noqa: BLE001 - closing a broken connection is closing it
             pass
 
+    async def watch(self, callback) -> None:
+        """From now on (and across reconnects), call `callback(job_id, state)` whenever one of our job
+        units changes its ActiveState ("inactive", "failed", …) or is collected ("removed"): what
+        lets a loop act on a job's end at once instead of at its next timer."""
+        self._watch = callback
+        if self._bus is not None and self._bus.connected:
+            await self._subscribe()
+
+    async def _subscribe(self) -> None:
+        """Unit signals are only sent to clients that called Subscribe; only our units' are kept."""
+        for rule in (f"type='signal',sender='{SYSTEMD}',interface='{PROPERTIES}',member='PropertiesChanged',"
+                     f"path_namespace='{UNIT_PATH}',arg0='org.freedesktop.systemd1.Unit'",
+                     f"type='signal',sender='{SYSTEMD}',path='{SYSTEMD_PATH}',interface='{MANAGER}',member='UnitRemoved'"):
+            await self._call_raw("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus",
+                                 "AddMatch", "s", [rule])
+        await self._call_raw(SYSTEMD, SYSTEMD_PATH, MANAGER, "Subscribe", "", [])
+
+    def _unit_signal(self, msg: Message) -> None:
+        job_id = state = None
+        if msg.member == "PropertiesChanged" and (msg.path or "").startswith(self._unit_path_prefix):
+            changed = msg.body[1] if len(msg.body) > 1 and isinstance(msg.body[1], dict) else {}
+            if "ActiveState" in changed:
+                m = self._unit_re.match(bus_label_unescape(msg.path.rsplit("/", 1)[1]))
+                job_id, state = (m.group(1) if m else None), changed["ActiveState"].value
+        elif msg.member == "UnitRemoved" and msg.body:
+            m = self._unit_re.match(str(msg.body[0]))
+            job_id, state = (m.group(1) if m else None), "removed"
+        if job_id is not None:
+            try:
+                self._watch(job_id, state)
+            except Exception:  # noqa: BLE001 - a watcher's failure must not break the connection
+                pass
+
     def _on_message(self, msg: Message):
+        if msg.message_type is MessageType.SIGNAL and self._watch is not None and msg.member in ("PropertiesChanged", "UnitRemoved"):
+            self._unit_signal(msg)
+            return None
         if (msg.message_type is MessageType.SIGNAL and msg.member == "JobRemoved"
                 and msg.interface == MANAGER and len(msg.body) == 4):
             _, job, unit, result = msg.body
@@ -370,11 +445,16 @@ class SystemdRuntime:
             ["MemoryMax", Variant("t", mem)],
             ["MemoryHigh", Variant("t", int(mem * 0.9))],
             ["MemorySwapMax", Variant("t", 0)],
+            # --cpus as a share: what the kernel gives each job when CPUs are contended (100 = one
+            # CPU's worth against systemd's default of 100); a hard cap only where the policy asks.
+            ["CPUWeight", Variant("t", cpu_weight(spec.cpus))],
             ["Nice", Variant("i", 10)],
             ["StandardOutputFileToAppend", Variant("s", log)],
             ["StandardErrorFileToAppend", Variant("s", log)],
             ["CollectMode", Variant("s", "inactive-or-failed")],
         ]
+        if spec.cpu_quota:
+            props.append(["CPUQuotaPerSecUSec", Variant("t", max(int(spec.cpus * 1_000_000), 10_000))])
         if spec.cwd:
             props.append(["WorkingDirectory", Variant("s", spec.cwd)])
         return props
