@@ -40,7 +40,11 @@ def start(base: Path) -> dict[str, str]:
 
 
 def stop(base: Path) -> None:
+    """Stop what start(BASE) started, by its recorded pids, and remove its runtime directory."""
+    runtime = usermanager.recorded_runtime_dir(Path(base) / "state")
     usermanager.stop(Path(base) / "state")
+    if runtime is not None:
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:
@@ -53,10 +57,7 @@ def main(argv: list[str]) -> int:
         for k, v in env.items():
             print(f"export {k}={v}")
     else:
-        runtime = usermanager.recorded_runtime_dir(base / "state")
         stop(base)
-        if runtime is not None:
-            shutil.rmtree(runtime, ignore_errors=True)
     return 0
 
 
