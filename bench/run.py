@@ -20,6 +20,10 @@ numbers.
     i  `res status` over 200 entries (read here, and answered by a running `res serve`) vs
        `systemctl --user list-units --no-pager`
     j  the loop's idle CPU (share of one core) and memory (vs a bare python3), DESIGN §10
+    k  `res run --wait -- true` (serve running) vs `systemd-run --user --wait --collect true`
+    l  a job's end -> `res wait` returns, serve running: p50, p90              target p50 ≤ 0.3 s
+    m  a predecessor ends -> the next job on its lock starts, serve running    target p50 ≤ 0.3 s
+    n  SIGKILL of `res serve`, the job ends, a new serve: until it is settled  target ≤ 2 s
 
 Exit status: 0 when everything was measured, whether or not a speed target was met; 1 when the thing
 measured is broken (an entry lost, an id handed out twice, a run not started, a benchmark that
@@ -44,8 +48,10 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 
 from common import Broken, Report, manager_reachable  # noqa: E402
 
-FULL = dict(run_rounds=20, plan_runs=15, writers=(64, 50), latency_rounds=15, hook_rounds=40, status_rounds=20)
-SMOKE = dict(run_rounds=5, plan_runs=5, writers=(8, 10), latency_rounds=3, hook_rounds=8, status_rounds=5)
+FULL = dict(run_rounds=20, plan_runs=15, writers=(64, 50), latency_rounds=15, hook_rounds=40, status_rounds=20,
+            wait_rounds=15, kill_rounds=5)
+SMOKE = dict(run_rounds=5, plan_runs=5, writers=(8, 10), latency_rounds=3, hook_rounds=8, status_rounds=5,
+             wait_rounds=3, kill_rounds=1)
 
 
 def machine() -> str:
@@ -63,7 +69,7 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="res benchmarks: figures as ratios")
     ap.add_argument("--smoke", action="store_true", help="a small, fast version (CI)")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j", help="which benchmarks, e.g. b,c")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l,m,n", help="which benchmarks, e.g. b,c")
     a = ap.parse_args(argv)
     size = SMOKE if a.smoke else FULL
     only = set(a.only.split(","))
@@ -89,6 +95,7 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
     from plan_bench import bench_plan
     from attach_bench import bench_digest, bench_loop_cpu, bench_loop_idle, bench_reattach
     from user_bench import bench_hook, bench_status
+    from wait_bench import bench_kill_settle, bench_next_start, bench_run_wait, bench_wait_latency
     from writers_bench import bench_writers
 
     have_manager = manager_reachable()
@@ -103,6 +110,10 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
         ("h", False, lambda: bench_hook(report, size["hook_rounds"])),
         ("i", True, lambda: bench_status(report, size["status_rounds"])),
         ("j", True, lambda: bench_loop_idle(report, a.smoke)),
+        ("k", True, lambda: bench_run_wait(report, size["wait_rounds"])),
+        ("l", True, lambda: bench_wait_latency(report, size["wait_rounds"])),
+        ("m", True, lambda: bench_next_start(report, size["wait_rounds"])),
+        ("n", True, lambda: bench_kill_settle(report, size["kill_rounds"])),
     ]
     print(f"res benchmarks ({'smoke' if a.smoke else 'full'}) · {machine()}", flush=True)
     started = time.monotonic()

@@ -290,14 +290,13 @@ def _wait_for_job(paths: Paths, job_id: str, line: str, state: str, a) -> int:
     `systemd-run --wait` does), the job's exit code."""
     from .waiting import LogFollower, tail_lines, wait_for
 
-    say = (lambda text: None) if a.json else (lambda text: print(text, file=sys.stderr, flush=True))
+    def say(text: str) -> None:
+        if not a.json:
+            print(text, file=sys.stderr, flush=True)
+
     log = paths.log(job_id)
-    if state == "queued":
-        say(line)  # once: position, est. start, what it waits for
-        started = lambda: say(f"{job_id} started; log {log}")  # noqa: E731
-    else:
-        say(line)
-        started = None
+    say(line)  # started, or queued (once: position, est. start, what it waits for)
+    started = (lambda: say(f"{job_id} started; log {log}")) if state == "queued" else None
     quiet = a.json or a.tail is not None
     follow = LogFollower(log, on_start=started, echo=not quiet)
     code, done, data = wait_for(paths, _policy, job_id, None, on_idle=follow.poll)
