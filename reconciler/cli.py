@@ -192,6 +192,22 @@ def _project(cwd: str) -> str:
         d = parent
 
 
+def _caller_env() -> dict[str, str]:
+    """Our environment as the calling shell had it (environ.caller_environment: a pyenv shim's
+    additions taken back)."""
+    from .environ import caller_environment
+
+    env = dict(os.environ)
+    if "PYENV_ROOT" not in env:
+        return env
+    try:
+        with open(f"/proc/{os.getppid()}/environ", "rb") as f:
+            parent = dict(kv.decode("utf-8", "surrogateescape").partition("=")[::2] for kv in f.read().split(b"\0") if kv)
+    except OSError:
+        parent = None
+    return caller_environment(env, os.path.dirname(os.path.abspath(sys.argv[0])), parent)
+
+
 def _given(**values) -> dict:
     """The flags that were given; the others take the request model's defaults (one home)."""
     return {k: v for k, v in values.items() if v is not None}
@@ -262,12 +278,13 @@ def cmd_run(a, paths: Paths) -> int:
         cwd = os.getcwd()
     except FileNotFoundError:
         raise Fail("res: the current directory does not exist any more; cd somewhere that does") from None
-    program = resolve_program(cmd[0], cwd, os.environ.get("PATH", ""))
+    caller = _caller_env()
+    program = resolve_program(cmd[0], cwd, caller.get("PATH", ""))
     if program is None:
         raise Fail(f"res: command not found or not executable: {cmd[0]}", 1)
     title = _check_title(a.title if a.title is not None else _title_from(cmd))
     cmd[0] = program  # the program this shell would run, not the one on systemd's PATH
-    env = public_env(dict(os.environ))
+    env = public_env(caller)
     fields = dict(title=title,
                   project=a.project or _project(cwd), mem_gb=a.mem, est_s=a.est,
                   created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,

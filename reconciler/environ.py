@@ -13,6 +13,39 @@ def public_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
 
 
+def caller_environment(env: dict[str, str], exe_dir: str, parent_env: dict[str, str] | None) -> dict[str, str]:
+    """The environment of the shell that called `res`, from ours. When `res` is a pyenv shim, pyenv
+    put its own directories first on PATH (`libexec`, each plugin's `bin`, and, by `pyenv exec`, the
+    bin directory of the Python this res runs on) and exported PYENV_* variables before running us: a
+    `python3` would then resolve to pyenv's, not the caller's venv's. Take back what pyenv added:
+    those leading PATH entries, and PYENV_* names the caller (our parent, as it was started) did not
+    have."""
+    root = env.get("PYENV_ROOT")
+    if not root:
+        return env
+    root = os.path.normpath(root)
+    added = {os.path.normpath(exe_dir), os.path.join(root, "libexec")}
+
+    def pyenvs_own(entry: str) -> bool:
+        entry = os.path.normpath(entry)
+        parent, leaf = os.path.split(entry)
+        return entry in added or (leaf == "bin" and os.path.dirname(parent) == os.path.join(root, "plugins"))
+
+    out = dict(env)
+    entries = env.get("PATH", "").split(os.pathsep)
+    lead = 0
+    while lead < len(entries) - 1 and entries[lead] and pyenvs_own(entries[lead]):
+        lead += 1
+    if lead and os.path.normpath(entries[0]) == os.path.normpath(exe_dir) or lead and any(
+            os.path.normpath(e) == os.path.join(root, "libexec") for e in entries[:lead]):
+        out["PATH"] = os.pathsep.join(entries[lead:])
+    if parent_env is not None:
+        for name in list(out):
+            if name.lstrip("_").startswith("PYENV_") and name not in parent_env and name != "PYENV_ROOT":
+                del out[name]
+    return out
+
+
 def resolve_program(program: str, cwd: str, search_path: str) -> str | None:
     """The absolute path of the program the caller's shell would run for argv[0] (`./x` against the
     caller's directory, a bare name on the caller's PATH), or None if there is none. systemd would

@@ -350,15 +350,14 @@ async def _install(rt, name: str, unit_dir: Path, text: str, paths: Paths) -> tu
     if not before.stopped:
         await rt.stop_unit(name)
         verb = "restarted" if before.running else "started"
-        if stale:
-            verb = "restarted (its code changed since it started)"
     result = await rt.start_unit(name)
     if result not in ("done", None):
         return 1, [f"res: {name} is installed and enabled but did not start (job {result}); {_journal_hint(name)}"]
     pid, why = await _wait_ready(rt, name, paths)
     if pid is None:
         return 1, [f"res: {name} is installed and enabled but {why}; {_journal_hint(name)}"]
-    return 0, lines + [f"{verb} {name} (pid {pid}), serving {paths.root}"]
+    why = "; the code it ran had changed since it started" if stale else ""
+    return 0, lines + [f"{verb} {name} (pid {pid}), serving {paths.root}{why}"]
 
 
 async def _uninstall(rt, name: str, unit_dir: Path, paths: Paths) -> tuple[int, list[str]]:

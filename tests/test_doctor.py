@@ -41,6 +41,22 @@ def test_a_healthy_machine_is_all_ok():
     ]
 
 
+def test_the_private_manager_and_a_game_reserve_below_the_normal_one_are_named():
+    code, lines = decide(healthy(private_manager="systemd --user pid 42"))
+    assert code == 0 and lines[0] == ("ok   systemd user manager reachable over D-Bus (systemd 255): the private one res "
+                                      "serve started for this state directory (systemd --user pid 42), as none other was "
+                                      "reachable")
+    code, lines = decide(healthy(manager="no bus", controllers=None, unit_path=None))
+    assert code == 1 and lines[0].endswith("; or run res serve, which starts a private one for its state directory "
+                                           "(policy private_manager = \"auto\")"), lines[0]
+    code, lines = decide(healthy(manager="no bus", private_allowed=False, controllers=None, unit_path=None))
+    assert "private one" not in lines[0]
+    warn = "policy: game_reserve_gb (4 GB) is below user_reserve_gb (6 GB); game mode keeps 6 GB (raise game_reserve_gb to mean more)"
+    code, lines = decide(healthy(policy_warnings=(warn,)))
+    assert code == 1 and lines[-1] == ("fix  policy: game_reserve_gb (4 GB) is below user_reserve_gb (6 GB): game mode "
+                                       "keeps 6 GB (raise game_reserve_gb to mean more)"), lines[-1]
+
+
 def test_tmp_not_tmpfs_is_only_information():
     code, lines = decide(healthy(tmp_fstype="ext4"))
     assert code == 0 and "ok   /tmp is ext4, not tmpfs: files there use disk, not RAM" in lines

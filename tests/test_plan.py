@@ -379,6 +379,11 @@ def test_plan_rendering_lines_and_summary():
     assert text.splitlines()[-1] == "Plan: 1 to start."
     assert "- stop" in render_plan(p) and "Plan: 1 to start, 1 to stop." in render_plan(p)
     assert render_plan(run_plan([])) == "No changes. The world matches the desired state."
+    # an entry waiting in the queue is not "the world matches": the summary says who waits and why
+    waiting = running(1, mem=1, lock="k", title="holder")
+    p3 = run_plan([req(2, mem=1, queue=True, lock="k")], records=[waiting.model_copy(update={"phase": Phase.running})])
+    p3.actions = [a.model_copy(update={"kind": "wait"}) for a in p3.actions]  # as a later pass sees it
+    assert render_plan(p3) == f"No changes; 1 queued entry waits (r-2: position 1; est. start ~{fmt_clock(NOW - 300 + 600)}; lock 'k' held by r-1).", render_plan(p3)
 
 
 def test_queue_forecast_follows_a_lock_chain_in_order():

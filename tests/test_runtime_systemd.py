@@ -204,6 +204,15 @@ def test_job_environment_filters_secrets_and_what_the_manager_has():
     assert sorted(job_environment(env, {"SAME": "1", "PATH": "/usr/bin"})) == ["NEW=a $HOME %h", "PATH=/bin"]
 
 
+def test_what_only_the_manager_has_is_unset_for_the_job():
+    from reconciler.runtime.systemd import manager_only
+
+    caller = {"PATH": "/venv/bin:/bin", "HOME": "/home/u"}
+    manager = {"PATH": "/usr/bin", "HOME": "/home/u", "PYENV_VERSION": "3.11.7", "DISPLAY": ":0",
+               "GH_TOKEN": "kept as the manager has it", "MANAGERPID": "1"}
+    assert manager_only(caller, manager) == ["DISPLAY", "PYENV_VERSION"]
+
+
 def test_exit_record_script_never_fails(tmp_path):
     """Run by hand, outside any unit and with no systemd variables: still writes a record, 0600."""
     out = tmp_path / "deep" / "r-1.exit.json"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from clihelp import res, unit_props, wait_for  # noqa: F401
+from clihelp import PY, res, unit_props, wait_for  # noqa: F401
 from reconciler.service import (NO_UNIT, UnitState, env_assignment, exec_line, quote_word, render_unit,
                                 res_command, service_environment, status_lines, unit_name)
 
@@ -201,6 +201,43 @@ def test_install_enables_starts_and_uninstall_removes(res):
         assert res.ok("service", "status").lines[1:] == ["installed  no", "enabled    no", "active     inactive (dead)"]
     finally:
         res("service", "uninstall")
+
+
+@pytest.mark.systemd
+def test_install_again_restarts_a_loop_that_runs_older_code(res):
+    """After an upgrade (here: a copy of the package whose module changed), `res service install`
+    restarts the service instead of saying it is already running."""
+    here = Path(__import__("reconciler").__file__).resolve().parent
+    checkout = res.tmp / "checkout"
+    shutil.copytree(here, checkout / "reconciler", ignore=shutil.ignore_patterns("__pycache__"))
+    from reconciler.resources import shipped
+
+    for top in ("policies", "templates/units", "state"):  # the defaults beside the package, as in a checkout
+        shutil.copytree(shipped(top), checkout / top)
+    env = {"PYTHONPATH": str(checkout)}
+    name = unit_name(res.prefix)
+
+    def install():
+        r = subprocess.run([PY, "-m", "reconciler.cli", "service", "install"], env={**res.env, **env}, cwd="/",
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stderr == "", (r.stdout, r.stderr)
+        return r.stdout.splitlines()
+
+    try:
+        lines = install()
+        assert lines[-1].startswith(f"started {name} (pid "), lines
+        pid = unit_props(name)["MainPID"]
+        assert install() == [f"{name} already installed and running (pid {pid})"]
+        module = checkout / "reconciler" / "units.py"
+        module.write_text(module.read_text() + "\n# upgraded\n")
+        lines = install()
+        new = unit_props(name)["MainPID"]
+        assert new != pid and lines == [f"restarted {name} (pid {new}), serving {res.state}; the code it ran "
+                                        f"had changed since it started"], lines
+        assert install() == [f"{name} already installed and running (pid {new})"]
+    finally:
+        subprocess.run([PY, "-m", "reconciler.cli", "service", "uninstall"], env={**res.env, **env}, cwd="/",
+                       capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.systemd

@@ -261,3 +261,25 @@ def test_a_transient_file_still_being_written_is_not_judged(tmp_path):
     (tmp_path / "res-r-1.service").write_text("# transient\n[Unit]\nDescription=res r-1: make\n")  # no Slice= yet
     (tmp_path / "run-u7.service").write_text("[Unit]\n[Service]\nExecStart=\nExecStart=/bin/x\n")
     assert stray_services(str(tmp_path), ("agents.slice", "agents-jobs.slice")) == ["run-u7.service"]
+
+
+def test_an_agent_cli_is_known_by_its_name_or_its_scripts():
+    from reconciler.procs import agent_name
+
+    assert agent_name("claude", ["claude", "-p", "x"]) == "claude"
+    assert agent_name("codex", ["/usr/local/bin/codex", "exec"]) == "codex"
+    # an npm-installed CLI under node: `#!/usr/bin/env node` makes the process node, argv[1] the script
+    assert agent_name("node", ["node", "/usr/lib/node_modules/@google/gemini-cli/dist/gemini.js"]) == "gemini"
+    assert agent_name("node", ["node", "--no-warnings", "/home/u/.npm/bin/gemini"]) == "gemini"
+    assert agent_name("python3", ["python3", "/home/u/.local/bin/aider", "--model", "x"]) == "aider"
+    assert agent_name("python3.12", ["python3.12", "-m", "pytest"]) is None
+    assert agent_name("node", ["node", "server.js"]) is None
+    assert agent_name("bash", ["bash", "-c", "claude"]) is None
+
+
+def test_res_init_says_what_it_lays_down():
+    from reconciler.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "cmd")
+    text = sub.choices["init"].description or sub._choices_actions[[c.dest for c in sub._choices_actions].index("init")].help
+    assert "queue.toml" in text and "policy" not in text, text

@@ -151,6 +151,15 @@ def job_environment(env: dict[str, str], manager_env: dict[str, str]) -> list[st
     return out
 
 
+def manager_only(env: dict[str, str], manager_env: dict[str, str]) -> list[str]:
+    """Names in the manager's environment that the caller does not have: unset for the job, so that
+    it sees the caller's environment, not what the manager was started with (a PYENV_VERSION, a
+    DISPLAY the caller dropped). Secret-looking names, which the caller's copy never carries, and
+    systemd's own are left as the manager has them."""
+    return sorted(name for name in manager_env
+                  if name not in env and ENV_NAME.match(name) and not SECRET_NAME.search(name) and name not in SYSTEMD_NAMES)
+
+
 def cpu_weight(cpus: float) -> int:
     """systemd's CPUWeight (1–10000) for a job that asked for `cpus`."""
     return min(max(round(100 * cpus), 1), 10000)
@@ -435,6 +444,7 @@ class SystemdRuntime:
                                  "in commands across a daemon-reload")
         env = job_environment(spec.env, self._manager_env)
         env.append(f"{EXIT_RECORD_ENV}={spec.exit_path}")
+        unset = manager_only(spec.env, self._manager_env)
         props = [
             ["Description", Variant("s", one_line(spec.description or " ".join(cmd))[:400])],
             ["Slice", Variant("s", self.jobs_slice)],
@@ -442,6 +452,7 @@ class SystemdRuntime:
             ["ExecStart", Variant("a(sasb)", [[path, [a.replace("$", "$$") for a in cmd], False]])],
             ["ExecStopPost", Variant("a(sasb)", [[stop_post[0], stop_post, True]])],  # True: ignore its failure
             ["Environment", Variant("as", env)],
+            ["UnsetEnvironment", Variant("as", unset)],
             ["MemoryMax", Variant("t", mem)],
             ["MemoryHigh", Variant("t", int(mem * 0.9))],
             ["MemorySwapMax", Variant("t", 0)],
