@@ -446,6 +446,7 @@ def cmd_observe(a, paths: Paths) -> int:
     import asyncio
 
     from .tick import dry_run
+    from .units import fmt_gb
 
     _quiet_logs()
 
@@ -460,7 +461,7 @@ def cmd_observe(a, paths: Paths) -> int:
             from .game import slice_values
 
             sl = world.agents_slice
-            print(f"  {sl.name}: {sl.mem_used_gb:.1f} GB in use; "
+            print(f"  {sl.name}: {fmt_gb(sl.mem_used_gb)} in use; "
                   + slice_values({"MemoryHigh": sl.memory_high, "CPUWeight": sl.cpu_weight, "IOWeight": sl.io_weight}))
         for sess in world.sessions or []:
             where = sess.scope or ("in the slice" if sess.in_slice else "outside the agents slice")

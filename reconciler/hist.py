@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Iterable, NamedTuple
 
-from .units import fmt_span, one_line, quoted
+from .units import fmt_gb, fmt_span, one_line, quoted
 
 if TYPE_CHECKING:
     from .models import JobRecord
@@ -132,10 +132,6 @@ def for_flag(seconds: int) -> str:
     """A --for value: whole minutes, or hours when it is a whole number of them (90m, 2h)."""
     minutes = max(1, math.ceil(seconds / 60))
     return f"{minutes // 60}h" if minutes % 60 == 0 else f"{minutes}m"
-
-
-def _size(gb: float) -> str:
-    return f"{round(gb * 1024)} MB" if gb < 1 else f"{gb:.1f} GB"
 
 
 # ---------------------------------------------------------------- rows
@@ -247,10 +243,10 @@ def hint_for(request_mem_gb: float, request_est_s: float, suggestion: Suggestion
     where = quoted(s.kind, 40) + (f" in {one_line(s.project)[:40]}" if s.project else "")
     runs = f"{s.n} runs" + (f", {s.killed} killed at the limit" if s.killed else "")
     if big_mem and long_for:
-        what = f"peaked at {_size(s.peak_p95_gb)} (p95) and took {fmt_span(s.dur_p90_s)} (p90) over {runs}"
+        what = f"peaked at {fmt_gb(s.peak_p95_gb)} (p95) and took {fmt_span(s.dur_p90_s)} (p90) over {runs}"
         flags = f"--mem {mem_flag(s.mem_gb)} --for {for_flag(s.est_s)}"
     elif big_mem:
-        what = f"peaked at {_size(s.peak_p95_gb)} (p95, {runs})"
+        what = f"peaked at {fmt_gb(s.peak_p95_gb)} (p95, {runs})"
         flags = f"--mem {mem_flag(s.mem_gb)}"
     else:
         what = f"took {fmt_span(s.dur_p90_s)} (p90, {runs})"

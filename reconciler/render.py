@@ -176,8 +176,8 @@ def agents_memory_line(world: World) -> str | None:
     jobs = sum(o.mem_used_gb for o in world.jobs.values())
     free_of_jobs = max(s.mem_used_gb - jobs, 0.0)
     cache = min(s.mem_file_gb, free_of_jobs)
-    return (f"agents slice uses {s.mem_used_gb:.1f} GB: jobs {jobs:.1f} GB, unreserved {free_of_jobs:.1f} GB "
-            f"(of which {cache:.1f} GB reclaimable cache)")
+    return (f"agents slice uses {fmt_gb(s.mem_used_gb)}: jobs {fmt_gb(jobs)}, unreserved {fmt_gb(free_of_jobs)} "
+            f"(of which {fmt_gb(cache)} reclaimable cache)")
 
 
 def status_warnings(world: World, records, policy) -> list[str]:
@@ -189,11 +189,11 @@ def status_warnings(world: World, records, policy) -> list[str]:
             continue
         if o.mem_used_gb >= THROTTLE_USED * rec.request.mem_gb and o.pressure_avg60 >= THROTTLE_PRESSURE:
             out.append(f"{rec.id} {quoted(rec.request.title, 30)} is throttled at its own limit "
-                       f"({o.mem_used_gb:.1f} of {rec.request.mem_gb:.1f} GB, memory pressure {o.pressure_avg60:.0f}%); "
+                       f"({fmt_gb(o.mem_used_gb)} of {fmt_gb(rec.request.mem_gb)}, memory pressure {o.pressure_avg60:.0f}%); "
                        f"it would run faster with more --mem")
     if world.tmp_tmpfs_used_gb is not None and world.mem_total_gb and \
             world.tmp_tmpfs_used_gb > TMPFS_SHARE * world.mem_total_gb:
-        out.append(f"/tmp is a tmpfs holding {world.tmp_tmpfs_used_gb:.1f} GB "
+        out.append(f"/tmp is a tmpfs holding {fmt_gb(world.tmp_tmpfs_used_gb)} "
                    f"({world.tmp_tmpfs_used_gb / world.mem_total_gb:.0%} of RAM); see res clean")
     outside = sorted(s.pid for s in world.sessions or [] if not s.in_slice and s.movable)
     for s in sorted(world.sessions or [], key=lambda s: s.pid):

@@ -177,7 +177,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
         lines.append(f"agents may use ? GB, ? cpus now (no pass has run yet); reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}")
     else:
         age = f" (as of {fmt_span(now - budget['as_of'])} ago)" if budget["as_of"] and now - budget["as_of"] > 10 else ""
-        lines.append(f"agents may use {max(budget['mem_gb'], 0):.1f} GB, {fmt_cpus(max(budget['cpus'], 0))} now; "
+        lines.append(f"agents may use {fmt_gb(max(budget['mem_gb'], 0))}, {fmt_cpus(max(budget['cpus'], 0))} now; "
                      f"reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}{age}")
     cap = f" of ${policy.daily_cost_usd:.2f}" if policy.daily_cost_usd else ""
     lines[-1] += f"; sessions spent ${spent:.2f} today{cap}"  # the totals line

@@ -359,10 +359,10 @@ def test_status_lines_budget_and_json(res):
     assert re.match(rf'r-2 +\S+ +"waits for k" +queued +256 MB +- +- +0\.1 +- +position 1; est\. start ~{CLOCK}; '
                     r"lock 'k' held by r-1$", lines[2]), lines[2]
     assert re.match(r'r-3 +\S+ +"a note" +running +256 MB ', lines[3]), lines[3]
-    assert re.fullmatch(r"agents may use [\d.]+ GB, [\d.]+ cpus? now; reserve [\d.]+ GB/0 cpus; "
+    assert re.fullmatch(r"agents may use [\d.]+ [GM]B, [\d.]+ cpus? now; reserve [\d.]+ GB/0 cpus; "
                         r"sessions spent \$0\.00 today", lines[4]), lines[4]
-    assert re.fullmatch(r"agents slice uses [\d.]+ GB: jobs [\d.]+ GB, unreserved [\d.]+ GB "
-                        r"\(of which [\d.]+ GB reclaimable cache\)", lines[5]), lines[5]
+    assert re.fullmatch(r"agents slice uses [\d.]+ [GM]B: jobs [\d.]+ [GM]B, unreserved [\d.]+ [GM]B "
+                        r"\(of which [\d.]+ [GM]B reclaimable cache\)", lines[5]), lines[5]
     side = res.status_all()
     assert side["game"]["on"] is False and side["agents_slice"]["name"] == res.agents_slice
 

@@ -157,7 +157,7 @@ def test_status_warnings_each_with_its_threshold():
                                                SessionObs(pid=4, in_slice=False, unit="bot.service", movable=False)],
               stray_services=["run-u12.service"])
     assert status_warnings(w, [rec(1, 10), rec(2, 10), rec(3, 10)], POLICY) == [
-        'r-1 "make e2e" is throttled at its own limit (8.6 of 10.0 GB, memory pressure 25%); it would run faster with more --mem',
+        'r-1 "make e2e" is throttled at its own limit (8.6 GB of 10.0 GB, memory pressure 25%); it would run faster with more --mem',
         "/tmp is a tmpfs holding 8.5 GB (27% of RAM); see res clean",
         "claude pid 4 runs in bot.service, outside agents.slice (left there: res moves sessions out of scopes only)",
         "1 claude session outside agents.slice (pid 5); res adopt moves them",
