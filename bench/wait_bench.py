@@ -45,6 +45,13 @@ def _record(env: ResEnv, job_id: str):
         return store.get(job_id)
 
 
+def _latency_figure(report: Report, key: str, what: str, lat: list[float], target_ms: float = 300) -> None:
+    p50 = median_ms(lat)
+    report.figures.append(Figure(key, f"{what} (p50) / {target_ms:g} ms", p50 / target_ms,
+                                 f"p50 {p50:.0f} ms, p90 {p90_ms(lat):.0f} ms", "≤ 1×", p50 <= target_ms))
+    report.raw.append(f"{key}  {what:<42} {spread(lat, p90=True)}")
+
+
 def bench_run_wait(report: Report, rounds: int) -> None:
     env = ResEnv("k", **POLICY)
     res_t, sysd_t = [], []
@@ -90,10 +97,7 @@ def bench_wait_latency(report: Report, rounds: int) -> None:
         env.finish()
     finally:
         env.close()
-    p50 = median_ms(lat)
-    report.figures.append(Figure("l", "job end -> res wait returns (p50) / 300 ms", p50 / 300,
-                                 f"p50 {p50:.0f} ms, p90 {p90_ms(lat):.0f} ms", "≤ 1×", p50 <= 300))
-    report.raw.append(f"l  job end -> res wait returns               {spread(lat, p90=True)}")
+    _latency_figure(report, "l", "job end -> res wait returns", lat)
 
 
 def bench_next_start(report: Report, rounds: int) -> None:
@@ -129,10 +133,7 @@ def bench_next_start(report: Report, rounds: int) -> None:
         env.finish()
     finally:
         env.close()
-    p50 = median_ms(lat)
-    report.figures.append(Figure("m", "predecessor ends -> next starts (p50) / 300 ms", p50 / 300,
-                                 f"p50 {p50:.0f} ms, p90 {p90_ms(lat):.0f} ms", "≤ 1×", p50 <= 300))
-    report.raw.append(f"m  lock holder ends -> next queued starts    {spread(lat, p90=True)}")
+    _latency_figure(report, "m", "predecessor ends -> next starts", lat)
 
 
 def bench_kill_settle(report: Report, rounds: int) -> None:

@@ -98,16 +98,16 @@ class Executor:
         where the pass saw it goes: pids that ended, or children that left the session's cgroup
         since (one missing pid would fail the whole move); a session already in the slice (another
         reconciler moved it) is left alone."""
-        from .procs import cgroup_of
+        from .procs import alive, cgroup_of
         from .runtime.systemd import UnitExists
 
         description = f"res: agent session pid {a.pids[0]}"
         name = a.id
         for attempt in range(3):
             home = cgroup_of(a.pids[0])
-            if home is None or not _alive(a.pids[0]) or self._in_agents_slice(a.pids[0]):
+            if home is None or not alive(a.pids[0]) or self._in_agents_slice(a.pids[0]):
                 return  # the session ended, or it is where it should be
-            pids = [a.pids[0]] + [p for p in a.pids[1:] if _alive(p) and cgroup_of(p) == home]
+            pids = [a.pids[0]] + [p for p in a.pids[1:] if alive(p) and cgroup_of(p) == home]
             try:
                 await self.runtime.start_scope(name, self.policy.agents_slice, pids, description, a.props)
                 break
@@ -218,11 +218,3 @@ def _program_resolved(req: Request) -> list[str]:
     return cmd
 
 
-def _alive(pid: int) -> bool:
-    from .procs import parse_stat
-
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return parse_stat(f.read())[2] not in ("Z", "X")
-    except (OSError, ValueError, IndexError):
-        return False

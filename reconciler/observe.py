@@ -27,16 +27,6 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def gone_holders(holders: set[str], host: str) -> list[str]:
     """The attachment holders (`host/pid/nonce[/start]`) on this host whose process is gone: its pid
     is not alive, or is another process (another start time). A holder elsewhere is never judged."""
@@ -56,11 +46,13 @@ def gone_holders(holders: set[str], host: str) -> list[str]:
 async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord]) -> World:
     import socket
 
+    from .procs import alive
+
     total, available = meminfo()
     owners = {r.request.owner_pid for r in records.values()
               if r.request.kind == "note" and r.phase == Phase.running and r.request.owner_pid}
     world = World(mem_total_gb=round(total, 3), mem_available_gb=round(available, 3), nproc=cpu_count(),
-                  live_pids=sorted(p for p in owners if pid_alive(p)),
+                  live_pids=sorted(p for p in owners if alive(p)),
                   gone_holders=gone_holders({r.attached_by for r in records.values()
                                              if r.phase in LIVE and r.attached_by}, socket.gethostname()))
     wanted = [r.id for r in records.values() if r.phase in LIVE and r.request.kind == "job"]

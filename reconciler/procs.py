@@ -80,6 +80,11 @@ def start_time(pid: int) -> str | None:
         return None
 
 
+def alive(pid: int) -> bool:
+    """A process `pid` runs (a zombie only waits to be reaped: it runs nothing, holds nothing)."""
+    return start_time(pid) is not None
+
+
 def processes() -> dict[int, Proc]:
     """Every process that can be read now (ones that end while being read are skipped)."""
     out: dict[int, Proc] = {}

@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from .procs import alive
+
 SYSTEMD_CANDIDATES = ("/lib/systemd/systemd", "/usr/lib/systemd/systemd")
 BOOTED_MARK = "/run/systemd/system"
 UP_S = 30.0
@@ -99,23 +101,9 @@ def pids(state_root: Path) -> dict[str, int]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
 def running(state_root: Path) -> bool:
     p = pids(state_root)
-    return bool(p) and all(_alive(pid) for pid in p.values()) and bus_address(state_root) is not None
+    return bool(p) and all(alive(pid) for pid in p.values()) and bus_address(state_root) is not None
 
 
 def _answers(env: dict) -> bool:
@@ -192,7 +180,7 @@ def stop(state_root: Path) -> list[int]:
     record = record_dir(state_root)
     stopped = []
     for name, pid in pids(state_root).items():
-        if _alive(pid):
+        if alive(pid):
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -202,7 +190,7 @@ def stop(state_root: Path) -> list[int]:
                     os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
                 except ChildProcessError:
                     pass
-                if not _alive(pid):
+                if not alive(pid):
                     break
                 time.sleep(0.05)
             else:
