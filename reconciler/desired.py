@@ -225,9 +225,23 @@ def _first_error(e: Any) -> tuple[str | None, str]:
 # ---------------------------------------------------------------- parsing (the reader's rules)
 
 
-def _parse_queue(text: str) -> tuple[dict[str, Any], list["Request"]]:
-    """Parse and validate queue.toml text: (the TOML data, the requests sorted by id number).
-    Raises _Bad naming the line to blame."""
+class _SetAside:
+    """A queue entry that cannot be used: its id (when it has a usable one) and the line saying why."""
+
+    __slots__ = ("id", "why", "line")
+
+    def __init__(self, rid: str | None, why: str, line: int | None):
+        self.id, self.why, self.line = rid, why, line
+
+    def at(self, path: Path) -> str:
+        return _Bad(self.why, self.line).at(path)
+
+
+def _parse_queue(text: str) -> tuple[dict[str, Any], list["Request"], list[_SetAside]]:
+    """Parse and validate queue.toml text: (the TOML data, the requests sorted by id number, the
+    entries set aside). A file that is not TOML, or whose shape is wrong (unknown top-level keys, a
+    bad next_id, duplicate ids), raises _Bad naming the line to blame; one entry with a bad value is
+    set aside instead, so that one hostile or mistyped entry never stops everyone else's work."""
     import tomllib
 
     from pydantic import ValidationError
@@ -247,6 +261,7 @@ def _parse_queue(text: str) -> tuple[dict[str, Any], list["Request"]]:
         raise _Bad(f"next_id: must be a whole number from 1 to {MAX_ID + 1}, not {_short(nid)}", _top_key_line(text, "next_id"))
 
     requests: list[Request] = []
+    aside: list[_SetAside] = []
     seen: set[str] = set()
     for kind in KINDS:
         entries = data.get(kind, [])
@@ -254,24 +269,30 @@ def _parse_queue(text: str) -> tuple[dict[str, Any], list["Request"]]:
             raise _Bad(f"{kind}: must be [[{kind}]] tables", _top_key_line(text, kind))
         for i, raw in enumerate(entries):
             rid = raw.get("id")
-            label = f"{kind} {rid}" if isinstance(rid, str) and re.fullmatch(r"r-[0-9]{1,10}", rid) else f"{kind} #{i + 1}"
+            good_id = rid if isinstance(rid, str) and re.fullmatch(r"r-[1-9][0-9]{0,9}", rid) else None
+            if good_id is not None:
+                if good_id in seen:
+                    lines = _id_lines(text, good_id)
+                    raise _Bad(f"duplicate id {good_id!r} (ids are unique)", lines[1] if len(lines) > 1 else None)
+                seen.add(good_id)
+            label = f"{kind} {good_id}" if good_id else f"{kind} #{i + 1}"
+            problem = None
             if "kind" in raw and raw["kind"] != kind:
-                raise _Bad(f"{label}: kind {_short(raw['kind'])} in a [[{kind}]] table (leave kind out)", _entry_line(text, kind, i, "kind", rid))
+                problem = (f"{label}: kind {_short(raw['kind'])} in a [[{kind}]] table (leave kind out)",
+                           _entry_line(text, kind, i, "kind", rid))
             for key, value in raw.items():
-                if isinstance(value, float) and not math.isfinite(value):
-                    raise _Bad(f"{label}: {key}: must be a finite number", _entry_line(text, kind, i, key, rid))
-            try:
-                req = Request.model_validate({**raw, "kind": kind}, strict=True)
-            except ValidationError as e:
-                key, what = _first_error(e)
-                raise _Bad(f"{label}: {what}", _entry_line(text, kind, i, key, rid)) from None
-            if req.id in seen:
-                lines = _id_lines(text, req.id)
-                raise _Bad(f"duplicate id {req.id!r} (ids are unique)", lines[1] if len(lines) > 1 else None)
-            seen.add(req.id)
-            requests.append(req)
+                if problem is None and isinstance(value, float) and not math.isfinite(value):
+                    problem = (f"{label}: {key}: must be a finite number", _entry_line(text, kind, i, key, rid))
+            if problem is None:
+                try:
+                    requests.append(Request.model_validate({**raw, "kind": kind}, strict=True))
+                    continue
+                except ValidationError as e:
+                    key, what = _first_error(e)
+                    problem = (f"{label}: {what}", _entry_line(text, kind, i, key, rid))
+            aside.append(_SetAside(good_id, problem[0], problem[1]))
     requests.sort(key=lambda r: r.number)
-    return data, requests
+    return data, requests, aside
 
 
 def _parse_game(text: str) -> tuple[dict[str, Any], "Game"]:
@@ -316,11 +337,19 @@ def _read_text(paths: Paths, target: Path) -> str | None:
 
 
 def read_queue(paths: Paths) -> list["Request"]:
-    """The requests in queue.toml (sorted by id number); [] if the file does not exist.
-    Raises DesiredError (one line `<path>:<line>: <error>`) if it cannot be read or validated."""
+    """The usable requests in queue.toml (sorted by id number); [] if the file does not exist.
+    Raises DesiredError (one line `<path>:<line>: <error>`) if it cannot be read at all."""
+    return read_queue_set_aside(paths)[0]
+
+
+def read_queue_set_aside(paths: Paths) -> tuple[list["Request"], list[str]]:
+    """(the usable requests, one line per entry set aside). Raises DesiredError like read_queue."""
     try:
         text = _read_text(paths, paths.queue)
-        return [] if text is None else _parse_queue(text)[1]
+        if text is None:
+            return [], []
+        _, requests, aside = _parse_queue(text)
+        return requests, [a.at(paths.queue) for a in aside]
     except _Bad as b:
         raise DesiredError(b.at(paths.queue)) from None
 
@@ -359,12 +388,14 @@ def read_desired(paths: Paths, last_good: "list[Request] | None" = None, last_go
     game, game_error = read_game(paths, last_good_game)
     try:
         text = _read_text(paths, paths.queue)
-        requests = [] if text is None else _parse_queue(text)[1]
+        requests, aside = ([], []) if text is None else _parse_queue(text)[1:]
     except _Bad as b:
         desired = Desired(requests=list(last_good or []), queue_ok=False, queue_error=b.at(paths.queue), game=game,
                           game_ok=game_error is None)
         return DesiredRead(desired, game_error)
-    return DesiredRead(Desired(requests=requests, game=game, game_ok=game_error is None), game_error)
+    return DesiredRead(Desired(requests=requests, game=game, game_ok=game_error is None,
+                               set_aside=[a.at(paths.queue) for a in aside], held=[a.id for a in aside if a.id]),
+                       game_error)
 
 
 # ---------------------------------------------------------------- writing TOML text
@@ -719,11 +750,12 @@ class Writer:
                 return known
         try:
             text = _decode(raw)
-            data, requests = _parse_queue(text)
+            data, requests, aside = _parse_queue(text)
         except _Bad as b:
             raise self._refuse(path, b) from None
         counts = {k: len(data.get(k, [])) for k in KINDS}
-        top = max((r.number for r in requests), default=0)
+        # An entry set aside keeps its id: it is never given out again either.
+        top = max([r.number for r in requests] + [int(a.id[2:]) for a in aside if a.id], default=0)
         return _Queue(True, text, data.get("next_id", 1), top, counts, _plain(text, counts), data, ident)
 
     def _full(self, dfd: int, q: _Queue) -> _Queue:
@@ -944,7 +976,7 @@ class Writer:
             found: set[str] = set()
             for kind in KINDS:
                 for i, raw in enumerate(q.data.get(kind, [])):
-                    if raw["id"] in wanted:
+                    if raw.get("id") in wanted:
                         doomed.setdefault(kind, set()).add(i)
                         found.add(raw["id"])
             if not found:
@@ -995,6 +1027,65 @@ class Writer:
             raise DesiredError(f"{self.paths.queue}: could not edit it ({' '.join(str(e).split())}); nothing was changed") from None
         self._verify(new_text, expected)
         return new_text
+
+    # ---------------------------------------------------------- restore
+
+    def restore(self, requests: Iterable["Request"]) -> list[str]:
+        """Write back entries that left queue.toml without a `res release` (the file deleted, laid
+        down again by `res init --force`, or cut by hand) while the reconciler still holds them: each
+        with its own id, the counter past them. Entries already present are left alone. Returns the
+        ids written."""
+        reqs = list(requests)
+        if not reqs:
+            return []
+
+        def edit(dfd: int) -> list[str]:
+            q = self._full(dfd, self._load_queue(dfd))
+            assert q.data is not None
+            present = {raw.get("id") for kind in KINDS for raw in q.data.get(kind, [])}
+            missing = [r for r in reqs if r.id not in present]
+            if not missing:
+                return []
+            next_id = max(q.next_id, q.top + 1, max(r.number for r in missing) + 1)
+            text = _set_next_id(q.text, next_id) if q.plain else None
+            if text is not None:
+                blocks = "".join(_entry_text(r.kind, {"id": r.id, **_entry_dict(r)}) for r in missing)
+                text = (text if text.endswith("\n") or not text else text + "\n") + blocks
+            expected: dict[str, Any] = dict(q.data)
+            expected["next_id"] = next_id
+            for kind in KINDS:
+                added = [{"id": r.id, **_entry_dict(r)} for r in missing if r.kind == kind]
+                if added:
+                    expected[kind] = list(q.data.get(kind, [])) + added
+            if text is not None:
+                try:
+                    self._verify(text, expected)
+                except DesiredError:
+                    text = None
+            if text is None:
+                import tomlkit
+
+                try:
+                    doc = tomlkit.parse(q.text)
+                    doc["next_id"] = next_id
+                    for r in missing:
+                        table = tomlkit.table()
+                        for k, v in {"id": r.id, **_entry_dict(r)}.items():
+                            table.append(k, _to_tomlkit(v))
+                        if r.kind not in doc:
+                            doc.append(r.kind, tomlkit.aot())
+                        doc[r.kind].append(table)
+                    text = tomlkit.dumps(doc)
+                except Exception as e:
+                    raise DesiredError(f"{self.paths.queue}: could not write entries back ({' '.join(str(e).split())})") from None
+                self._verify(text, expected)
+            q.next_id, q.top = next_id, max(q.top, max(r.number for r in missing))
+            q.counts = {k: len(expected.get(k, [])) for k in KINDS}
+            q.plain = _plain(text, q.counts)
+            self._commit_queue(dfd, q, text, None)
+            return [r.id for r in missing]
+
+        return self._retrying(edit)
 
     # ---------------------------------------------------------- game
 

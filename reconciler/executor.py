@@ -74,6 +74,10 @@ class Executor:
                                                  "ended": now, "updated": now}), expect_phase=Phase.running):
             self.writer.remove([rec.id])
 
+    async def _restore(self, a, req, rec, now):
+        self.writer.restore([rec.request])
+        log.warning("restore %s: %s", a.id, a.reason)
+
     async def _retire(self, a, req, rec, now):
         self.writer.remove([a.id])
 

@@ -13,6 +13,14 @@ from .digest import DigestState
 
 JobId = str  # "r-12"
 
+# Bounds of every value a hand-edited desired file (or a forged one) may carry: past them a value is a
+# mistake or an attack, and is rejected at the boundary (one line naming the entry), never used.
+MAX_EPOCH = 32_503_680_000.0  # the year 3000: any time res reads is before it
+MAX_PID = 1 << 22  # the kernel's largest pid_max
+MIN_GB = 1 / 1024  # 1 MB: a smaller --mem is a typo
+MIN_CPUS = 0.01
+MAX_COUNT = 10**9
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -28,25 +36,25 @@ class Request(_Model):
     kind: Literal["job", "note"] = "job"
     title: str = Field(max_length=200)
     project: str = Field(default="", max_length=200)
-    mem_gb: float = Field(gt=0, le=65536)
+    mem_gb: float = Field(ge=MIN_GB, le=65536)
     # Half a CPU unless asked: CPUs are shared by weight, and most jobs leave them idle part of the time.
-    cpus: float = Field(default=0.5, gt=0, le=4096)
+    cpus: float = Field(default=0.5, ge=MIN_CPUS, le=4096)
     est_s: int = Field(gt=0, le=365 * 86400)  # --for
-    created: float
+    created: float = Field(ge=0, le=MAX_EPOCH)
     queue: bool = False
     lock: str | None = Field(default=None, max_length=200)
     force: bool = False
     # jobs
-    cmd: list[str] = Field(default_factory=list)
-    cwd: str = ""
-    env: dict[str, str] = Field(default_factory=dict)
-    agent: str = "none"  # "none": a plain command; else an agent session whose output is digested
+    cmd: list[str] = Field(default_factory=list, max_length=65536)
+    cwd: str = Field(default="", max_length=4096)
+    env: dict[str, str] = Field(default_factory=dict, max_length=4096)
+    agent: str = Field(default="none", max_length=64)  # "none": a plain command; else an agent session whose output is digested
     # per-job budgets (None: the policy's default for agent sessions; 0: none)
-    max_cost_usd: float | None = Field(default=None, ge=0)
-    max_duration_s: int | None = Field(default=None, ge=0)
-    max_iterations: int | None = Field(default=None, ge=0)
+    max_cost_usd: float | None = Field(default=None, ge=0, le=1e6)
+    max_duration_s: int | None = Field(default=None, ge=0, le=365 * 86400)
+    max_iterations: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     # notes: the process whose exit frees the note (None: only its time or `res release` frees it)
-    owner_pid: int | None = None
+    owner_pid: int | None = Field(default=None, ge=1, le=MAX_PID)
     owner_name: str | None = Field(default=None, max_length=64)  # what that process is (e.g. "claude")
 
     @property
@@ -61,7 +69,7 @@ class Request(_Model):
 
 class Game(_Model):
     on: bool = False
-    until: float | None = None
+    until: float | None = Field(default=None, ge=0, le=MAX_EPOCH)
 
     def active(self, now: float) -> bool:
         return self.on and (self.until is None or now < self.until)
@@ -76,6 +84,10 @@ class Desired(_Model):
     queue_error: str | None = None
     game: Game = Field(default_factory=Game)
     game_ok: bool = True  # False: game.toml did not parse; `game` is the last good version
+    # Entries set aside: in queue.toml but unusable (a value out of range, a wrong type), each named
+    # by one line in `set_aside`. Their ids are `held`: never started, never taken as released.
+    set_aside: list[str] = Field(default_factory=list)
+    held: list[JobId] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------- recorded
@@ -109,6 +121,8 @@ class JobRecord(_Model):
     why: str | None = None
     stop_reason: str | None = None  # set by a stop action, used when the exit is settled
     stop_code: str | None = None  # its stable code: released, budget, attach_failed
+    # `res release` asked for it: only then does its entry leaving queue.toml stop or cancel it
+    released: bool = False
     attached_by: str | None = None  # "<host>/<pid>/<nonce>" of the reconciler that streams the job
     lease_until: float | None = None
     log_offset: int = 0  # bytes of the log digested and committed
@@ -230,6 +244,7 @@ ActionKind = Literal[
     "set",  # change properties of a unit (the agents slice for game mode, a session scope's MemoryHigh)
     "adopt",  # move a running agent session (and its descendants) into a scope in the agents slice
     "end_game",  # game mode's time is up: clear it in desired/game.toml
+    "restore",  # write back a queue entry that left the file without `res release`
 ]
 
 

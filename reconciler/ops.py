@@ -119,10 +119,23 @@ async def release(engine, tick: TickFn, job_id: str, stop: bool) -> tuple[int, s
     from .desired import DesiredError
     from .status import entry_json
 
+    from .store import StoreError
+
     def answer(code: int, line: str, rec) -> tuple[int, str, dict | None]:
         return code, line, (entry_json(rec, engine.paths) if rec is not None else None)
 
-    rec = engine.store.get(job_id)
+    try:
+        rec = engine.store.get(job_id)
+    except StoreError as e:
+        # A row that cannot be read: releasing it drops it (its unit, if any, is left alone).
+        try:
+            engine.writer.remove([job_id])
+        except DesiredError:
+            pass
+        engine.store.delete(job_id)
+        engine.store.bad.pop(job_id, None)
+        return 0, f"{job_id} dropped: its record could not be read ({e})", {"id": job_id, "state": "dropped",
+                                                                             "reason": {"code": "dropped"}}
     if rec is not None and rec.phase in LIVE and rec.request.kind == "job" and not stop:
         return answer(1, f"res: {job_id} is running; --stop to kill it", rec)
     if rec is not None and rec.phase not in LIVE and rec.phase != Phase.queued:
@@ -131,6 +144,12 @@ async def release(engine, tick: TickFn, job_id: str, stop: bool) -> tuple[int, s
         except DesiredError:
             pass
         return answer(0, f"{job_id} already {rec.phase.value}" + (f" ({rec.why})" if rec.why else ""), rec)
+    if rec is not None and (rec.phase in LIVE or rec.phase == Phase.queued) and not rec.released:
+        # The user's word, on record before the entry goes: only a released entry's leaving the
+        # file stops or cancels it (a file deleted or cut by hand does not).
+        marked = rec.model_copy(update={"released": True})
+        if engine.store.put(marked, expect_phase=rec.phase):
+            rec = marked
     try:
         removed = engine.writer.remove([job_id])
     except DesiredError as e:

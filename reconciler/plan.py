@@ -75,7 +75,9 @@ def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
         out.notices.append(f"{desired.queue_error}; starting and stopping nothing because of it")
     if not world.ok:
         out.notices.append("could not observe jobs (" + "; ".join(world.errors) + "); acting on none of them")
-    wanted = {r.id for r in desired.requests}
+    out.notices.extend(f"{line}; set aside: not started, nothing stopped for it" for line in desired.set_aside)
+    # Held entries are in the file but unusable: not taken as released, never admitted.
+    wanted = {r.id for r in desired.requests} | set(desired.held)
     ended: set[str] = set()  # records that stop holding resources in this plan
 
     for rec in sorted(records.values(), key=lambda r: r.request.number):
@@ -122,11 +124,15 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
             return [_act(kind="expire", id=rec.id, reason=f"expired at {fmt_clock(expires)}",
                          detail={"code": "expired"}, **tag)]
         if desired.queue_ok and rec.id not in wanted:
+            if not rec.released:
+                return [_restore(rec, tag)]
             return [_act(kind="expire", id=rec.id, reason="released", detail={"code": "released"}, **tag)]
         return []
 
     if rec.phase == Phase.queued:
         if desired.queue_ok and rec.id not in wanted:
+            if not rec.released:
+                return [_restore(rec, tag)]
             return [_act(kind="cancel", id=rec.id, reason="removed from the queue", **tag)]
         return []
 
@@ -162,10 +168,21 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
                          detail={"code": "lost"}, **tag))
     elif rec.stop_reason is None:
         if desired.queue_ok and rec.id not in wanted:
-            acts.append(_act(kind="stop", id=rec.id, reason="released", detail={"code": "released"}, **tag))
+            if rec.released:
+                acts.append(_act(kind="stop", id=rec.id, reason="released", detail={"code": "released"}, **tag))
+            else:
+                acts.append(_restore(rec, tag))
         elif (trip := budget_trip(rec, policy, now)) is not None:
             acts.append(_act(kind="stop", id=rec.id, reason=trip[1], detail={"code": trip[0]}, **tag))
     return acts
+
+
+def _restore(rec: JobRecord, tag: dict) -> Action:
+    """An entry that left queue.toml without `res release` (the file deleted or laid down again, an
+    edit by hand): not the user's word to stop it. It is written back, and the job goes on."""
+    return _act(kind="restore", id=rec.id, reason="gone from queue.toml without res release: written back "
+                f"(res release {rec.id}{' --stop' if rec.request.kind == 'job' and rec.phase != Phase.queued else ''} ends it)",
+                **tag)
 
 
 def _holder(rec: JobRecord) -> str:

@@ -103,6 +103,9 @@ class Store:
         self._conn = conn
         self.path = path
         self.readonly = readonly
+        # Rows that records() could not read (a corrupt or hand-written row): id -> why. Skipped, so
+        # that one bad row never blocks every command; a pass reports them and admits nothing for them.
+        self.bad: dict[str, str] = {}
         self._depth = 0
         self._lock = threading.RLock()
 
@@ -216,6 +219,8 @@ class Store:
         except ValidationError as e:
             err = e.errors()[0]
             raise StoreError(f"record {job_id}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        except (ValueError, TypeError) as e:  # not even JSON
+            raise StoreError(f"record {job_id}: {' '.join(str(e).split())[:200]}") from None
 
     # ---------------------------------------------------------- transactions
 
@@ -263,7 +268,15 @@ class Store:
                 return {}
             marks = ",".join("?" * len(wanted))
             rows = self._rows(f"SELECT id, record FROM jobs WHERE phase IN ({marks}) ORDER BY num", tuple(wanted))
-        return {job_id: self._load(job_id, raw) for job_id, raw in rows}
+        out = {}
+        for job_id, raw in rows:
+            try:
+                out[job_id] = self._load(job_id, raw)
+            except StoreError as e:
+                self.bad[job_id] = str(e)
+            else:
+                self.bad.pop(job_id, None)
+        return out
 
     def get(self, job_id: str) -> "JobRecord | None":
         rows = self._rows("SELECT record FROM jobs WHERE id = ?", (job_id,))

@@ -175,6 +175,10 @@ class Engine:
             if self.policy_error:
                 notices.append(self.policy_error)
             records = self.store.records()
+            if self.store.bad:  # unreadable rows: reported, and nothing admitted under their ids
+                desired.held = sorted(set(desired.held) | set(self.store.bad))
+                notices.extend(f"state.db: {why}; set aside (res release {job_id} drops it)"
+                               for job_id, why in self.store.bad.items())
             self.streamer.refresh_pricing()
             self.streamer.stream(records, now)  # before planning: budgets see what was spent so far
             side = await self.install_slices() if self.connected else []

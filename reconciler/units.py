@@ -28,6 +28,8 @@ def parse_size_gb(text: str, what: str = "--mem") -> float:
     gb = value / 1024 if unit == "M" else value * 1024 if unit == "T" else value
     if gb <= 0:
         raise BadValue(f"{what} {text!r}: must be more than 0")
+    if gb < 1 / 1024:
+        raise BadValue(f"{what} {text!r}: must be at least 1M")
     if gb > MAX_GB or not math.isfinite(gb):
         raise BadValue(f"{what} {text!r}: absurdly large (more than {MAX_GB:.0f} GB)")
     return round(gb, 6)
@@ -53,6 +55,8 @@ def parse_cpus(text: str, what: str = "--cpus") -> float:
         raise BadValue(f"{what} {text!r}: not a number") from None
     if not math.isfinite(cpus) or cpus <= 0:
         raise BadValue(f"{what} {text!r}: must be more than 0")
+    if cpus < 0.01:
+        raise BadValue(f"{what} {text!r}: must be at least 0.01")
     if cpus > 4096:
         raise BadValue(f"{what} {text!r}: absurdly many")
     return cpus

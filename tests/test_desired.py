@@ -334,28 +334,38 @@ cmd = ["true"]
 '''
 
 BROKEN = {
+    # The file itself is unusable: never read as empty; nothing started or stopped because of it.
     # name: (text, the line to blame, a word the error must contain)
     "bad syntax": (GOOD.replace('title = "b"', "title = b"), 13, "TOML"),
     "cut mid-string": (GOOD[: GOOD.index('title = "b"') + 10], 13, "TOML"),
-    "cut at a line end": (GOOD[: GOOD.index('title = "b"')], 11, "title"),
-    "wrong type": (GOOD.replace("mem_gb = 1.0\nest_s = 60\ncreated = 2.0", 'mem_gb = "x"\nest_s = 60\ncreated = 2.0'), 14, "mem_gb"),
     "duplicate id": (GOOD.replace('id = "r-2"', 'id = "r-1"'), 12, "duplicate"),
-    "invalid id": (GOOD.replace('id = "r-2"', 'id = "r-0"'), 12, "id"),
-    "unknown key": (GOOD.replace('cmd = ["true"]\n\n', 'cmd = ["true"]\ntitel = "x"\n\n', 1), 10, "titel"),
-    "kind in the wrong array": (GOOD.replace('title = "b"', 'title = "b"\nkind = "note"'), 14, "kind"),
     "unknown top-level key": ("nxt_id = 3\n" + GOOD, 1, "nxt_id"),
     "job not tables": ('next_id = 3\njob = "x"\n', 2, "job"),
     "bad counter": (GOOD.replace("next_id = 3", "next_id = -3"), 1, "next_id"),
-    "datetime": (GOOD.replace("created = 2.0", "created = 2025-01-01T00:00:00Z"), 16, "created"),
-    "infinite": (GOOD.replace("created = 2.0", "created = inf"), 16, "created"),
     "empty": ("", 1, "empty"),
     "not utf-8": (None, 13, "UTF-8"),
+}
+
+SET_ASIDE = {
+    # One entry is unusable: it is set aside (one line naming it), its id held (neither started nor
+    # taken as released), and every other entry goes on. (text, line, word, the id held or None)
+    "cut at a line end": (GOOD[: GOOD.index('title = "b"')], 11, "title", "r-2"),
+    "wrong type": (GOOD.replace("mem_gb = 1.0\nest_s = 60\ncreated = 2.0", 'mem_gb = "x"\nest_s = 60\ncreated = 2.0'), 14, "mem_gb", "r-2"),
+    "invalid id": (GOOD.replace('id = "r-2"', 'id = "r-0"'), 12, "id", None),
+    "unknown key": (GOOD.replace('cmd = ["true"]\n\n', 'cmd = ["true"]\ntitel = "x"\n\n', 1), 10, "titel", "r-1"),
+    "kind in the wrong array": (GOOD.replace('title = "b"', 'title = "b"\nkind = "note"'), 14, "kind", "r-2"),
+    "datetime": (GOOD.replace("created = 2.0", "created = 2025-01-01T00:00:00Z"), 16, "created", "r-2"),
+    "infinite": (GOOD.replace("created = 2.0", "created = inf"), 16, "created", "r-2"),
+    "a pid past pid_max": (GOOD.replace("created = 2.0", "created = 2.0\nowner_pid = 99999999999999999999"), 17, "owner_pid", "r-2"),
+    "an epoch past the year 3000": (GOOD.replace("created = 2.0", "created = 1e308"), 16, "created", "r-2"),
+    "a tiny --mem": (GOOD.replace("mem_gb = 1.0\nest_s = 60\ncreated = 2.0", "mem_gb = 1e-300\nest_s = 60\ncreated = 2.0"), 14, "mem_gb", "r-2"),
+    "a tiny --cpus": (GOOD.replace("created = 2.0", "created = 2.0\ncpus = 1e-300"), 17, "cpus", "r-2"),
 }
 
 
 def _write_broken(paths: Paths, name: str) -> bytes:
     paths.ensure()
-    text = BROKEN[name][0]
+    text = {**BROKEN, **SET_ASIDE}[name][0]
     data = GOOD.replace('title = "b"', 'title = "\x00"').encode().replace(b"\x00", b"\xff") if text is None else text.encode()
     paths.queue.write_bytes(data)
     return data
@@ -379,6 +389,29 @@ def test_broken_queue_is_never_read_as_empty(paths, name):
         read_queue(paths)
 
 
+@pytest.mark.parametrize("name", sorted(SET_ASIDE))
+def test_one_bad_entry_is_set_aside_and_the_rest_goes_on(paths, writer, name):
+    data = _write_broken(paths, name)
+    _, line, word, held = SET_ASIDE[name]
+    d = read_desired(paths).desired
+    assert d.queue_ok is True and d.queue_error is None
+    (aside,) = d.set_aside
+    assert aside.startswith(f"{paths.queue}:{line}: ") and word in aside and one_line(aside), aside
+    assert d.held == ([held] if held else [])
+    good = {"r-1", "r-2"} - {held} - ({"r-2"} if name == "invalid id" else set())
+    assert {r.id for r in d.requests} == good
+    # the writer still adds (and never gives out the held id again), and keeps the bad entry verbatim
+    added = writer.add(JOB)
+    assert added.id == "r-3"
+    text = paths.queue.read_bytes()
+    assert text.startswith(data.rstrip(b"\n")) or data.split(b"[[job]]")[-1].strip() in text
+    assert [r.id for r in read_desired(paths).desired.requests] == sorted(good | {"r-3"})
+    # and `res release` of a held id removes it
+    if held:
+        assert writer.remove([held]) == [held]
+        assert read_desired(paths).desired.set_aside == []
+
+
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_writer_refuses_a_broken_queue_and_changes_nothing(paths, writer, name):
     data = _write_broken(paths, name)
@@ -396,9 +429,10 @@ def test_the_writers_own_shortcut_never_hides_a_hand_edit(paths, writer):
     writer.add(JOB)  # the writer now knows this file's digest
     text = paths.queue.read_text().replace("mem_gb = 10.0", 'mem_gb = "ten"')
     paths.queue.write_text(text)
-    with pytest.raises(DesiredError, match="mem_gb"):
-        writer.add(JOB)
-    assert paths.queue.read_text() == text
+    assert writer.add(JOB).id == "r-2"  # a full read: the hand-edited entry is found and set aside
+    assert paths.queue.read_text().count('mem_gb = "ten"') == text.count('mem_gb = "ten"')  # kept as written
+    d = read_desired(paths).desired
+    assert d.held == ["r-1"] and "mem_gb" in d.set_aside[0] and [r.id for r in d.requests] == ["r-2"]
 
 
 def _symlinked(paths: Paths) -> None:
@@ -551,7 +585,7 @@ def test_sixteen_concurrent_writers_lose_nothing(paths):
 def test_error_lines_name_file_and_line_for_hand_written_entries(paths):
     paths.ensure()
     paths.queue.write_text(GOOD.replace('cmd = ["true"]\n\n[[job]]', 'cmd = "true"\n\n[[job]]'))
-    err = read_desired(paths).desired.queue_error
+    (err,) = read_desired(paths).desired.set_aside
     assert re.fullmatch(re.escape(str(paths.queue)) + r":9: job r-1: cmd: .+", err), err
 
 
@@ -645,3 +679,19 @@ def test_ending_game_mode_never_undoes_an_extension_made_meanwhile(paths, writer
     assert read_game(paths) == (Game(on=True, until=5000.0), None)
     assert writer.set_game(False, None, if_until=5000.0) == Game(on=False)
     assert read_game(paths) == (Game(on=False), None)
+
+
+def test_restore_writes_entries_back_with_their_own_ids(paths, writer):
+    a = writer.add(JOB)
+    b = writer.add(NOTE, "note")
+    assert [a.id, b.id] == ["r-1", "r-2"]
+    paths.queue.unlink()  # deleted by hand
+    assert writer.restore([a, b]) == ["r-1", "r-2"]
+    d = read_desired(paths).desired
+    assert d.requests == [a, b] and toml(paths)["next_id"] == 3
+    assert writer.restore([a]) == []  # present: left alone
+    assert writer.add(JOB).id == "r-3"  # the counter goes on past them
+    writer.init(force=True)  # laid down again: empty
+    assert writer.restore([b, a]) == ["r-2", "r-1"]
+    assert [r.id for r in read_desired(paths).desired.requests] == ["r-1", "r-2"]
+    assert writer.add(JOB).id == "r-4"

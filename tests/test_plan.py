@@ -35,9 +35,11 @@ def world(avail=30.0, total=32.0, nproc=16, jobs=None, pids=(), ok=True):
 
 
 def run_plan(requests, records=(), w=None, game=None, now=NOW, queue_ok=True, released=(), seen=True):
-    """Records that are live stay in desired (unless `released`) and their units are seen alive
-    (unless `seen` is False), so that each test states only what it is about."""
+    """Records that are live stay in desired (unless `released`: then `res release` asked for them and
+    their entries are gone) and their units are seen alive (unless `seen` is False), so that each test
+    states only what it is about."""
     requests = list(requests)
+    records = [r.model_copy(update={"released": True}) if r.id in released else r for r in records]
     given = {r.id for r in requests}
     for r in records:
         if r.phase not in (Phase.done, Phase.refused, Phase.cancelled, Phase.queued) and r.id not in given and r.id not in released:
@@ -365,8 +367,24 @@ def test_queued_entry_removed_from_desired_is_cancelled_and_finished_ones_retire
     queued = JobRecord(request=req(1, queue=True), phase=Phase.queued)
     done = JobRecord(request=req(2), phase=Phase.done, ended=NOW - 10)
     old = JobRecord(request=req(3), phase=Phase.done, ended=NOW - 90000)
-    p = run_plan([req(2)], records=[queued, done, old])
+    p = run_plan([req(2)], records=[queued, done, old], released=["r-1"])
     assert kinds(p) == [("cancel", "r-1"), ("retire", "r-2"), ("prune", "r-3")]
+
+
+def test_an_entry_gone_without_res_release_is_written_back_not_stopped():
+    """queue.toml deleted, laid down again, or cut by hand: not the user's word to stop anything
+    (issue 9, class 8). Every live or queued record whose entry is gone is written back."""
+    job, note = running(1, mem=1.0), running(2, kind="note", mem=1.0)
+    queued = JobRecord(request=req(3, queue=True), phase=Phase.queued)
+    p = plan(Desired(requests=[]), {r.id: r for r in (job, note, queued)},
+             world(jobs={"r-1": JobObs(state="active")}, pids=[]), NOW, POLICY)
+    assert kinds(p) == [("restore", "r-1"), ("restore", "r-2"), ("restore", "r-3")]
+    assert p.actions[0].reason == "gone from queue.toml without res release: written back (res release r-1 --stop ends it)"
+    assert "Plan: 3 to write back." in render_plan(p)
+    # a held (set-aside) entry is not gone: nothing at all
+    p = plan(Desired(requests=[], held=["r-1", "r-2", "r-3"]), {r.id: r for r in (job, note, queued)},
+             world(jobs={"r-1": JobObs(state="active")}, pids=[2]), NOW, POLICY)
+    assert kinds(p) == []
 
 
 def test_plan_rendering_lines_and_summary():
