@@ -122,7 +122,7 @@ def bench_digest(report: Report, smoke: bool) -> None:
         req = Request(id="r-1", title="bench", mem_gb=1, est_s=60, created=0, agent="claude", cmd=["claude"])
         rec = JobRecord(request=req, phase=Phase.running)
         t0 = time.perf_counter()
-        out = ingest(rec, log, pricing, final_rc=0, final=True)
+        out, _ = ingest(rec, log, pricing, final_rc=0, final=True)
         took = time.perf_counter() - t0
     if out.digest.lines != nlines or out.log_offset != size:
         raise Broken(f"digest read {out.digest.lines} lines / {out.log_offset} bytes of {nlines} / {size}")

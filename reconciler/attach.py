@@ -14,6 +14,11 @@ from .resources import shipped
 from .runtime import read_output
 
 CHUNK = 4 << 20
+PRICING_LIMIT = 1 << 20
+# Bytes of a job's log read in one pass: a job that writes without end (`yes`) never holds up a pass;
+# its reader catches up over the next passes. A plain command's log past this at its end is skipped
+# (nothing in it counts for anything but its line count).
+PASS_READ_BYTES = 16 << 20
 
 
 class AttachError(Exception):
@@ -29,20 +34,21 @@ def pricing_override_path() -> Path:
 
 def load_pricing_files() -> tuple[PricingTable | None, str | None]:
     """The shipped table merged with the user's override; (None, one-line error) if either is broken."""
+    from .files import FileProblem, read_text
+
     shipped_path = shipped("policies") / "pricing.toml"
     override_path = pricing_override_path()
     try:
-        shipped_text = shipped_path.read_text()
-        try:
-            override_text = override_path.read_text()
-        except FileNotFoundError:
-            override_text = None
+        shipped_text = read_text(shipped_path, PRICING_LIMIT)
+        if shipped_text is None:
+            return None, f"pricing table unreadable: {shipped_path}: missing"
+        override_text = read_text(override_path, PRICING_LIMIT)  # a FIFO or device: one line, never a hang
         return load_pricing(shipped_text, override_text, shipped_name=str(shipped_path),
                             override_name=str(override_path)), None
     except PricingError as e:
         return None, str(e)
-    except (OSError, UnicodeDecodeError) as e:
-        return None, f"pricing table unreadable: {' '.join(str(e).split())}"
+    except FileProblem as e:
+        return None, f"pricing table unreadable: {e}"
 
 
 def _lines(data: bytes) -> list[str]:
@@ -50,21 +56,31 @@ def _lines(data: bytes) -> list[str]:
 
 
 def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_rc: int | None = None,
-           final: bool = False) -> JobRecord:
-    """The record with its log read on from `log_offset` to the last complete line (to the end of the
-    file when `final`: the unit has ended, a last line without a newline is complete, and the digest
-    is finished with `final_rc`). Nothing is committed here."""
+           final: bool = False, limit: int | None = None) -> tuple[JobRecord, bool]:
+    """(the record with its log read on from `log_offset`, whether the read reached the end). At
+    most `limit` bytes are read (None: no limit): a job that writes without end never holds up a
+    pass. To the last complete line; when `final` (the unit has ended) and the end is reached, a last
+    line without a newline is complete and the digest is finished with `final_rc`. Nothing is
+    committed here."""
     try:
         digest = make_digest(rec.request.agent, pricing, rec.digest)
         offset = rec.log_offset
+        budget = limit
+        reached_end = False
         while True:
-            data, new_offset = read_output(log_path, offset, CHUNK)
+            want = CHUNK if budget is None else min(CHUNK, budget)
+            if want <= 0:
+                break
+            data, new_offset = read_output(log_path, offset, want)
             if not data:
+                reached_end = True
                 break
             for line in _lines(data)[:-1]:
                 digest.push(line)
             offset = new_offset
-        if final:
+            if budget is not None:
+                budget -= len(data)
+        if final and reached_end:
             rest, _ = _read_rest(log_path, offset)
             if rest:
                 digest.push(rest.decode("utf-8", "replace"))
@@ -74,7 +90,7 @@ def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_r
         raise
     except Exception as e:  # noqa: BLE001 - any failure of reading or digesting is an attach failure
         raise AttachError(" ".join(f"{type(e).__name__}: {e}".split())[:300]) from None
-    return rec.model_copy(update={"log_offset": offset, "digest": digest.state})
+    return rec.model_copy(update={"log_offset": offset, "digest": digest.state}), reached_end
 
 
 def _read_rest(log_path: Path, offset: int) -> tuple[bytes, int]:
@@ -124,7 +140,7 @@ class Streamer:
             if rec.request.agent != "none" and self.pricing is None:
                 continue  # no table to price it with yet: read nothing, count nothing
             try:
-                read = self._ingest(rec)
+                read = self._ingest(rec, limit=PASS_READ_BYTES)
             except AttachError as e:
                 self._failed(rec, str(e), now, records)
                 continue
@@ -140,28 +156,46 @@ class Streamer:
 
     def final(self, rec: JobRecord, rc: int | None, now: float) -> JobRecord | None:
         """The record with its whole log digested and the digest finished; None if the read failed
-        (recorded; a later pass retries), unless that was the last failure allowed."""
+        (recorded; a later pass retries), unless that was the last failure allowed, or if an agent's
+        log is not read to its end yet (committed so far; a later pass goes on). A plain command's
+        log is not read past PASS_READ_BYTES: the rest is skipped."""
         from .plan import ATTACH_FAILURES_MAX
 
         try:
-            return self._ingest(rec, final=True, rc=rc)
+            read = self._ingest(rec, final=True, rc=rc, limit=PASS_READ_BYTES)
+            if read.digest is not None and not read.digest.finished:
+                if rec.request.agent != "none":
+                    if self.store.put(read, expect_phase=rec.phase, expect_holder=rec.attached_by):
+                        pass  # what was read counts; the rest next pass
+                    return None
+                size = _size(self.log_path(rec.id))
+                read = self._ingest(read.model_copy(update={"log_offset": max(size, read.log_offset)}),
+                                    final=True, rc=rc, limit=PASS_READ_BYTES)
+            return read
         except AttachError as e:
             if rec.attach_failures + 1 >= ATTACH_FAILURES_MAX:
                 return rec.model_copy(update={"attach_failures": rec.attach_failures + 1, "last_error": str(e)})
             self._failed(rec, str(e), now, None)
             return None
 
-    def _ingest(self, rec: JobRecord, final: bool = False, rc: int | None = None) -> JobRecord:
+    def _ingest(self, rec: JobRecord, final: bool = False, rc: int | None = None, limit: int | None = None) -> JobRecord:
         if self.fault == "always" or (self.fault == "once" and rec.id not in self._faulted):
             self._faulted.add(rec.id)
             raise AttachError("injected read failure (RES_FAULT_INGEST)")
-        return ingest(rec, self.log_path(rec.id), self.pricing, final_rc=rc, final=final)
+        return ingest(rec, self.log_path(rec.id), self.pricing, final_rc=rc, final=final, limit=limit)[0]
 
     def _failed(self, rec: JobRecord, error: str, now: float, records: dict[str, JobRecord] | None) -> None:
         given_up = rec.model_copy(update={"attach_failures": rec.attach_failures + 1, "last_error": error,
                                           "attached_by": None, "lease_until": None, "updated": now})
         if self.store.put(given_up, expect_phase=rec.phase, expect_holder=self.holder) and records is not None:
             records[rec.id] = given_up
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _stat_key(path: Path) -> tuple:

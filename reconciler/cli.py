@@ -6,6 +6,7 @@ dbus-fast, APScheduler) load only in the commands that use them.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -231,11 +232,12 @@ def _decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str, 
     """Ask the running loop; without one, run the passes here under the same lock. `resume`: what
     to run here instead of `local` when the loop took the request and ended before answering (it may
     have acted on it already)."""
-    from .client import NoAnswer, NoDaemon, ask
+    from .client import NoAnswer, NoDaemon, Unanswered, ask
 
     fn = local
+    timeout = float(os.environ.get("RES_ANSWER_TIMEOUT_S", "60"))
     try:
-        answer = ask(paths.socket, request, timeout=float(os.environ.get("RES_ANSWER_TIMEOUT_S", "60")))
+        answer = ask(paths.socket, request, timeout=timeout)
         if answer.get("hint"):
             print(answer["hint"], file=sys.stderr)
         return answer["code"], answer["line"], answer.get("data")
@@ -243,7 +245,10 @@ def _decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str, 
         fn = resume or local
     except NoDaemon:
         pass
-    except TimeoutError:
+    except Unanswered as e:
+        if e.accepted:  # written, not decided: say so, so nothing starts behind the caller's back
+            raise Fail(f"res: the reconciler loop took {e.accepted} but did not decide it in {timeout:g} s; it may "
+                       f"still start (res status {e.accepted}; res release {e.accepted} withdraws it)") from None
         raise Fail("res: the reconciler loop did not answer in time; see res status") from None
     import asyncio
 
@@ -278,6 +283,12 @@ def cmd_run(a, paths: Paths) -> int:
         cwd = os.getcwd()
     except FileNotFoundError:
         raise Fail("res: the current directory does not exist any more; cd somewhere that does") from None
+    from .environ import SECRET_VALUE
+
+    for i, arg in enumerate(cmd):
+        if SECRET_VALUE.search(arg):  # it would be written to queue.toml, state.db and the unit
+            raise Fail(f"res: argument {i} of the command looks like a secret (a key, a token, a URL with a "
+                       "password); pass it in the environment instead: res never writes those down", 2)
     caller = _caller_env()
     program = resolve_program(cmd[0], cwd, caller.get("PATH", ""))
     if program is None:
@@ -513,14 +524,14 @@ def cmd_serve(a, paths: Paths) -> int:
     import asyncio
     import logging
 
-    from .daemon import ServeBusy, serve
+    from .daemon import ServeBusy, ServeStopped, serve
 
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not a line per interval pass
     try:
         asyncio.run(serve(paths, _policy(), standby=a.standby))
-    except ServeBusy as e:
+    except (ServeBusy, ServeStopped) as e:
         raise Fail(f"res: {e}") from None
     return 0
 
@@ -625,20 +636,50 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         a = build_parser().parse_args(_join_negative(argv))
-        return COMMANDS[a.cmd](a, Paths.default())
+        code = COMMANDS[a.cmd](a, Paths.default())
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
+    except BrokenPipeError:
+        # `res status | head`: the reader had enough. No "Broken pipe" line; the shell's code for it.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 141
     except Fail as f:
         print(f.line, file=sys.stderr)
         return f.code
     except KeyboardInterrupt:
         return 130
     except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(_disk_full(e.filename), file=sys.stderr)
+            return 1
         print(f"res: {e.filename + ': ' if getattr(e, 'filename', None) else ''}{e.strerror or e}", file=sys.stderr)
         return 1
     except Exception as e:
         if not _ours(e):
             raise  # a bug: the traceback is what a report needs
-        print(f"res: {' '.join(str(e).split()) or type(e).__name__}", file=sys.stderr)
+        text = " ".join(str(e).split()) or type(e).__name__
+        if any(m in text for m in ("database or disk is full", "No space left on device", "disk I/O error")) \
+                and _little_space_left():  # SQLite calls a full disk under its WAL "disk I/O error"
+            print(_disk_full(None), file=sys.stderr)
+            return 1
+        print(f"res: {text}", file=sys.stderr)
         return 1
+
+
+def _little_space_left() -> bool:
+    try:
+        st = os.statvfs(Paths.default().root)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < (1 << 20)
+
+
+def _disk_full(filename) -> str:
+    where = filename or str(Paths.default().root)
+    return f"res: the disk is full where res keeps {where}; nothing was changed: free some space, then try again"
 
 
 # Errors whose message is already the one line a user needs: a state.db that cannot be used, a desired

@@ -15,41 +15,63 @@ class NoAnswer(NoDaemon):
     `res run` may be in the queue already), so the caller must not simply ask again."""
 
 
+class Unanswered(TimeoutError):
+    """No answer in time. `accepted`: the id the loop had already given the request, if it said so
+    (the request is in the queue, and may still start)."""
+
+    def __init__(self, accepted: str | None):
+        super().__init__("no answer in time")
+        self.accepted = accepted
+
+
 def ask(sock_path: Path, request: dict, timeout: float | None, on_idle=None, idle_s: float = 0.1) -> dict:
     """Send one JSON request, return the JSON answer. NoDaemon if nobody listens. `timeout`: for the
-    whole answer (None: no limit); TimeoutError past it. `on_idle()` is called every `idle_s` while
-    the answer is awaited (e.g. to print a job's log as it grows)."""
+    whole answer (None: no limit); Unanswered past it. `on_idle()` is called every `idle_s` while
+    the answer is awaited (e.g. to print a job's log as it grows). A line `{"accepted": id}` before
+    the answer says the request was written under that id (the answer comes with it)."""
     import time
 
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout if on_idle is None else idle_s)
     deadline = None if timeout is None else time.monotonic() + timeout
+    accepted = None
     try:
+        s.settimeout(timeout if timeout is not None and on_idle is None else idle_s if on_idle else None)
         try:
             s.connect(str(sock_path))
         except (FileNotFoundError, ConnectionRefusedError, OSError) as e:
             raise NoDaemon(str(e)) from None
         try:
-            s.sendall(json.dumps(request).encode() + b"\n")
+            s.sendall(json.dumps(request, ensure_ascii=False).encode("utf-8", "surrogateescape") + b"\n")
         except (BrokenPipeError, ConnectionResetError) as e:
             raise NoDaemon(str(e)) from None  # it never read the whole request: nothing was done
         buf = b""
         try:
-            while not buf.endswith(b"\n"):
+            while True:
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    answer = json.loads(line)
+                    if "accepted" in answer and "code" not in answer:
+                        accepted = answer["accepted"]
+                        continue
+                    if accepted and "accepted" not in answer:
+                        answer["accepted"] = accepted
+                    return answer
+                if deadline is not None and time.monotonic() > deadline:
+                    raise Unanswered(accepted)
+                if deadline is not None and on_idle is None:
+                    s.settimeout(max(deadline - time.monotonic(), 0.001))
                 try:
                     chunk = s.recv(65536)
                 except TimeoutError:
-                    if on_idle is None or (deadline is not None and time.monotonic() > deadline):
-                        raise
+                    if on_idle is None:
+                        raise Unanswered(accepted) from None
                     on_idle()
                     continue
                 if not chunk:
                     break
                 buf += chunk
         except ConnectionResetError:
-            buf = b""
+            pass
     finally:
         s.close()
-    if not buf.endswith(b"\n"):
-        raise NoAnswer("the loop closed the connection without an answer")
-    return json.loads(buf)
+    raise NoAnswer("the loop closed the connection without an answer")

@@ -15,18 +15,28 @@ import time
 
 from . import ops
 from .locks import LockBusy, acquire, release
+from .store import StoreReplaced
 from .models import Plan
 from .paths import Paths
 
 log = logging.getLogger("res.serve")
 
 
-REQUEST_LIMIT = 64 << 20  # bytes in one request line
+# A request is one JSON line: the caller's command and environment (ARG_MAX, 2 MiB on Linux, bounds
+# both together; the client sends UTF-8, not \u escapes). Past this it is not a request res sends.
+REQUEST_LIMIT = 8 << 20
+MAX_CONNECTIONS = 512  # requests open at once (each `res wait` holds one while it waits)
+MAX_READING = 16  # connections still sending their request: each may buffer up to REQUEST_LIMIT
+REQUEST_S = 10.0  # to send the request line
 ENDED_STATES = ("inactive", "failed", "removed")  # a job unit in one of these has ended
 
 
 class ServeBusy(Exception):
     pass
+
+
+class ServeStopped(Exception):
+    """The loop stopped itself: what it relies on is gone (state.db removed or replaced)."""
 
 
 class Ticker:
@@ -42,6 +52,7 @@ class Ticker:
         self.done = asyncio.Condition()
         self.last: Plan | None = None
         self.before: dict[int, list] = {}  # pass number -> what to call right before it begins
+        self.on_fatal = None  # called with an error after which no pass may run
 
     def kick(self, before=None) -> int:
         """Ask for a pass; returns the number of the pass that will answer. `before()` is called
@@ -61,6 +72,11 @@ class Ticker:
                 before()
             try:
                 self.last = await self.engine.tick()
+            except StoreReplaced as e:
+                log.error("%s", e)
+                self.dirty = False
+                if self.on_fatal is not None:
+                    self.on_fatal(e)
             except Exception:
                 log.exception("pass %d failed", self.begun)
             self.finished = self.begun
@@ -114,6 +130,13 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
             pass
     engine = engine or Engine(paths, policy)
     ticker = Ticker(engine)
+    fatal: list[Exception] = []
+
+    def stop_for(e: Exception) -> None:
+        fatal.append(e)
+        stopping.set()
+
+    ticker.on_fatal = stop_for
     if hasattr(engine.runtime, "watch"):
         # A unit of ours ended or went away: a pass now settles it and starts what waited for it.
         await engine.runtime.watch(lambda job_id, state: state in ENDED_STATES and ticker.kick())
@@ -121,19 +144,47 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
     if not engine.connected and engine.manager_absent and policy.private_manager == "auto":
         await start_private_manager(engine, paths)
 
+    connections = reading = 0
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One request per connection. What a client can make the loop spend is bounded: connections
+        at once (MAX_CONNECTIONS), those still sending (MAX_READING), the size of a request
+        (REQUEST_LIMIT), and the time it may take to send it (REQUEST_S): at most MAX_READING ×
+        REQUEST_LIMIT of buffers. A client that hangs up early costs nothing but its connection."""
+        nonlocal connections, reading
+        connections += 1
         try:
-            line = await reader.readline()
-            answer = await answer_request(engine, ticker, json.loads(line), reader)
-        except Exception as e:  # a bad request gets an answer, never kills the loop
-            answer = {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
-        if answer is None:  # the caller went away (a wait it gave up): nobody to answer
-            writer.close()
-            return
-        try:
+            if connections > MAX_CONNECTIONS or reading >= MAX_READING:
+                answer = {"code": 1, "line": "res: the reconciler loop has too many requests open; try again"}
+            else:
+                try:
+                    reading += 1
+                    try:
+                        line = await asyncio.wait_for(reader.readline(), REQUEST_S)
+                    finally:
+                        reading -= 1
+                    if not line.endswith(b"\n"):
+                        return  # hung up (or past the size limit) before a whole request: nothing was asked
+                    answer = await answer_request(engine, ticker, json.loads(line), reader,
+                                                  say=lambda obj: writer.write(json.dumps(obj).encode() + b"\n"))
+                except asyncio.TimeoutError:
+                    return  # a client that stalls mid-request is dropped
+                except (ConnectionError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):
+                    return
+                except ValueError as e:
+                    if "limit" in str(e) or "Separator" in str(e):
+                        return  # a line over REQUEST_LIMIT: not a request any res sends
+                    answer = {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
+                except Exception as e:  # a bad request gets an answer, never kills the loop
+                    answer = {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
+            if answer is None:  # the caller went away (a wait it gave up): nobody to answer
+                return
             writer.write(json.dumps(answer).encode() + b"\n")
             await writer.drain()
+        except (ConnectionError, OSError):
+            pass  # the caller hung up before its answer: nothing to tell, nothing to log
         finally:
+            connections -= 1
             writer.close()
 
     if paths.socket.exists() or paths.socket.is_symlink():
@@ -178,6 +229,8 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
             pass
         await engine.close()
         release(lock_fd)
+    if fatal:
+        raise ServeStopped(str(fatal[0]))
 
 
 async def start_private_manager(engine, paths: Paths) -> None:
@@ -244,11 +297,14 @@ async def wait_answer(engine, ticker: Ticker, job_id: str, timeout: float | None
             gone.cancel()
 
 
-async def answer_request(engine, ticker: Ticker, req: dict, reader=None) -> dict | None:
+async def answer_request(engine, ticker: Ticker, req: dict, reader=None, say=None) -> dict | None:
+    """The answer to one request; `say(obj)` sends a line before it (the id a submit was given)."""
     op = req.get("op")
     data = None
     if op == "submit":
-        code, line, data = await ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"])
+        accepted = (lambda job_id: say({"accepted": job_id})) if say is not None else None
+        code, line, data = await ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"],
+                                            on_accept=accepted)
         hint = ops.request_hint(engine, req["kind"], req["fields"])
         if hint:
             return {"code": code, "line": line, "data": data, "hint": hint}

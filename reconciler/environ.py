@@ -5,12 +5,32 @@ from __future__ import annotations
 import os
 import re
 
-# Never passed to a job or written to the desired files (DESIGN §6).
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# Never written anywhere res writes (queue.toml, state.db, a unit's properties): a name that says it
+# holds a secret, or a value that looks like one (docs/decisions.md: secrets). A job still gets the
+# secrets of the user manager's own environment, and credentials kept in files (README: secrets).
+SECRET_NAME = re.compile(
+    r"TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|SIGNING_?KEY"
+    r"|PASS$|(^|_)PAT$|(^|_)AUTH(_|$)|WEBHOOK|COOKIE|(^|_)DSN$|_KEY$|^KEY$|SESSION_?ID|(^|_)OTP(_|$)",
+    re.IGNORECASE)
+NOT_SECRET = frozenset({"SSH_AUTH_SOCK", "GPG_AGENT_INFO", "XAUTHORITY", "KRB5CCNAME"})  # paths, not secrets
+# Values that are secrets whatever their name: a URL with a password in it, and the shapes of the
+# common API keys and tokens (Anthropic, OpenAI, GitHub, GitLab, Slack, AWS, Google, Stripe, npm,
+# Hugging Face, JWTs, PEM private keys).
+SECRET_VALUE = re.compile(
+    r"^[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@"
+    r"|\b(sk-ant-|sk-proj-|sk-[A-Za-z0-9]{20}|gh[pousr]_[A-Za-z0-9]{20}|github_pat_|glpat-|xox[abprs]-"
+    r"|AKIA[0-9A-Z]{16}|ASIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{30}|sk_live_|rk_live_|npm_[A-Za-z0-9]{30}|hf_[A-Za-z0-9]{30})"
+    r"|\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.|-----BEGIN [A-Z ]*PRIVATE KEY-----")
+
+
+def is_secret(name: str, value: str) -> bool:
+    if name in NOT_SECRET:
+        return False
+    return bool(SECRET_NAME.search(name) or SECRET_VALUE.search(value))
 
 
 def public_env(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if not SECRET_NAME.search(k)}
+    return {k: v for k, v in env.items() if not is_secret(k, v)}
 
 
 def caller_environment(env: dict[str, str], exe_dir: str, parent_env: dict[str, str] | None) -> dict[str, str]:

@@ -3,9 +3,11 @@ in its own transaction with a compare-and-set on the phase it expects, so a pass
 can be run again safely."""
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
+import stat
 
 from .environ import public_env, resolve_program
 from .models import Action, JobRecord, Phase, Request
@@ -73,6 +75,20 @@ class Executor:
         if self.store.put(rec.model_copy(update={"phase": Phase.done, "why": a.reason, "detail": a.detail,
                                                  "ended": now, "updated": now}), expect_phase=Phase.running):
             self.writer.remove([rec.id])
+
+    async def _recover(self, a, req, rec, now):
+        """An entry state.db lost: its unit is taken back as running (the next pass attaches to it,
+        or settles it from its exit record), or, when only its log is left, it is settled as lost."""
+        if a.detail["code"] == "unit":
+            new = JobRecord(request=req, phase=Phase.running, attempt=1, started=now, unit=self.runtime.unit_name(req.id),
+                            updated=now)
+        else:
+            new = JobRecord(request=req, phase=Phase.done, attempt=1, ended=now, detail={"code": "lost"}, updated=now,
+                            why="lost: state.db had no record of it, but it ran before (its log is there); not started again")
+        from .store import ABSENT
+
+        self.store.put(new, expect_phase=ABSENT)
+        log.warning("recover %s: %s", a.id, a.reason)
 
     async def _restore(self, a, req, rec, now):
         self.writer.restore([rec.request])
@@ -153,14 +169,14 @@ class Executor:
         # `starting` on disk and no unit asked for, the window a requeue after the lease covers.
         if os.environ.get("RES_FAULT_AFTER_STARTING") == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
-        self._fresh_log(req.id, attempt)
         spec = JobSpec(
             job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=public_env(req.env), mem_gb=req.mem_gb,
             cpus=req.cpus, log_path=self.paths.log(req.id), exit_path=self.paths.exit_record(req.id),
             description=f"res {req.id}: {' '.join(req.title.split())[:120]}", cpu_quota=self.policy.cpu_quota,
         )
         try:
-            await self.runtime.start(spec)
+            self._fresh_log(req.id, attempt)
+            invocation = await self.runtime.start(spec)
         except RuntimeUnavailable as e:
             # Unknown whether it started: leave `starting`; the next pass sees the unit or requeues.
             log.warning("start of %s: %s", req.id, e)
@@ -172,7 +188,8 @@ class Executor:
                            expect_phase=Phase.starting)
             await self._forget(req.id)
             return
-        self.store.put(starting.model_copy(update={"phase": Phase.running, "updated": now}), expect_phase=Phase.starting)
+        self.store.put(starting.model_copy(update={"phase": Phase.running, "invocation": invocation, "updated": now}),
+                       expect_phase=Phase.starting)
 
     async def _stop(self, a, req, rec, now):
         # The reason goes on record first, so the settle that follows the exit uses it.
@@ -205,12 +222,21 @@ class Executor:
             log.warning("forget %s: %s", job_id, e)
 
     def _fresh_log(self, job_id: str, attempt: int) -> None:
-        """A new attempt of an id moves the old attempt's log aside; the log is created 0600."""
+        """A new attempt of an id moves the old attempt's log aside; the log is created 0600. A log
+        that is not a regular file of ours (a symlink planted there) fails the start, in one line."""
         path = self.paths.log(job_id)
         if attempt > 1 and path.exists():
             os.replace(path, path.with_name(f"{job_id}.attempt{attempt - 1}.log"))
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
-        os.close(fd)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+        except OSError as e:
+            what = "is a symlink; refusing to write through it" if e.errno == errno.ELOOP else e.strerror
+            raise RuntimeError(f"its log {path} {what}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise RuntimeError(f"its log {path} is not a regular file")
+        finally:
+            os.close(fd)
 
 
 def _program_resolved(req: Request) -> list[str]:

@@ -11,7 +11,8 @@ Writes, atomically (a temporary file in the same directory, then os.replace) and
 
 Stdlib only, no imports from the package (it runs isolated, -I -S, and must keep working even if the
 package moved). Never raises and always exits 0: a missing value is written as null. When the job was
-killed at its memory limit it also prints one `res: killed at its memory limit …` line, which lands at
+state directory's disk cannot take the record, it goes to RES_EXIT_FALLBACK (in the runtime
+directory). When the job was killed at its memory limit it also prints one `res: killed at its memory limit …` line, which lands at
 the end of the job's log.
 """
 import json
@@ -144,11 +145,20 @@ def write_atomic(path, record):
     tmp = os.path.join(directory, ".%s.%d.tmp" % (os.path.basename(path), os.getpid()))
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, (json.dumps(record) + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            data = (json.dumps(record) + "\n").encode()
+            if os.write(fd, data) != len(data):
+                raise OSError(28, "short write")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)  # never a 0-byte temp file left behind (a full disk)
+        except OSError:
+            pass
+        raise
 
 
 def main(argv):
@@ -161,10 +171,18 @@ def main(argv):
             return 0
         status = env.get("EXIT_STATUS")
         record = {"result": env.get("SERVICE_RESULT"), "code": env.get("EXIT_CODE"), "status": status,
-                  "peak_bytes": None, "oom_kills": 0, "at": time.time()}
+                  "peak_bytes": None, "oom_kills": 0, "at": time.time(), "invocation": env.get("INVOCATION_ID")}
         record["peak_bytes"], record["oom_kills"], limit = measure(status)
         tell_the_log(record, limit)
-        write_atomic(path, record)
+        try:
+            write_atomic(path, record)
+        except OSError:
+            # The state directory's disk is full (or gone): the runtime directory (a tmpfs, as a
+            # rule) keeps the record, so a full disk never costs the job its rc.
+            fallback = env.get("RES_EXIT_FALLBACK")
+            if not fallback:
+                raise
+            write_atomic(fallback, record)
     except BaseException:  # noqa: BLE001 - the job's end must never be made to fail by its bookkeeping
         pass
     return 0

@@ -190,6 +190,9 @@ def _parse_game(text: str) -> dict:
         return tomllib.loads(text)
 
 
+MAX_EPOCH = 32_503_680_000.0  # models.MAX_EPOCH (the hook does not import the models)
+
+
 def game_until(data: dict, now: float) -> tuple[bool, float | None]:
     """(active, until) of game.toml's data, by the reconciler's rules (models.Game, strict, and
     desired._parse_game): only the keys `on` (a boolean) and `until` (a finite number; an int counts)
@@ -209,6 +212,8 @@ def game_until(data: dict, now: float) -> tuple[bool, float | None]:
             until = float(until)
         except OverflowError:
             raise ValueError("until: must be a finite number") from None
+        if not 0 <= until <= MAX_EPOCH:
+            raise ValueError("until: out of range")
     return (on and (until is None or now < until)), until
 
 
@@ -295,13 +300,37 @@ def main(stdin_text: str, environ, now: float | None = None) -> tuple[str, int]:
         return "", 0
 
 
+STDIN_WAIT_S = 5.0  # Claude Code writes the whole event and closes stdin at once
+
+
+def _read_input(limit: int, wait_s: float) -> str:
+    """stdin up to EOF, `limit` bytes or `wait_s` seconds, whichever comes first: a caller that never
+    closes stdin costs the agent a few seconds, never its command."""
+    import select
+
+    deadline = time.monotonic() + wait_s
+    chunks, total = [], 0
+    while total < limit:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([0], [], [], left)[0]:
+            break
+        chunk = os.read(0, min(65536, limit - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
 def run() -> int:
     """The process: read stdin, print what `main` says; returns the exit code, always 0. Never
     raises: a closed stdout or any other failure is "no opinion" (and nothing is left half-written
     in a buffer for the interpreter to trip over at exit)."""
     try:
+        if not read_game(os.environ, time.time())[0]:
+            return 0  # game mode off: nothing to say, and no need to wait for the input at all
         stdin = sys.stdin
-        text = "" if stdin is None or stdin.isatty() else stdin.buffer.read(MAX_STDIN_CHARS * 4 + 1).decode("utf-8", "replace")
+        text = "" if stdin is None or stdin.isatty() else _read_input(MAX_STDIN_CHARS * 4 + 1, STDIN_WAIT_S)
         out, _ = main(text, os.environ)
         if out:
             sys.stdout.write(out + "\n")

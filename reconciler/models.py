@@ -114,6 +114,7 @@ class JobRecord(_Model):
     phase: Phase
     unit: str | None = None
     attempt: int = 0
+    invocation: str | None = None  # the runtime's id of this attempt's run: its exit record must carry it
     started: float | None = None
     ended: float | None = None
     rc: int | None = None
@@ -172,6 +173,7 @@ class ExitObs(_Model):
     peak_gb: float | None = None
     oom_kills: int = 0
     at: float = 0
+    invocation: str | None = None  # the run that wrote it (systemd's INVOCATION_ID of the unit)
 
 
 class JobObs(_Model):
@@ -179,6 +181,7 @@ class JobObs(_Model):
     mem_used_gb: float = 0
     pressure_avg60: float | None = None  # memory.pressure `some avg60` (%), cgroup v2 only
     exit: ExitObs | None = None
+    log_bytes: int | None = None  # the size of its log (None: not looked at)
 
 
 class SliceObs(_Model):
@@ -217,6 +220,9 @@ class World(_Model):
     live_pids: list[int] = Field(default_factory=list)  # note owners that are alive
     # Attachment holders on this host whose process is gone: their leases are void at once (DESIGN §5.4).
     gone_holders: list[str] = Field(default_factory=list)
+    # Queue entries state.db has no record of, whose log exists: they ran before (state.db was lost or
+    # replaced), so they are never started again.
+    ran_before: list[JobId] = Field(default_factory=list)
     # The user's side (issue 4). None / empty: not observed (then nothing is changed for them).
     agents_slice: SliceObs | None = None
     sessions: list[SessionObs] | None = None
@@ -245,6 +251,7 @@ ActionKind = Literal[
     "adopt",  # move a running agent session (and its descendants) into a scope in the agents slice
     "end_game",  # game mode's time is up: clear it in desired/game.toml
     "restore",  # write back a queue entry that left the file without `res release`
+    "recover",  # record an entry state.db does not know but the runtime or its log does (state.db lost)
 ]
 
 

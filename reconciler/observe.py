@@ -43,7 +43,10 @@ def gone_holders(holders: set[str], host: str) -> list[str]:
     return sorted(out)
 
 
-async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord]) -> World:
+async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], paths=None,
+                        unknown: list[str] | None = None) -> World:
+    """`unknown`: queue entries state.db has no record of; their units and logs are looked for too
+    (after state.db was lost, they say which of them ran before)."""
     import socket
 
     from .procs import alive
@@ -56,13 +59,23 @@ async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord]) 
                   gone_holders=gone_holders({r.attached_by for r in records.values()
                                              if r.phase in LIVE and r.attached_by}, socket.gethostname()))
     wanted = [r.id for r in records.values() if r.phase in LIVE and r.request.kind == "job"]
+    if paths is not None and unknown:
+        world.ran_before = sorted(i for i in unknown if os.path.lexists(paths.log(i)))
     if runtime is None:
         world.ok, world.errors = False, ["no runtime connected"]
         return world
     try:
-        world.jobs = await runtime.observe(wanted)
+        world.jobs = await runtime.observe(wanted + [i for i in world.ran_before if i not in wanted])
     except RuntimeUnavailable as e:
         world.ok, world.errors = False, [str(e)]
+    if paths is not None:
+        for job_id in wanted:  # how much each running job has written: the log size limit
+            obs = world.jobs.get(job_id)
+            if obs is not None:
+                try:
+                    obs.log_bytes = os.lstat(paths.log(job_id)).st_size
+                except OSError:
+                    pass
     return world
 
 

@@ -79,9 +79,11 @@ def find_submitted(engine, kind: str, fields: dict):
     return next((r for r in [*queued, *recorded] if same(r)), None)
 
 
-async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = False) -> tuple[int, str, dict | None]:
+async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = False,
+                 on_accept=None) -> tuple[int, str, dict | None]:
     """`resume`: a loop took this request and ended before answering; decide the request it
-    recorded, if it did, rather than add it a second time."""
+    recorded, if it did, rather than add it a second time. `on_accept(id)`: told the id as soon as
+    the request is written (a caller that gives up waiting then knows what it left behind)."""
     from .desired import DesiredError
 
     req = find_submitted(engine, kind, fields) if resume else None
@@ -90,6 +92,8 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
             req = engine.writer.add(fields, kind)
         except DesiredError as e:
             return 1, f"res: {e}", None
+    if on_accept is not None:
+        on_accept(req.id)
     plan = None
     for _ in range(MAX_PASSES):
         plan = await tick()

@@ -15,7 +15,7 @@ from .models import LIVE, TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, 
 from .game import game_actions
 from .render import UNHELD, queued_line, reason_line
 from .sessions import session_actions
-from .units import fmt_clock, fmt_gb, fmt_span, fmt_usd_pair
+from .units import GIB, fmt_clock, fmt_gb, fmt_span, fmt_usd_pair
 
 PRUNE_AFTER_S = 24 * 3600
 OUTSIDE_STOP = ("TERM", "INT", "HUP")  # the signals of a stop request (systemctl stop, kill, ^C)
@@ -91,7 +91,7 @@ def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
     out.budget_mem_gb, out.budget_cpus = cap.mem_gb, cap.cpus
     if desired.queue_ok and world.ok:
         spent = spent_today(records, now)
-        out.actions.extend(_admit(desired, records, cap, now, policy, spent, pricing_error))
+        out.actions.extend(_admit(desired, records, cap, now, policy, spent, pricing_error, world))
     # The user's side: game mode on the agents slice, sessions kept in it (each only if observed).
     out.actions.extend(game_actions(desired, world, now, policy))
     out.actions.extend(session_actions(world, policy))
@@ -144,8 +144,14 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
         return []
     obs = world.jobs.get(rec.id)
     alive = obs is not None and obs.state in ALIVE
+    # An exit record counts only once the unit has ended (its own stop step writes it last), and only
+    # if it is this run's: a job, or a neighbour, cannot end a running job by writing one.
+    ex = obs.exit if obs is not None and not alive else None
+    foreign = ex is not None and rec.invocation is not None and ex.invocation != rec.invocation
+    if foreign:
+        ex = None
     if rec.phase == Phase.starting:
-        if obs is not None and obs.exit is not None:
+        if ex is not None:
             pass  # it started and already ended: settled below
         elif alive:
             return [_act(kind="running", id=rec.id, reason="unit seen started", **tag)]
@@ -158,12 +164,13 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
     acts = []
     if me is not None and rec.attached_by != me:
         acts.append(_act(kind="reattach", id=rec.id, reason=_lapsed(rec, now, world.gone_holders), **tag))
-    if obs is not None and obs.exit is not None:
-        rc, why, peak, code = settle_outcome(rec, obs.exit)
-        acts.append(_act(kind="settle", id=rec.id, rc=rc, why=why, peak_gb=peak, at=obs.exit.at or None,
-                         reason=settle_text(rec, rc, peak, why, obs.exit.at), detail={"code": code}, **tag))
+    if ex is not None:
+        rc, why, peak, code = settle_outcome(rec, ex)
+        acts.append(_act(kind="settle", id=rec.id, rc=rc, why=why, peak_gb=peak, at=ex.at or None,
+                         reason=settle_text(rec, rc, peak, why, ex.at), detail={"code": code}, **tag))
     elif not alive:
-        why = "lost: the unit vanished without an exit record"
+        why = ("lost: its exit record is another run's (not written by its unit)" if foreign
+               else "lost: the unit vanished without an exit record")
         acts.append(_act(kind="settle", id=rec.id, rc=None, why=why, peak_gb=None, reason=why,
                          detail={"code": "lost"}, **tag))
     elif rec.stop_reason is None:
@@ -172,7 +179,7 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
                 acts.append(_act(kind="stop", id=rec.id, reason="released", detail={"code": "released"}, **tag))
             else:
                 acts.append(_restore(rec, tag))
-        elif (trip := budget_trip(rec, policy, now)) is not None:
+        elif (trip := budget_trip(rec, policy, now, obs.log_bytes if obs is not None else None)) is not None:
             acts.append(_act(kind="stop", id=rec.id, reason=trip[1], detail={"code": trip[0]}, **tag))
     return acts
 
@@ -211,11 +218,14 @@ def effective_limits(req: Request, policy) -> tuple[float, int, int]:
             pick(req.max_iterations, policy.max_iterations))
 
 
-def budget_trip(rec: JobRecord, policy, now: float) -> tuple[str, str] | None:
+def budget_trip(rec: JobRecord, policy, now: float, log_bytes: int | None = None) -> tuple[str, str] | None:
     """(code, why) of a job over one of its budgets (DESIGN §5.5), or None. Codes: `attach_failed`,
-    `budget`."""
+    `log_limit`, `budget`."""
     if rec.attach_failures >= ATTACH_FAILURES_MAX:
         return "attach_failed", f"attachment failed {rec.attach_failures} times in a row: {rec.last_error or 'unknown error'}"
+    limit_gb = getattr(policy, "max_log_gb", 0) if policy is not None else 0
+    if limit_gb and log_bytes is not None and log_bytes > limit_gb * GIB:
+        return "log_limit", f"log over {limit_gb:g} GB ({fmt_gb(log_bytes / GIB)} written; policy max_log_gb)"
     max_cost, max_duration, max_iterations = effective_limits(rec.request, policy)
     spend = rec.spend_usd
     if max_cost and spend > max_cost:
@@ -329,7 +339,7 @@ def _refuse(req: Request, detail: dict, never: bool = False, **tag) -> Action:
 
 
 def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: float, policy,
-           spent: float = 0.0, pricing_error: str | None = None) -> list[Action]:
+           spent: float = 0.0, pricing_error: str | None = None, world: World | None = None) -> list[Action]:
     acts: list[Action] = []
     session_waits = False  # a queued session waits for the session caps: later sessions wait behind it
     locks = {h.lock: h for h in cap.holders if h.lock}
@@ -349,11 +359,23 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
         if forecast is not None:
             forecast.started(req.mem_gb, req.cpus, req.est_s, req.lock)
 
+    ran_before = set(world.ran_before) if world is not None else set()
     for req in desired.requests:
         rec = records.get(req.id)
         if rec is not None and rec.phase != Phase.queued:
             continue
         tag = dict(title=req.title, mem_gb=req.mem_gb, cpus=req.cpus)
+        if rec is None and req.id in ran_before:
+            # state.db does not know it, but its log (and maybe its unit) does: it ran before (state.db
+            # was lost or replaced). Taken back as what it is, never started a second time.
+            obs = world.jobs.get(req.id)
+            there = obs is not None and (obs.state in ALIVE or obs.exit is not None)
+            acts.append(_act(kind="recover", id=req.id, detail={"code": "unit" if there else "lost"}, reason=(
+                "state.db has no record of it, its unit is there: taken back" if there else
+                "state.db has no record of it, but it ran before (its log is there): not started again"), **tag))
+            if there:
+                cap.take(req, _new_holder(req, now))
+            continue
         if cap.never_fits(req):
             acts.append(_refuse(req, never_detail(req, cap), never=True, **tag))
             continue

@@ -110,13 +110,14 @@ _SYMBOL = {
     "adopt": "~ adopt",
     "end_game": "~ game off",
     "restore": "~ restore",
+    "recover": "↻ recover",
     "enqueue": "· queue",
     "running": "· running",
     "retire": "· retire",
     "prune": "· prune",
 }
 _SUMMARY = [("start", "to start"), ("grant", "to note"), ("refuse", "to refuse"), ("stop", "to stop"),
-            ("set", "to change"), ("adopt", "to adopt"), ("end_game", "to end game mode"), ("restore", "to write back"), ("reattach", "to reattach"), ("requeue", "to requeue"), ("settle", "to settle"),
+            ("set", "to change"), ("adopt", "to adopt"), ("end_game", "to end game mode"), ("restore", "to write back"), ("recover", "to recover"), ("reattach", "to reattach"), ("requeue", "to requeue"), ("settle", "to settle"),
             ("expire", "to expire"), ("cancel", "to cancel")]
 
 

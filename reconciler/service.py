@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Mapping, NamedTuple
 
-from .environ import SECRET_NAME
+from .environ import is_secret
 from .paths import Paths
 
 TEMPLATE = "res-serve.service.j2"
@@ -94,7 +94,7 @@ def service_environment(env: Mapping[str, str], state_dir: str, policy_file: str
     out = {}
     for name, value in env.items():
         if (name.startswith("RES_") and ENV_NAME.match(name) and name not in NOT_INHERITED
-                and not SECRET_NAME.search(name) and _usable_value(value)):
+                and not is_secret(name, value) and _usable_value(value)):
             out[name] = value
     out["RES_STATE_DIR"] = state_dir
     out["RES_POLICY_FILE"] = policy_file

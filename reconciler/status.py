@@ -8,7 +8,7 @@ from .capacity import reserves
 from .plan import spent_today
 from .models import LIVE, TERMINAL, Game, JobRecord, Phase
 from .paths import Paths
-from .units import fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
+from .units import escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
 
 
 def _snapshot(store) -> dict:
@@ -47,6 +47,18 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths) -> dict:
 FINISHED_GRACE_S = 300  # finished entries stay in the default `res status` view this long (--all: all)
 
 HEADER = f"{'ID':<6} {'PROJECT':<16} {'TITLE':<32} {'STATE':<9} {'MEM':>7} {'USED':>7} {'PEAK':>7} {'CPUS':>5} {'START':>5}  WHY / WHEN"
+
+
+def _field(value) -> str:
+    """A field of `res status ID` as text: strings escaped (a title cannot forge a `state: done` line),
+    anything else as JSON (which escapes what it holds)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return escaped(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
 
 
 def ended_unsettled(rec: JobRecord, paths: Paths) -> JobRecord | None:
@@ -150,7 +162,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
         v = job_view(rec, snap, now, paths)
         if as_json:
             return json.dumps(v, indent=2), 0
-        return "\n".join(f"{k}: {'' if val is None else val}" for k, val in v.items()), 0
+        return "\n".join(f"{k}: {_field(val)}" for k, val in v.items()), 0
     warn = notices(paths, snap)
 
     world = snap.get("world") or {}
@@ -232,7 +244,7 @@ def entry_json(rec: JobRecord, paths: Paths, detail: dict | None = None) -> dict
 
 def done_line(rec: JobRecord) -> str:
     """`r-1 done rc=0 peak 28 MB in 3 s`: how a finished entry ended, in one line."""
-    why = " ".join((rec.why or "").split())
+    why = one_line(rec.why or "")
     if rec.phase == Phase.refused:
         return f"{rec.id} refused: {why or 'refused'}"
     if rec.phase == Phase.cancelled:

@@ -28,7 +28,7 @@ from .paths import Paths
 if TYPE_CHECKING:
     from .models import JobRecord, Phase
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: records carry no secret-looking environment (scrubbed on upgrade)
 BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
@@ -64,6 +64,11 @@ _TERMINAL = ("done", "refused", "cancelled")  # models.TERMINAL, kept here as te
 
 class StoreError(Exception):
     """state.db cannot be used; one line naming the file."""
+
+
+class StoreReplaced(StoreError):
+    """state.db was removed, replaced or emptied under an open connection: whatever this process would
+    write would be lost, and what it would read is no longer true. It must stop acting."""
 
 
 class _Sentinel:
@@ -106,6 +111,7 @@ class Store:
         # Rows that records() could not read (a corrupt or hand-written row): id -> why. Skipped, so
         # that one bad row never blocks every command; a pass reports them and admits nothing for them.
         self.bad: dict[str, str] = {}
+        self.identity: tuple[int, int] | None = None  # (device, inode) of the file opened
         self._depth = 0
         self._lock = threading.RLock()
 
@@ -160,12 +166,31 @@ class Store:
                 got = store._meta_raw("schema_version")
                 if got is None:
                     conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('db_id', ?)", (os.urandom(8).hex(),))
+                elif int(got) < 2:
+                    _scrub_secrets(conn)
+                    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
             store._check_version()
+            st = os.stat(path)
+            store.identity = (st.st_dev, st.st_ino)
         except sqlite3.Error as e:
             raise StoreError(f"{path}: {e}") from None
         finally:
             os.umask(old)
         return store
+
+    def check_same(self) -> None:
+        """StoreReplaced unless the file at the path is still the one this connection writes to."""
+        if self.identity is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StoreReplaced(f"{self.path}: removed while res had it open; stopping: nothing more is "
+                                "started, stopped or recorded by this process") from None
+        if (st.st_dev, st.st_ino) != self.identity or st.st_size == 0:
+            raise StoreReplaced(f"{self.path}: replaced or emptied while res had it open; stopping: nothing more "
+                                "is started, stopped or recorded by this process")
 
     def close(self) -> None:
         if self._conn is not None:
@@ -395,6 +420,23 @@ class Store:
 
     def set_meta_json(self, key: str, value: Any) -> None:
         self.set_meta(key, json.dumps(value, separators=(",", ":"), sort_keys=True))
+
+
+def _scrub_secrets(conn: sqlite3.Connection) -> None:
+    """Remove secret-looking variables (environ.is_secret) from every record's request, in `jobs` and
+    `history`: what an older res wrote before its filter knew them."""
+    from .environ import is_secret
+
+    for table in ("jobs", "history"):
+        for job_id, raw in conn.execute(f"SELECT id, record FROM {table}").fetchall():
+            try:
+                data = json.loads(raw)
+                env = data["request"]["env"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if isinstance(env, dict) and any(is_secret(str(k), str(v)) for k, v in env.items()):
+                data["request"]["env"] = {k: v for k, v in env.items() if not is_secret(str(k), str(v))}
+                conn.execute(f"UPDATE {table} SET record = ? WHERE id = ?", (json.dumps(data), job_id))
 
 
 def _expected(row: tuple | None, expect_phase: Any, expect_holder: Any) -> bool:

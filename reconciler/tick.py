@@ -113,7 +113,10 @@ class Engine:
         """Give up this instance's attachments (so the next instance takes over at once, DESIGN
         §5.4), then disconnect."""
         try:
+            self.store.check_same()
             self.give_up_leases()
+        except Exception as e:  # noqa: BLE001 - closing goes on; a replaced state.db keeps nothing of ours
+            log.warning("closing: %s", e)
         finally:
             if self.connected:
                 await self.runtime.close()
@@ -168,9 +171,12 @@ class Engine:
     async def tick(self) -> Plan:
         if not self.connected:
             await self.connect()  # observation then says what failed, and nothing is acted on blindly
+        # Files any agent may have replaced are read before the lock: a slow one never holds up others.
+        self.reload_policy()
+        self.streamer.refresh_pricing()
         with locked(self.paths.tick_lock):
+            self.store.check_same()  # a state.db removed or replaced under us: stop, loudly
             now = time.time()
-            self.reload_policy()
             desired, notices = load_desired(self.paths, self.store)
             if self.policy_error:
                 notices.append(self.policy_error)
@@ -179,10 +185,10 @@ class Engine:
                 desired.held = sorted(set(desired.held) | set(self.store.bad))
                 notices.extend(f"state.db: {why}; set aside (res release {job_id} drops it)"
                                for job_id, why in self.store.bad.items())
-            self.streamer.refresh_pricing()
             self.streamer.stream(records, now)  # before planning: budgets see what was spent so far
             side = await self.install_slices() if self.connected else []
-            world = await observe_world(self.runtime if self.connected else None, records)
+            unknown = [r.id for r in desired.requests if r.id not in records]
+            world = await observe_world(self.runtime if self.connected else None, records, self.paths, unknown)
             if not self.connected and self.connect_error:
                 world.errors = [self.connect_error]  # why, not just "no runtime connected"
             if not world.ok:
@@ -307,7 +313,8 @@ async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Pla
             except RuntimeUnavailable as e:
                 connected, error = False, str(e)
             try:
-                world = await observe_world(runtime if connected else None, records)
+                unknown = [r.id for r in desired.requests if r.id not in records]
+                world = await observe_world(runtime if connected else None, records, paths, unknown)
                 if error:
                     world.errors = [error]
                 elif world.ok:

@@ -137,5 +137,14 @@ def one_line(text: str, limit: int | None = None) -> str:
     return flat if limit is None or len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+def escaped(text: str) -> str:
+    """User-supplied text shown whole, on one line: every character that is not printable (a newline,
+    an escape sequence) as a visible escape (`\\n`, `\\x1b`), so no field can pose as another line or
+    drive a terminal. Nothing is dropped: the text can be read back from it."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def quoted(text: str, limit: int = 60) -> str:
     return '"' + one_line(text, limit).replace('"', "'") + '"'

@@ -320,6 +320,36 @@ def test_a_lease_of_a_holder_that_is_gone_is_void_at_once():
     assert kinds(p) == [("requeue", "r-1")] and p.actions[0].reason == "never started; host/123 is gone"
 
 
+def test_an_exit_record_counts_only_once_its_unit_ended_and_only_its_own():
+    """A job (or a neighbour) writing an exit record cannot end a running job, free its reservation
+    or make `res release --stop` answer "already done" (issue 9, class 1)."""
+    rec = running(1, mem=8.0).model_copy(update={"invocation": "a1b2"})
+    forged = ExitObs(result="success", code="exited", status="0", at=NOW, invocation="a1b2")
+    p = run_plan([req(2, mem=10.0)], records=[rec],
+                 w=world(avail=25.0, jobs={"r-1": JobObs(state="active", exit=forged)}))
+    assert kinds(p) == [("refuse", "r-2")]  # still running: still holding its 8 GB
+    # ended, and the record is its own run's: settled
+    own = run_plan([], records=[rec], w=world(jobs={"r-1": JobObs(state="absent", exit=forged)})).actions
+    assert [(a.kind, a.rc) for a in own] == [("settle", 0)]
+    # ended, but the record carries another run's id: not believed
+    other = forged.model_copy(update={"invocation": "ffff"})
+    (a,) = run_plan([], records=[rec], w=world(jobs={"r-1": JobObs(state="inactive", exit=other)})).actions
+    assert (a.kind, a.rc, a.detail) == ("settle", None, {"code": "lost"})
+    assert a.why == "lost: its exit record is another run's (not written by its unit)"
+
+
+def test_entries_state_db_lost_are_taken_back_never_started_again():
+    """state.db deleted (or replaced by an empty one) next to a queue: an entry whose log exists ran
+    before; with its unit there it is taken back, without one it is settled as lost (issue 9, class 5)."""
+    ended = ExitObs(result="success", code="exited", status="0", at=NOW)
+    w = world(jobs={"r-1": JobObs(state="active"), "r-2": JobObs(state="absent", exit=ended)})
+    w.ran_before = ["r-1", "r-2", "r-3"]
+    p = plan(Desired(requests=[req(n) for n in (1, 2, 3, 4)]), {}, w, NOW, POLICY)
+    assert [(a.kind, a.id, (a.detail or {}).get("code")) for a in p.actions] == [
+        ("recover", "r-1", "unit"), ("recover", "r-2", "unit"), ("recover", "r-3", "lost"), ("start", "r-4", None)]
+    assert p.actions[2].reason == "state.db has no record of it, but it ran before (its log is there): not started again"
+
+
 def test_settle_and_stop_carry_their_outcome_code():
     from reconciler.models import ExitObs as E
 

@@ -48,9 +48,10 @@ class Runtime(Protocol):
         """The runtime's name for the job: the idempotency key of a start."""
         ...
 
-    async def start(self, spec: JobSpec) -> None:
+    async def start(self, spec: JobSpec) -> str | None:
         """Start the job. Idempotent: a job already running under its name is left alone; a stale
-        ended instance of the same name is cleared first. Raises on a start that failed."""
+        ended instance of the same name is cleared first. Raises on a start that failed. Returns the
+        id of this run (an exit record counts only if it carries it), or None if it cannot tell."""
         ...
 
     async def stop(self, job_id: str) -> None:
@@ -96,6 +97,7 @@ def read_exit_record(path: Path) -> ExitObs | None:
             peak_gb=None if peak is None else int(peak) / 1024**3,
             oom_kills=int(data.get("oom_kills") or 0),
             at=float(data.get("at") or 0),
+            invocation=str(data.get("invocation") or "") or None,
         )
     except (OSError, ValueError, TypeError, AttributeError):
         return None

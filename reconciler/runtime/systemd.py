@@ -40,7 +40,7 @@ from dbus_fast import Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 
 from .. import cgroup
-from ..environ import SECRET_NAME
+from ..environ import SECRET_NAME, is_secret
 from ..models import ExitObs, JobObs
 from . import JobSpec, RuntimeUnavailable, read_exit_record
 
@@ -52,6 +52,7 @@ PROPERTIES = "org.freedesktop.DBus.Properties"
 
 EXIT_RECORD_SCRIPT = str(Path(__file__).resolve().parent.parent / "exit_record.py")
 EXIT_RECORD_ENV = "RES_EXIT_RECORD"  # where the exit record goes; wins over the script's argv[1]
+EXIT_FALLBACK_ENV = "RES_EXIT_FALLBACK"  # where it goes when the state directory's disk is full
 
 # Set by systemd for each process it runs. Environment= would override them (it is merged last), so a
 # caller that itself runs in a unit (an agent session) must not pass its own: a stale SERVICE_RESULT or
@@ -62,7 +63,7 @@ SYSTEMD_NAMES = frozenset({
     "EXIT_CODE", "EXIT_STATUS", "MONITOR_SERVICE_RESULT", "MONITOR_EXIT_CODE", "MONITOR_EXIT_STATUS",
     "MONITOR_INVOCATION_ID", "MONITOR_UNIT", "TRIGGER_UNIT", "TRIGGER_PATH", "TRIGGER_TIMER_REALTIME_USEC",
     "TRIGGER_TIMER_MONOTONIC_USEC", "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "CACHE_DIRECTORY",
-    "LOGS_DIRECTORY", "CONFIGURATION_DIRECTORY", "CREDENTIALS_DIRECTORY", EXIT_RECORD_ENV,
+    "LOGS_DIRECTORY", "CONFIGURATION_DIRECTORY", "CREDENTIALS_DIRECTORY", EXIT_RECORD_ENV, EXIT_FALLBACK_ENV,
 })
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 JOB_ID = re.compile(r"^r-[0-9]+$")
@@ -143,7 +144,7 @@ def job_environment(env: dict[str, str], manager_env: dict[str, str]) -> list[st
     that systemd sets itself for the unit's processes."""
     out = []
     for name, value in env.items():
-        if SECRET_NAME.search(name) or not ENV_NAME.match(name) or name in SYSTEMD_NAMES:
+        if is_secret(name, value) or not ENV_NAME.match(name) or name in SYSTEMD_NAMES:
             continue
         if "\0" in value or manager_env.get(name) == value:
             continue
@@ -417,6 +418,23 @@ class SystemdRuntime:
     def exit_path(self, job_id: str) -> Path:
         return self.logs_dir / f"{job_id}.exit.json"
 
+    def fallback_exit_path(self, job_id: str) -> Path | None:
+        """Where the unit writes its exit record when the state directory's disk is full: the
+        manager's runtime directory (a tmpfs as a rule), named by the primary path, so that two state
+        directories never share one."""
+        runtime = self._manager_env.get("XDG_RUNTIME_DIR") or os.environ.get("XDG_RUNTIME_DIR")
+        if not runtime:
+            return None
+        import hashlib
+
+        key = hashlib.sha256(str(self.exit_path(job_id)).encode()).hexdigest()[:20]
+        return Path(runtime) / "res-exit" / f"{key}.json"
+
+    def _read_exit(self, job_id: str) -> ExitObs | None:
+        found = read_exit_record(self.exit_path(job_id))
+        fallback = self.fallback_exit_path(job_id)
+        return found if found is not None or fallback is None else read_exit_record(fallback)
+
     async def _unit_state(self, unit: str) -> tuple[str, str]:
         """(load state, active state) of one unit; ("not-found", "inactive") when not loaded."""
         (rows,) = await self._manager("ListUnitsByNames", "as", [[unit]])
@@ -444,6 +462,9 @@ class SystemdRuntime:
                                  "in commands across a daemon-reload")
         env = job_environment(spec.env, self._manager_env)
         env.append(f"{EXIT_RECORD_ENV}={spec.exit_path}")
+        fallback = self.fallback_exit_path(spec.job_id)
+        if fallback is not None:
+            env.append(f"{EXIT_FALLBACK_ENV}={fallback}")
         unset = manager_only(spec.env, self._manager_env)
         props = [
             ["Description", Variant("s", one_line(spec.description or " ".join(cmd))[:400])],
@@ -470,20 +491,23 @@ class SystemdRuntime:
             props.append(["WorkingDirectory", Variant("s", spec.cwd)])
         return props
 
-    @staticmethod
-    def _prepare_files(unit: str, spec: JobSpec) -> None:
+    def _prepare_files(self, unit: str, spec: JobSpec) -> None:
         """The log exists 0600 before systemd opens it (systemd would create it 0644; a symlink is
-        refused); an exit record of an earlier attempt is gone, so the one found later is this one's."""
+        refused); exit records of an earlier attempt are gone, so the one found later is this one's."""
         try:
             spec.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             os.close(fd)
-            os.unlink(spec.exit_path)
-        except FileNotFoundError as e:
-            if e.filename != str(spec.exit_path):
-                raise RuntimeError(one_line(f"start of {unit} failed: {e.filename}: {e.strerror}")) from None
         except OSError as e:
             raise RuntimeError(one_line(f"start of {unit} failed: {e.filename or spec.log_path}: {e.strerror}")) from None
+        for path in (spec.exit_path, self.fallback_exit_path(spec.job_id)):
+            try:
+                if path is not None:
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise RuntimeError(one_line(f"start of {unit} failed: {path}: {e.strerror}")) from None
 
     async def _clear_ended(self, unit: str) -> None:
         """Wait out a stopping unit and reset a failed/inactive one, so its name can be used again."""
@@ -500,8 +524,24 @@ class SystemdRuntime:
             except DBusCallError:
                 pass
 
-    async def start(self, spec: JobSpec) -> None:
+    async def start(self, spec: JobSpec) -> str | None:
         unit = self.unit_name(spec.job_id)
+        await self._start(unit, spec)
+        return await self.invocation(unit)
+
+    async def invocation(self, unit: str) -> str | None:
+        """The unit's InvocationID (hex): what its exit record must carry to count as its own. None
+        when it cannot be told (the unit already ended and was collected)."""
+        try:
+            (path,) = await self._manager("LoadUnit", "s", [unit])
+            (value,) = await self._call_raw(SYSTEMD, path, PROPERTIES, "Get", "ss", ["org.freedesktop.systemd1.Unit",
+                                                                                     "InvocationID"])
+        except Exception:  # noqa: BLE001 - unknown is allowed: any record of an ended unit then counts
+            return None
+        raw = bytes(value.value or b"")
+        return raw.hex() if any(raw) else None
+
+    async def _start(self, unit: str, spec: JobSpec) -> None:
         await self._ensure()  # the environment filter needs the manager's environment
         props = self._properties(spec)  # bad input fails before anything changes
         if spec.cwd and not os.path.isdir(spec.cwd):
@@ -538,7 +578,7 @@ class SystemdRuntime:
             if active in ("active", "activating", "reloading", "refreshing") or load == "not-found":
                 return  # running, or already ran and ended (its exit record tells how)
             raise RuntimeError(f"start of {unit} did not finish in {START_WAIT_S:g} s (unit {active})")
-        ended = read_exit_record(spec.exit_path)
+        ended = self._read_exit(spec.job_id)
         if ended is not None and not self._setup_failure(ended):
             return  # the command ran and ended at once (e.g. `false`): a job that exited, not a failed start
         raise RuntimeError(self._start_error(unit, spec, result, ended))
@@ -584,10 +624,12 @@ class SystemdRuntime:
             await self._manager("ResetFailedUnit", "s", [unit])
         except (DBusCallError, RuntimeUnavailable):
             pass
-        try:
-            os.unlink(self.exit_path(job_id))
-        except FileNotFoundError:
-            pass
+        for path in (self.exit_path(job_id), self.fallback_exit_path(job_id)):
+            try:
+                if path is not None:
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     # ------------------------------------------------------------------ observe
 
@@ -617,11 +659,10 @@ class SystemdRuntime:
                 path = cgroup.unit_cgroup(self._manager_cgroup, self.jobs_slice, name)
                 used = (cgroup.memory_used_bytes(path) or 0) / 1024**3
                 pressure = cgroup.memory_pressure_some_avg60(path)
-            out[job_id] = JobObs(state=state, mem_used_gb=used, pressure_avg60=pressure,
-                                 exit=read_exit_record(self.exit_path(job_id)))
+            out[job_id] = JobObs(state=state, mem_used_gb=used, pressure_avg60=pressure, exit=self._read_exit(job_id))
         for job_id in job_ids:
             if job_id not in out:
-                out[job_id] = JobObs(state="absent", exit=read_exit_record(self.exit_path(job_id)))
+                out[job_id] = JobObs(state="absent", exit=self._read_exit(job_id))
         return out
 
     # ------------------------------------------------------------------ slices, scopes, unit files
