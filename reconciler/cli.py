@@ -149,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     hs = sub.add_parser("hist", help="what past jobs of each kind used, and what to ask for")
     hs.add_argument("--project")
+    hs.add_argument("--changes", action="store_true",
+                    help="the changes to the policy, game and queue files: by res (and who asked) or outside it")
 
     cl = sub.add_parser("clean", help="stale agent scratch and dead litter in /tmp (lists; --yes removes)")
     cl.add_argument("--yes", action="store_true")
@@ -388,8 +390,10 @@ def _submit_answer(paths: Paths, kind: str, fields: dict) -> tuple[int, str, dic
             print(hint, file=sys.stderr)
         return decided
 
+    from .procs import process_chain
+
     paths.ensure()
-    return _decide(paths, {"op": "submit", "kind": kind, "fields": fields}, local,
+    return _decide(paths, {"op": "submit", "kind": kind, "fields": fields, "who": process_chain(os.getpid())}, local,
                    resume=lambda engine: local(engine, resume=True))
 
 
@@ -399,7 +403,10 @@ def cmd_release(a, paths: Paths) -> int:
 
         return ops.release(engine, engine.tick, a.id, a.stop)
 
-    code, line, data = _decide(paths, {"op": "release", "id": a.id, "stop": a.stop}, local)
+    from .procs import process_chain
+
+    code, line, data = _decide(paths, {"op": "release", "id": a.id, "stop": a.stop, "who": process_chain(os.getpid())},
+                               local)
     _print_answer(code, line, data, a.json)
     return code
 

@@ -270,6 +270,12 @@ async def auto_clean(engine, roots, now: float) -> list[str] | None:
     return lines
 
 
+def _who(req: dict) -> str | None:
+    """The caller's process chain as it says it (for the record of who changed queue.toml)."""
+    who = req.get("who")
+    return " ".join(who.split())[:300] if isinstance(who, str) and who.strip() else None
+
+
 async def wait_answer(engine, ticker: Ticker, job_id: str, timeout: float | None, reader=None) -> dict | None:
     """Answer once the entry is finished (checked after every pass) or `timeout` passed; None if the
     caller hung up meanwhile."""
@@ -304,12 +310,13 @@ async def answer_request(engine, ticker: Ticker, req: dict, reader=None, say=Non
     if op == "submit":
         accepted = (lambda job_id: say({"accepted": job_id})) if say is not None else None
         code, line, data = await ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"],
-                                            on_accept=accepted)
+                                            on_accept=accepted, who=_who(req))
         hint = ops.request_hint(engine, req["kind"], req["fields"])
         if hint:
             return {"code": code, "line": line, "data": data, "hint": hint}
     elif op == "release":
-        code, line, data = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")))
+        code, line, data = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")),
+                                             who=_who(req))
     elif op == "wait":
         timeout = req.get("timeout")
         return await wait_answer(engine, ticker, str(req["id"]), None if timeout is None else float(timeout), reader)

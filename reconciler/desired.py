@@ -22,6 +22,7 @@ text edit (see `Writer.add`).
 from __future__ import annotations
 
 import errno
+import json
 import math
 import os
 import re
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 
 KINDS = ("job", "note")
 MAX_FILE_BYTES = 32 << 20  # a desired file bigger than this is a mistake, not a queue
+CHANGES_NAME = ".changes.jsonl"  # the writer's log of its own changes (reconciler/changes.py reads it)
+CHANGES_LIMIT = 1 << 20
 MAX_ID = 9_999_999_999  # models.Request: r-[1-9][0-9]{0,9}
 _TOP_KEYS = ("next_id",) + KINDS
 _CACHE_NAME = ".queue.toml.ok"  # the writer's note about the last queue.toml it wrote (see _Note)
@@ -690,6 +693,9 @@ class Writer:
     def __init__(self, paths: Paths, timeout: float = 30.0):
         self.paths = paths
         self.timeout = timeout
+        # Who asks for the changes this writer makes (DESIGN §5.7): set per request by the loop (the
+        # caller's process chain); None: this process's own.
+        self.who: str | None = None
         if paths.queue.parent != paths.desired or paths.game.parent != paths.desired:
             raise ValueError("desired files must live in the desired directory")
 
@@ -777,12 +783,34 @@ class Writer:
             return 1  # the writer's own last file: its counter already covers both floors
         return max(self._store_top() + 1, note.next_id if note else 1)
 
-    def _commit_queue(self, dfd: int, q: _Queue, new_text: str, note: _Note | None) -> None:
+    def _commit_queue(self, dfd: int, q: _Queue, new_text: str, note: _Note | None, op: str = "edit",
+                      ids: Iterable[str] = ()) -> None:
         """Write the edited queue, unless the file changed since it was read (an editor saving
         meanwhile does not take the writer's lock): then _Changed, and the caller starts over."""
         data = new_text.encode("utf-8")
         self._replace(dfd, self.paths.queue.name, q.ident, data)
         _Note.save(dfd, data, q, note.next_id if note else 1)
+        self._log_change(dfd, "queue.toml", op, list(ids), data)
+
+    def _log_change(self, dfd: int, file: str, op: str, ids: list[str], data: bytes) -> None:
+        """One line in `.changes.jsonl` per change the writer made: when, which file, what, who asked,
+        and the digest of the file it left (a pass tells changes made outside res by it)."""
+        from .procs import process_chain
+
+        who = self.who or process_chain(os.getpid())
+        line = json.dumps({"at": time.time(), "file": file, "op": op, "ids": ids, "who": who,
+                           "digest": _digest(data)}, separators=(",", ":")) + "\n"
+        try:
+            fd = os.open(CHANGES_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=dfd)
+            try:
+                if os.fstat(fd).st_size > CHANGES_LIMIT:  # keep it bounded: the pass has read it long since
+                    os.ftruncate(fd, 0)
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # the change itself is made; a pass then calls it a change outside res
 
     @staticmethod
     def _replace(dfd: int, name: str, ident: tuple[int, int, int, int] | None, data: bytes) -> None:
@@ -877,7 +905,7 @@ class Writer:
                 q.plain = _plain(new_text, q.counts)
             # (a plain edit of plain text stays plain: the block has one bare header, no multi-line string)
             q.next_id, q.top = n + 1, n
-            self._commit_queue(dfd, q, new_text, note)
+            self._commit_queue(dfd, q, new_text, note, "add", [made.id])
             return made
 
         return self._retrying(edit)
@@ -968,7 +996,7 @@ class Writer:
                         return []
                     for kind in removed.values():
                         q.counts[kind] -= 1
-                    self._commit_queue(dfd, q, new_text, note)
+                    self._commit_queue(dfd, q, new_text, note, "remove", list(removed))
                     return [i for i in wanted if i in removed]
                 q = self._full(dfd, q)
             assert q.data is not None
@@ -1004,7 +1032,7 @@ class Writer:
                 new_text = self._removed_tomlkit(q, doomed, next_id, expected)
             q.next_id, q.counts = next_id, counts
             q.plain = _plain(new_text, counts)
-            self._commit_queue(dfd, q, new_text, note)
+            self._commit_queue(dfd, q, new_text, note, "remove", sorted(found))
             return [i for i in wanted if i in found]
 
         return self._retrying(edit)
@@ -1082,7 +1110,7 @@ class Writer:
             q.next_id, q.top = next_id, max(q.top, max(r.number for r in missing))
             q.counts = {k: len(expected.get(k, [])) for k in KINDS}
             q.plain = _plain(text, q.counts)
-            self._commit_queue(dfd, q, text, None)
+            self._commit_queue(dfd, q, text, None, "restore", [r.id for r in missing])
             return [r.id for r in missing]
 
         return self._retrying(edit)
@@ -1136,6 +1164,7 @@ class Writer:
             if tomllib.loads(new_text) != expected:
                 raise DesiredError(f"{path}: the edit would not read back as intended; nothing was changed")
             self._replace(dfd, path.name, ident, new_text.encode("utf-8"))
+            self._log_change(dfd, "game.toml", "on" if game.on else "off", [], new_text.encode("utf-8"))
             return game
 
         return self._retrying(edit, path)
@@ -1188,11 +1217,12 @@ class Writer:
                     counts = {k: 0 for k in KINDS}
                     fresh = _Queue(True, text, n, 0, counts, _plain(text, counts))
                     try:
-                        self._commit_queue(dfd, fresh, text, None)
+                        self._commit_queue(dfd, fresh, text, None, "init")
                     except _Changed:
                         raise DesiredError(f"{target}: appeared while it was being laid down; try again") from None
                 else:
                     _write_atomic(dfd, name, text.encode("utf-8"))
+                    self._log_change(dfd, name, "init", [], text.encode("utf-8"))
                 written.append(target)
         return written
 

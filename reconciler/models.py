@@ -88,6 +88,8 @@ class Desired(_Model):
     # by one line in `set_aside`. Their ids are `held`: never started, never taken as released.
     set_aside: list[str] = Field(default_factory=list)
     held: list[JobId] = Field(default_factory=list)
+    # Entries that appeared in queue.toml outside res (by hand, DESIGN §5.7): never started.
+    hand_added: list[JobId] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------- recorded
@@ -252,6 +254,7 @@ ActionKind = Literal[
     "end_game",  # game mode's time is up: clear it in desired/game.toml
     "restore",  # write back a queue entry that left the file without `res release`
     "recover",  # record an entry state.db does not know but the runtime or its log does (state.db lost)
+    "hold",  # an entry added to queue.toml outside res: shown, never started
 ]
 
 

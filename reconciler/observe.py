@@ -43,6 +43,16 @@ def gone_holders(holders: set[str], host: str) -> list[str]:
     return sorted(out)
 
 
+def _is_file(path) -> bool:
+    """A regular file (not a symlink someone planted) is there."""
+    import stat
+
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], paths=None,
                         unknown: list[str] | None = None) -> World:
     """`unknown`: queue entries state.db has no record of; their units and logs are looked for too
@@ -60,7 +70,7 @@ async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], 
                                              if r.phase in LIVE and r.attached_by}, socket.gethostname()))
     wanted = [r.id for r in records.values() if r.phase in LIVE and r.request.kind == "job"]
     if paths is not None and unknown:
-        world.ran_before = sorted(i for i in unknown if os.path.lexists(paths.log(i)))
+        world.ran_before = sorted(i for i in unknown if _is_file(paths.log(i)))
     if runtime is None:
         world.ok, world.errors = False, ["no runtime connected"]
         return world

@@ -79,8 +79,17 @@ def find_submitted(engine, kind: str, fields: dict):
     return next((r for r in [*queued, *recorded] if same(r)), None)
 
 
+def _as(engine, who: str | None, edit):
+    """Run a writer edit on behalf of `who` (the caller's process chain; None: this process)."""
+    engine.writer.who = who
+    try:
+        return edit()
+    finally:
+        engine.writer.who = None
+
+
 async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = False,
-                 on_accept=None) -> tuple[int, str, dict | None]:
+                 on_accept=None, who: str | None = None) -> tuple[int, str, dict | None]:
     """`resume`: a loop took this request and ended before answering; decide the request it
     recorded, if it did, rather than add it a second time. `on_accept(id)`: told the id as soon as
     the request is written (a caller that gives up waiting then knows what it left behind)."""
@@ -89,7 +98,7 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
     req = find_submitted(engine, kind, fields) if resume else None
     if req is None:
         try:
-            req = engine.writer.add(fields, kind)
+            req = _as(engine, who, lambda: engine.writer.add(fields, kind))
         except DesiredError as e:
             return 1, f"res: {e}", None
     if on_accept is not None:
@@ -119,7 +128,7 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
     return 0, f"{req.id} accepted; not decided yet (see: res status {req.id})", pending
 
 
-async def release(engine, tick: TickFn, job_id: str, stop: bool) -> tuple[int, str, dict | None]:
+async def release(engine, tick: TickFn, job_id: str, stop: bool, who: str | None = None) -> tuple[int, str, dict | None]:
     from .desired import DesiredError
     from .status import entry_json
 
@@ -155,7 +164,7 @@ async def release(engine, tick: TickFn, job_id: str, stop: bool) -> tuple[int, s
         if engine.store.put(marked, expect_phase=rec.phase):
             rec = marked
     try:
-        removed = engine.writer.remove([job_id])
+        removed = _as(engine, who, lambda: engine.writer.remove([job_id]))
     except DesiredError as e:
         return answer(1, f"res: {e}", rec)
     if rec is None and not removed:

@@ -360,11 +360,17 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             forecast.started(req.mem_gb, req.cpus, req.est_s, req.lock)
 
     ran_before = set(world.ran_before) if world is not None else set()
+    hand_added = set(desired.hand_added)
     for req in desired.requests:
         rec = records.get(req.id)
         if rec is not None and rec.phase != Phase.queued:
             continue
         tag = dict(title=req.title, mem_gb=req.mem_gb, cpus=req.cpus)
+        if req.id in hand_added and rec is None:
+            acts.append(_act(kind="hold", id=req.id, detail={"code": "hand_added"}, reason=(
+                f"added to queue.toml outside res (not by res run): never started; res release {req.id} drops it"),
+                **tag))
+            continue
         if rec is None and req.id in ran_before:
             # state.db does not know it, but its log (and maybe its unit) does: it ran before (state.db
             # was lost or replaced). Taken back as what it is, never started a second time.

@@ -67,6 +67,27 @@ def note_owner(start: int) -> tuple[int, str]:
     return start, own_name
 
 
+def process_chain(pid: int, hops: int = 6) -> str:
+    """Who is asking, as `res pid 812 < bash pid 811 < claude pid 4121`: the process and its
+    ancestors, up to the first agent CLI (or `hops` of them)."""
+    parts = []
+    cur = pid
+    for _ in range(hops):
+        try:
+            with open(f"/proc/{cur}/stat") as f:
+                comm, ppid, _ = parse_stat(f.read())
+            with open(f"/proc/{cur}/cmdline", "rb") as f:
+                argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+        except (OSError, ValueError):
+            break
+        name = agent_name(comm, argv) or comm
+        parts.append(f"{name} pid {cur}")
+        if name in AGENT_NAMES or ppid <= 1:
+            break
+        cur = ppid
+    return " < ".join(parts) or f"pid {pid}"
+
+
 def start_time(pid: int) -> str | None:
     """When `pid` started (clock ticks since boot, /proc/PID/stat field 22): with the pid, it names
     one process for good (a pid is reused, the pair is not). None if there is no such process, or it

@@ -111,13 +111,14 @@ _SYMBOL = {
     "end_game": "~ game off",
     "restore": "~ restore",
     "recover": "↻ recover",
+    "hold": "x hold",
     "enqueue": "· queue",
     "running": "· running",
     "retire": "· retire",
     "prune": "· prune",
 }
 _SUMMARY = [("start", "to start"), ("grant", "to note"), ("refuse", "to refuse"), ("stop", "to stop"),
-            ("set", "to change"), ("adopt", "to adopt"), ("end_game", "to end game mode"), ("restore", "to write back"), ("recover", "to recover"), ("reattach", "to reattach"), ("requeue", "to requeue"), ("settle", "to settle"),
+            ("set", "to change"), ("adopt", "to adopt"), ("end_game", "to end game mode"), ("restore", "to write back"), ("recover", "to recover"), ("hold", "held (not written by res)"), ("reattach", "to reattach"), ("requeue", "to requeue"), ("settle", "to settle"),
             ("expire", "to expire"), ("cancel", "to cancel")]
 
 

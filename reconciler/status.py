@@ -5,6 +5,7 @@ import json
 import time
 
 from .capacity import reserves
+from .changes import SHOWN_FOR_S, change_line
 from .plan import spent_today
 from .models import LIVE, TERMINAL, Game, JobRecord, Phase
 from .paths import Paths
@@ -61,16 +62,32 @@ def _field(value) -> str:
     return str(value)
 
 
+def _unit_loaded(paths: Paths, unit: str) -> bool | None:
+    """Whether the user manager still has the transient unit (its file in the manager's runtime
+    directory: there while it runs, gone once it ended and was collected); None if that cannot be told."""
+    import os
+
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if not runtime or not os.path.isdir(os.path.join(runtime, "systemd")):
+        from .usermanager import recorded_runtime_dir
+
+        private = recorded_runtime_dir(paths.root)
+        runtime = str(private) if private is not None else None
+    if not runtime or not os.path.isdir(os.path.join(runtime, "systemd", "transient")):
+        return None
+    return os.path.lexists(os.path.join(runtime, "systemd", "transient", unit))
+
+
 def ended_unsettled(rec: JobRecord, paths: Paths) -> JobRecord | None:
     """A job recorded as live whose unit has written its exit record: as a pass would settle it
     (state `exited`, rc, peak, why), read-only. Without a running loop, no pass may have seen the end."""
-    if rec.phase not in LIVE or rec.request.kind != "job":
-        return None
+    if rec.phase not in LIVE or rec.request.kind != "job" or not rec.unit or _unit_loaded(paths, rec.unit) is not False:
+        return None  # its unit may still run: an exit record written by the job itself must not count
     from .plan import settle_outcome
     from .runtime import read_exit_record
 
     ex = read_exit_record(paths.exit_record(rec.id))
-    if ex is None:
+    if ex is None or (rec.invocation and ex.invocation != rec.invocation):
         return None
     rc, why, peak, code = settle_outcome(rec, ex)
     return rec.model_copy(update={"phase": Phase.exited, "rc": rc, "peak_gb": peak, "ended": ex.at or None,
@@ -153,6 +170,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
         records = store.records()
         snap = _snapshot(store)
         last_good = store.get_meta("desired_last_good")
+        recent = store.changes(since=now - SHOWN_FOR_S, files=("policy.toml", "game.toml"))[-5:]
     finally:
         store.close()
     if job_id:
@@ -180,7 +198,9 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
     views = [job_view(r, snap, now, paths) for r in live]
     side = user_side(policy, game, world, records, now)
     if as_json:
-        return json.dumps({"jobs": views, "budget": budget, "notices": warn, **side}, indent=2), 0
+        changes = [{"at": at, "file": f, "how": how, "who": who, "summary": summary} for at, f, how, who, summary in recent]
+        return json.dumps({"jobs": views, "budget": budget, "notices": warn, "held": snap.get("held", []),
+                           "changes": changes, **side}, indent=2), 0
     hidden = sum(1 for r in records.values() if r.phase in TERMINAL) - sum(1 for v in views if v["state"] in ("done", "refused", "cancelled"))
     lines = [HEADER] + [_line(v) for v in views] if views else ["no entries"]
     if hidden:
@@ -198,6 +218,8 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
     if side["agents_memory"]:
         lines.append(side["agents_memory"])
     lines += [f"warning: {w}" for w in side["warnings"]]
+    lines += [f"held: {h['id']} {quoted(h['title'], 40)} {one_line(h['reason'], 160)}" for h in snap.get("held", [])]
+    lines += [change_line(*row, clock=fmt_clock) for row in recent]
     lines += [f"res: {' '.join(n.split())}" for n in warn]
     return "\n".join(lines), 0
 

@@ -57,6 +57,14 @@ CREATE TABLE IF NOT EXISTS meta (
     key         TEXT PRIMARY KEY,
     value       TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS changes (
+    at          REAL NOT NULL,             -- when the change was made (res) or noticed (outside res)
+    file        TEXT NOT NULL,             -- policy.toml, game.toml, queue.toml
+    how         TEXT NOT NULL,             -- "res": through the writer, "outside": not
+    who         TEXT NOT NULL DEFAULT '',  -- the calling process chain, for changes through res
+    summary     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS changes_at ON changes (at);
 """
 
 _TERMINAL = ("done", "refused", "cancelled")  # models.TERMINAL, kept here as text for SQL
@@ -413,6 +421,19 @@ class Store:
                 "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                 (key, value),
             )
+
+    def add_changes(self, rows: Iterable[tuple[float, str, str, str, str]]) -> None:
+        """(at, file, how, who, summary) rows: changes to the user's own files (DESIGN §5.7)."""
+        conn = self._writable()
+        with self.transaction():
+            conn.executemany("INSERT INTO changes (at, file, how, who, summary) VALUES (?, ?, ?, ?, ?)", list(rows))
+            conn.execute("DELETE FROM changes WHERE rowid NOT IN (SELECT rowid FROM changes ORDER BY at DESC LIMIT 10000)")
+
+    def changes(self, since: float = 0.0, files: Iterable[str] | None = None) -> list[tuple[float, str, str, str, str]]:
+        """Changes noted at or after `since`, oldest first."""
+        rows = self._rows("SELECT at, file, how, who, summary FROM changes WHERE at >= ? ORDER BY at, rowid", (since,))
+        wanted = set(files) if files is not None else None
+        return [r for r in rows if wanted is None or r[1] in wanted]
 
     def get_meta_json(self, key: str, default: Any = None) -> Any:
         got = self._meta_raw(key)

@@ -168,6 +168,18 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - jobs still run; the slices are retried next pass
             return [f"could not install the slice unit files: {' '.join(str(e).split())}"]
 
+    def track_changes(self, now: float) -> list[str]:
+        """Changes to the user's own files, recorded (reconciler/changes.py); the queue entries added
+        outside res. A failure here is logged, never a pass lost."""
+        from .changes import track
+        from .policy import user_policy_path
+
+        try:
+            return sorted(track(self.paths, self.store, user_policy_path(), now))
+        except Exception as e:  # noqa: BLE001 - bookkeeping: the pass goes on
+            log.warning("tracking changes to the user's files: %s", e)
+            return []
+
     async def tick(self) -> Plan:
         if not self.connected:
             await self.connect()  # observation then says what failed, and nothing is acted on blindly
@@ -181,6 +193,7 @@ class Engine:
             if self.policy_error:
                 notices.append(self.policy_error)
             records = self.store.records()
+            desired.hand_added = self.track_changes(now)
             if self.store.bad:  # unreadable rows: reported, and nothing admitted under their ids
                 desired.held = sorted(set(desired.held) | set(self.store.bad))
                 notices.extend(f"state.db: {why}; set aside (res release {job_id} drops it)"
@@ -288,9 +301,11 @@ def publish(store, world: World, p: Plan, now: float) -> None:
     """What `res status` shows without a lock: the world and budget as of this pass, and what it said
     of each queued entry (position, est. start, what it waits for)."""
     queue = {a.id: a.detail for a in p.actions if a.kind in ("enqueue", "wait") and a.detail}
+    held = [{"id": a.id, "title": a.title, "reason": a.reason} for a in p.actions if a.kind == "hold"]
     store.set_meta("last_tick", json.dumps({
         "at": now, "world": world.model_dump(mode="json"),
         "budget_mem_gb": p.budget_mem_gb, "budget_cpus": p.budget_cpus, "notices": p.notices, "queue": queue,
+        "held": held,
     }))
 
 

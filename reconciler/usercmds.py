@@ -63,6 +63,14 @@ def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
     from .ops import finished_runs
     from .store import Store
 
+    if getattr(a, "changes", False):
+        from .changes import change_line
+        from .units import fmt_clock
+
+        with Store.open(paths, readonly=True) as store:
+            rows = store.changes()
+        day = lambda at: time.strftime("%m-%d ", time.localtime(at)) + fmt_clock(at)  # noqa: E731
+        return 0, [change_line(*row, clock=day) for row in rows[-200:]] or ["no changes recorded"]
     with Store.open(paths, readonly=True) as store:
         records = finished_runs(store)
     return 0, [render_hist(hist_rows(records, a.project))]
