@@ -120,15 +120,22 @@ def _line(v: dict) -> str:
             f"{started:>5}  {one_line(tail.strip(), 160)}").rstrip()
 
 
-def queue_problem(paths: Paths) -> str | None:
-    """One line if queue.toml cannot be used right now (it names the file and the line), else None."""
-    from .desired import DesiredError, read_queue
+def queue_problems(paths: Paths) -> list[str]:
+    """What is wrong with queue.toml right now, one line each naming the file and the line: the file
+    unusable, or entries of it set aside."""
+    from .desired import DesiredError, read_queue_set_aside
 
     try:
-        read_queue(paths)
+        _, aside = read_queue_set_aside(paths)
     except DesiredError as e:
-        return f"{' '.join(str(e).split())}; starting and stopping nothing because of it"
-    return None
+        return [f"{' '.join(str(e).split())}; starting and stopping nothing because of it"]
+    return [f"{line}; set aside: not started, nothing stopped for it" for line in aside]
+
+
+def queue_problem(paths: Paths) -> str | None:
+    """The first of queue_problems, or None."""
+    problems = queue_problems(paths)
+    return problems[0] if problems else None
 
 
 def notices(paths: Paths, snap: dict) -> list[str]:
@@ -136,8 +143,7 @@ def notices(paths: Paths, snap: dict) -> list[str]:
     (or fixed) since the last pass is reported as it is, not as it was."""
     queue = str(paths.queue)
     out = [n for n in snap.get("notices", []) if not n.startswith(queue)]
-    problem = queue_problem(paths)
-    return ([problem] if problem else []) + out
+    return queue_problems(paths) + out
 
 
 def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord], now: float) -> dict:

@@ -93,7 +93,7 @@ def test_run_wait_on_a_queued_job_says_so_once_then_streams(res):
     assert re.fullmatch(r"r-2 started; log \S+/logs/r-2\.log", started), err
     assert done.startswith("r-2 done rc=5 "), err
     # refused at once: the run's own busy answer and exit code, no waiting
-    res.env["RES_USER_RESERVE_GB"] = "100000"
+    res.env["RES_USER_RESERVE_GB"] = "60000"
     r = res("run", "--wait", "--mem", "256M", "--for", "1m", "--", "true")
     assert r.code == 1 and "can never fit" in r.one_line("err"), str(r)
 
