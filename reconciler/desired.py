@@ -40,7 +40,9 @@ if TYPE_CHECKING:
     from .models import Desired, Game, Request
 
 KINDS = ("job", "note")
-MAX_FILE_BYTES = 32 << 20  # a desired file bigger than this is a mistake, not a queue
+MAX_FILE_BYTES = 8 << 20  # a desired file bigger than this is a mistake (thousands of entries), not a queue
+# game.toml holds two keys: a big one is an attack on the writer (tomlkit takes seconds a megabyte).
+MAX_BYTES = {"game.toml": 64 << 10}
 CHANGES_NAME = ".changes.jsonl"  # the writer's log of its own changes (reconciler/changes.py reads it)
 CHANGES_LIMIT = 1 << 20
 MAX_ID = 9_999_999_999  # models.Request: r-[1-9][0-9]{0,9}
@@ -113,12 +115,13 @@ def _read_file(dfd: int, name: str) -> tuple[bytes, tuple[int, int, int, int]] |
         if e.errno == errno.ELOOP:
             raise _Bad("is a symlink; refusing to read it") from None
         raise _Bad(e.strerror or str(e)) from None
+    limit = MAX_BYTES.get(name, MAX_FILE_BYTES)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _Bad("not a regular file")
-        if st.st_size > MAX_FILE_BYTES:
-            raise _Bad(f"too large ({st.st_size} bytes)")
+        if st.st_size > limit:
+            raise _Bad(f"too large ({st.st_size} bytes; at most {limit})")
         chunks = []
         total = 0
         while True:
@@ -126,8 +129,8 @@ def _read_file(dfd: int, name: str) -> tuple[bytes, tuple[int, int, int, int]] |
             if not chunk:
                 break
             total += len(chunk)
-            if total > MAX_FILE_BYTES:
-                raise _Bad(f"too large (more than {MAX_FILE_BYTES} bytes)")
+            if total > limit:
+                raise _Bad(f"too large (more than {limit} bytes)")
             chunks.append(chunk)
     except OSError as e:
         raise _Bad(e.strerror or str(e)) from None

@@ -280,13 +280,13 @@ class Store:
                 yield self
             except BaseException:
                 self._depth = 0
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
             self._depth = 0
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as e:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise StoreError(f"{self.path}: {e}") from None
 
     # ---------------------------------------------------------- records
@@ -441,6 +441,15 @@ class Store:
 
     def set_meta_json(self, key: str, value: Any) -> None:
         self.set_meta(key, json.dumps(value, separators=(",", ":"), sort_keys=True))
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back, where SQLite has not already (a full disk ends the transaction by itself)."""
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
 
 
 def _scrub_secrets(conn: sqlite3.Connection) -> None:

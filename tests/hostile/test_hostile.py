@@ -338,3 +338,48 @@ def test_changes_to_the_users_files_are_visible(res):
     assert any(ln.startswith('held: r-7 "forged" added to queue.toml outside res') for ln in res.ok("status").lines)
     changes = res.ok("hist", "--changes").lines
     assert any("queue.toml changed outside res" in ln and "r-7 added" in ln for ln in changes), changes
+
+
+# ---------------------------------------------------------------- 2b. a full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 16 MB tmpfs to keep the state directory on (root only: mount)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16M,mode=0700", "tmpfs", str(mnt)], capture_output=True,
+                       text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_a_full_disk_never_costs_a_job_its_rc_and_is_named_in_one_line(res, small_disk):
+    res.env["RES_STATE_DIR"] = str(small_disk / "state")
+    res.state = small_disk / "state"
+    assert res.started("true") == "r-1"  # the state tree exists, state.db too
+    filler = small_disk / "filler"
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    with open(filler, "wb") as f:  # the disk all but full: room for res's own records, not for the job's 1 MB
+        f.write(b"\0" * max(free - (512 << 10), 0))
+    r = res.run_job("sh", "-c", "head -c 1M /dev/zero; exit 3")
+    started = r.code == 0
+    print(f"\n[2b] the job {'started, filled the disk and ended' if started else 'was refused: disk full'}")
+    if started:  # its log could not hold its output, nor its exit record its outcome: the runtime dir did
+        wait_for(lambda: res.active("r-2") not in ("active", "activating", "deactivating"), "the job ended")
+    else:
+        assert "the disk is full where res keeps" in r.err, str(r)
+    r = res("note", "--mem", "1M", "--for", "1m", "--until-expiry", "x")
+    assert r.code == 1 and r.one_line("err").startswith("res: the disk is full where res keeps "), str(r)
+    filler.unlink()
+    if started:
+        st = json.loads(res("wait", "r-2", "--json", timeout=60).out)
+        assert st["rc"] == 3 and st["reason"]["code"] == "exited", st  # its own rc, not `lost`
+        assert os.path.getsize(small_disk / "state" / "logs" / "r-2.log") < 1 << 20  # the disk was full
+    assert not [p for p in (small_disk / "state" / "logs").iterdir() if p.name.endswith(".tmp")]
