@@ -383,3 +383,16 @@ def test_a_full_disk_never_costs_a_job_its_rc_and_is_named_in_one_line(res, smal
         assert st["rc"] == 3 and st["reason"]["code"] == "exited", st  # its own rc, not `lost`
         assert os.path.getsize(small_disk / "state" / "logs" / "r-2.log") < 1 << 20  # the disk was full
     assert not [p for p in (small_disk / "state" / "logs").iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("name, size", [("game.toml", 3 << 20), ("queue.toml", 27 << 20)])
+def test_an_oversized_desired_file_is_refused_at_once(res, name, size):
+    path = res.state / "desired" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"# padding\n" * (size // 10))
+    args = ("game", "on", "--for", "1h") if name == "game.toml" else ("run", "--mem", "1G", "--for", "1m", "--", "true")
+    t0 = time.monotonic()
+    r = res(*args, timeout=60)
+    took = time.monotonic() - t0
+    assert r.code == 1 and f"{path}: too large" in r.err, str(r)
+    print(f"\n[6] {name} of {size >> 20} MB refused in {took:.2f} s")
