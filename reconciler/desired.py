@@ -26,7 +26,6 @@ import json
 import math
 import os
 import re
-import stat
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -115,28 +114,14 @@ def _read_file(dfd: int, name: str) -> tuple[bytes, tuple[int, int, int, int]] |
         if e.errno == errno.ELOOP:
             raise _Bad("is a symlink; refusing to read it") from None
         raise _Bad(e.strerror or str(e)) from None
-    limit = MAX_BYTES.get(name, MAX_FILE_BYTES)
+    from .files import FileProblem, read_fd
+
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _Bad("not a regular file")
-        if st.st_size > limit:
-            raise _Bad(f"too large ({st.st_size} bytes; at most {limit})")
-        chunks = []
-        total = 0
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > limit:
-                raise _Bad(f"too large (more than {limit} bytes)")
-            chunks.append(chunk)
-    except OSError as e:
-        raise _Bad(e.strerror or str(e)) from None
+        data, st = read_fd(fd, MAX_BYTES.get(name, MAX_FILE_BYTES))
+    except FileProblem as e:
+        raise _Bad(str(e)) from None
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if not data:
         # The writer never writes an empty file: zero bytes is what a crash or a cut-off save leaves.
         raise _Bad("the file is empty (cut off?); delete it if nothing is wanted, or restore it", 1)

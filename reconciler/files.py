@@ -25,25 +25,34 @@ def read_regular(path, limit: int, follow: bool = True) -> bytes | None:
             raise FileProblem(f"{path}: is a symlink; refusing to read it") from None
         raise FileProblem(f"{path}: {e.strerror}") from None
     try:
+        return read_fd(fd, limit)[0]
+    except FileProblem as e:
+        raise FileProblem(f"{path}: {e}") from None
+    finally:
+        os.close(fd)
+
+
+def read_fd(fd: int, limit: int) -> tuple[bytes, os.stat_result]:
+    """(the bytes, the stat) of an open file that must be regular and at most `limit` bytes; a
+    FileProblem (without the path: the caller names it) otherwise."""
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise FileProblem(f"{path}: not a regular file")
+            raise FileProblem("not a regular file")
         if st.st_size > limit:
-            raise FileProblem(f"{path}: too large ({st.st_size} bytes; at most {limit})")
+            raise FileProblem(f"too large ({st.st_size} bytes; at most {limit})")
         chunks, total = [], 0
         while True:
-            chunk = os.read(fd, 1 << 16)
+            chunk = os.read(fd, 1 << 20)
             if not chunk:
                 break
             total += len(chunk)
             if total > limit:
-                raise FileProblem(f"{path}: too large (more than {limit} bytes)")
+                raise FileProblem(f"too large (more than {limit} bytes)")
             chunks.append(chunk)
-        return b"".join(chunks)
+        return b"".join(chunks), st
     except OSError as e:
-        raise FileProblem(f"{path}: {e.strerror}") from None
-    finally:
-        os.close(fd)
+        raise FileProblem(e.strerror or str(e)) from None
 
 
 def read_text(path, limit: int, follow: bool = True) -> str | None:

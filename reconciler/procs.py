@@ -46,31 +46,18 @@ def note_owner(start: int) -> tuple[int, str]:
     """(pid, name) of the process whose exit frees a note made by `start`'s child: the nearest agent
     session among `start` and its ancestors (agents run each command in a shell that exits at once),
     else `start` itself (a person's interactive shell)."""
-    cur = start
     own_name = "?"
-    for _ in range(64):
-        try:
-            with open(f"/proc/{cur}/stat") as f:
-                comm, ppid, _ = parse_stat(f.read())
-            with open(f"/proc/{cur}/cmdline", "rb") as f:
-                argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
-        except (OSError, ValueError):
-            break
-        if cur == start:
+    for pid, comm, agent in _ancestry(start, 64):
+        if pid == start:
             own_name = comm
-        name = agent_name(comm, argv)
-        if name is not None:
-            return cur, name
-        if ppid <= 1:
-            break
-        cur = ppid
+        if agent is not None:
+            return pid, agent
     return start, own_name
 
 
-def process_chain(pid: int, hops: int = 6) -> str:
-    """Who is asking, as `res pid 812 < bash pid 811 < claude pid 4121`: the process and its
-    ancestors, up to the first agent CLI (or `hops` of them)."""
-    parts = []
+def _ancestry(pid: int, hops: int):
+    """(pid, comm, agent CLI name or None) of `pid` and its ancestors, nearest first, as far as /proc
+    tells (at most `hops`)."""
     cur = pid
     for _ in range(hops):
         try:
@@ -79,12 +66,21 @@ def process_chain(pid: int, hops: int = 6) -> str:
             with open(f"/proc/{cur}/cmdline", "rb") as f:
                 argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
         except (OSError, ValueError):
-            break
-        name = agent_name(comm, argv) or comm
-        parts.append(f"{name} pid {cur}")
-        if name in AGENT_NAMES or ppid <= 1:
-            break
+            return
+        yield cur, comm, agent_name(comm, argv)
+        if ppid <= 1:
+            return
         cur = ppid
+
+
+def process_chain(pid: int, hops: int = 6) -> str:
+    """Who is asking, as `res pid 812 < bash pid 811 < claude pid 4121`: the process and its
+    ancestors, up to the first agent CLI (or `hops` of them)."""
+    parts = []
+    for cur, comm, agent in _ancestry(pid, hops):
+        parts.append(f"{agent or comm} pid {cur}")
+        if agent is not None:
+            break
     return " < ".join(parts) or f"pid {pid}"
 
 

@@ -291,7 +291,7 @@ def test_note_owner_is_the_nearest_agent_ancestor(res, agent):
     """Agents run each command in a shell that exits at once: the note lives as long as the agent
     session, not that shell, and the line says whose it is."""
     claude, line = _note_from(res, agent, "--mem", "512M", "--for", "20m", "claude's own work", shell=True)
-    assert line.startswith(f"r-1 noted: 512 MB until ") and f", while pid {claude.pid} ({agent}) runs;" in line, line
+    assert line.startswith("r-1 noted: 512 MB until ") and f", while pid {claude.pid} ({agent}) runs;" in line, line
     assert _owner_of(res, "r-1") == claude.pid  # not the shell in between
     res.ok("reconcile")  # the shell is gone by now; the note stays
     assert res.status("r-1")["state"] == "running"

@@ -185,7 +185,7 @@ def test_install_enables_starts_and_uninstall_removes(res):
         # Another state directory never takes over (or removes) the loop that serves this one.
         other = {"RES_STATE_DIR": str(res.tmp / "other-state")}
         for action in ("install", "uninstall"):
-            r = res(f"service", action, env=other)
+            r = res("service", action, env=other)
             assert r.code == 1 and r.one_line("err").startswith(f"res: {name} serves {res.state}"), str(r)
         assert unit_props(name)["MainPID"] == pid and path.exists()
 

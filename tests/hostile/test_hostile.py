@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import socket
-import stat
 import subprocess
 import time
 
