@@ -110,7 +110,9 @@ class Res:
         return json.loads(r.out)
 
     def status_all(self) -> dict:
-        return json.loads(self.ok("status", "--json").out)
+        """`res status --all --json`: every recorded entry (the default view drops finished ones after
+        a few minutes, which a long test outlives)."""
+        return json.loads(self.ok("status", "--all", "--json").out)
 
     def budget_gb(self) -> float:
         return self.status_all()["budget"]["mem_gb"]

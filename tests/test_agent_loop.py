@@ -150,7 +150,9 @@ def test_status_header_queue_positions_and_the_finished_grace(res):
     waits = [re.search(r"position (\d); est\. start ~(\d\d:\d\d); lock 'k' held by r-1$", ln) for ln in lines[2:5]]
     assert all(waits), lines
     assert [int(m.group(1)) for m in waits] == [1, 2, 3]
-    assert [m.group(2) for m in waits] == sorted(m.group(2) for m in waits)  # never earlier than the one before
+    queued = [j for j in res.status_all()["jobs"] if j["state"] == "queued"]
+    ests = [j["est_start"] for j in queued]
+    assert len(ests) == 3 and ests == sorted(ests) and ests[0] < ests[1] < ests[2], queued  # a chain, in order
     res.ok("release", "--stop", "r-1")
     go.touch()
     for j in ("r-2", "r-3", "r-4"):
