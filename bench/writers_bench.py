@@ -61,7 +61,7 @@ def overbooked_gb(state: Path) -> tuple[float, int, float]:
     from reconciler.policy import load_policy
 
     os.environ.setdefault("RES_POLICY_FILE", "/nonexistent/res-bench-policy.toml")
-    policy = load_policy(user_reserve_gb=6, user_reserve_cpus=0, small_headroom_gb=2, max_starts_per_tick=100_000)
+    policy = load_policy(user_reserve_gb=6, user_reserve_cpus=0, small_headroom_gb=2, max_starts_per_tick=10_000)  # every entry may start in the one plan
     desired, _ = read_desired(Paths(state))
     if not desired.queue_ok:
         raise Broken(f"queue.toml does not read back: {desired.queue_error}")
