@@ -106,9 +106,9 @@ def _read(path: Path, follow: bool = False) -> bytes | None:
         return f"(unusable: {e})".encode()
 
 
-def _writer_events(paths: Paths, store) -> list[dict]:
-    """The writer's change lines not read before (an offset kept in state.db; a log that was cut
-    short starts over)."""
+def _unread_events(paths: Paths, store) -> tuple[list[dict], int, int]:
+    """(the writer's change lines not read before, where they start, where they end): an offset kept
+    in state.db; a log that was cut short starts over."""
     from .desired import CHANGES_NAME
 
     raw = _read(paths.desired / CHANGES_NAME) or b""
@@ -124,9 +124,31 @@ def _writer_events(paths: Paths, store) -> list[dict]:
                 events.append(e)
         except ValueError:
             continue
+    return events, offset, end
+
+
+def _writer_events(paths: Paths, store) -> list[dict]:
+    events, offset, end = _unread_events(paths, store)
     if end > offset:
         store.set_meta("changes_offset", str(end))
     return events
+
+
+def _writer_row(e: dict, now: float) -> tuple[float, str, str, str, str]:
+    ids = e.get("ids") or []
+    return (float(e.get("at") or now), e["file"], "res", str(e.get("who") or ""),
+            f"{e.get('op', 'edit')}" + (f" {', '.join(map(str, ids))}" if ids else ""))
+
+
+def recorded_and_pending(paths: Paths, store, since: float = 0.0, files=None) -> list[tuple[float, str, str, str, str]]:
+    """The changes recorded, and the writer's own ones no pass has read yet (read-only): what `res
+    hist --changes` and `res status` show, without waiting for the next pass."""
+    now = time.time()
+    rows = store.changes(since, files)
+    pending = [_writer_row(e, now) for e in _unread_events(paths, store)[0]]
+    wanted = set(files) if files is not None else None
+    rows += [r for r in pending if r[0] >= since and (wanted is None or r[1] in wanted)]
+    return sorted(rows, key=lambda r: r[0])
 
 
 def track(paths: Paths, store, policy_path: Path, now: float | None = None) -> set[str]:
@@ -134,9 +156,7 @@ def track(paths: Paths, store, policy_path: Path, now: float | None = None) -> s
     entries that were added outside res (and are still there)."""
     now = time.time() if now is None else now
     events = _writer_events(paths, store)
-    rows = [(float(e.get("at") or now), e["file"], "res", str(e.get("who") or ""),
-             f"{e.get('op', 'edit')}" + (f" {', '.join(map(str, e.get('ids') or []))}" if e.get("ids") else ""))
-            for e in events]
+    rows = [_writer_row(e, now) for e in events]
     by_writer: dict[str, set[str]] = {}
     added_by_writer: set[str] = set()
     for e in events:

@@ -5,7 +5,7 @@ import json
 import time
 
 from .capacity import reserves
-from .changes import SHOWN_FOR_S, change_line
+from .changes import SHOWN_FOR_S, change_line, recorded_and_pending
 from .plan import spent_today
 from .models import LIVE, TERMINAL, Game, JobRecord, Phase
 from .paths import Paths
@@ -176,7 +176,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
         records = store.records()
         snap = _snapshot(store)
         last_good = store.get_meta("desired_last_good")
-        recent = store.changes(since=now - SHOWN_FOR_S, files=("policy.toml", "game.toml"))[-5:]
+        recent = recorded_and_pending(paths, store, now - SHOWN_FOR_S, ("policy.toml", "game.toml"))[-5:]
     finally:
         store.close()
     if job_id:

@@ -64,11 +64,11 @@ def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
     from .store import Store
 
     if getattr(a, "changes", False):
-        from .changes import change_line
+        from .changes import change_line, recorded_and_pending
         from .units import fmt_clock
 
         with Store.open(paths, readonly=True) as store:
-            rows = store.changes()
+            rows = recorded_and_pending(paths, store)
         day = lambda at: time.strftime("%m-%d ", time.localtime(at)) + fmt_clock(at)  # noqa: E731
         return 0, [change_line(*row, clock=day) for row in rows[-200:]] or ["no changes recorded"]
     with Store.open(paths, readonly=True) as store:
