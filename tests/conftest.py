@@ -17,6 +17,22 @@ import usermgr  # noqa: E402
 
 RUN_TAG = "t" + secrets.token_hex(3)  # unique per test run
 
+# The tier of a test is its folder (DESIGN §9): `python3 -m pytest -q tests/pure` runs in seconds with
+# nothing booted; `-m "not systemd"` leaves out every test that needs a user manager.
+TIER_MARKS = {"pure": ("pure",), "files": ("files",), "systemd": ("systemd",), "fault": ("fault", "systemd"),
+              "hostile": ("hostile", "systemd")}
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    for item in items:
+        try:
+            tier = Path(str(item.path)).relative_to(here).parts[0]
+        except ValueError:
+            continue
+        for mark in TIER_MARKS.get(tier, ()):
+            item.add_marker(getattr(pytest.mark, mark))
+
 
 @pytest.fixture(scope="session")
 def user_manager():

@@ -16,8 +16,8 @@ import pytest
 from reconciler.digest import (SEEN_IDS_KEPT, ClaudeDigest, DigestError, DigestState, NullDigest, make_digest)
 from reconciler.pricing import PricingError, PricingTable, load_pricing
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "claude"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"
 SHIPPED = (ROOT / "policies" / "pricing.toml").read_text()
 TABLE = load_pricing(SHIPPED)
 

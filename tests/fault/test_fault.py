@@ -29,7 +29,7 @@ from clihelp import PY, res, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.fault, pytest.mark.systemd]
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 FAKE = str(HERE / "fake_agent.py")
 FAST = {"RES_ATTACH_LEASE_S": "3", "RES_ATTACH_RENEW_S": "1", "RES_SWEEP_S": "0.5", "RES_TICK_S": "0.5",
         "RES_MAX_CONCURRENT_SESSIONS": "20"}

@@ -1,13 +1,10 @@
-"""`res doctor` (issue 4 item 8). Pure tier: the decision from literal facts, and the parsers of
-/proc/self/mountinfo and /proc/mounts. Systemd tier: the real command on the real user manager
-prints one line per check."""
+"""`res doctor`: the decision from literal facts, and the parsers of /proc/self/mountinfo and
+/proc/mounts (the real command: tests/systemd/test_doctor_real.py)."""
 from __future__ import annotations
 
 import re
 
-import pytest
 
-from clihelp import res  # noqa: F401
 from reconciler.doctor import Facts, Mount, cgroup_dir, decide, fstype_of, v1_hierarchies, v2_mount
 
 UNIT_DIR = "/home/u/.config/systemd/user"
@@ -174,17 +171,3 @@ def test_fstype_of_tmp():
     assert fstype_of("/tmp", "") is None
 
 
-@pytest.mark.systemd
-def test_doctor_on_the_real_manager_prints_a_line_per_check(res):
-    r = res("doctor")
-    assert r.code in (0, 1), str(r)
-    lines = r.out.splitlines()  # the report is the output, gaps or not
-    assert len(lines) == 7 and r.err == "", str(r)
-    for line in lines:
-        assert re.match(r"^(ok   |fix  )\S", line), line
-    assert lines[0].startswith("ok   systemd user manager reachable over D-Bus (systemd "), str(r)
-    assert re.match(r"^(ok   cgroup v[12]|fix  no cgroup)", lines[1]), lines[1]
-    assert "controllers" in lines[2] and "lingering" in lines[3] and "systemd-oomd" in lines[4]
-    assert lines[5].startswith("ok   /tmp ")
-    assert lines[6].startswith("ok   unit dir ") and lines[6].endswith("is in the user manager's search path"), lines[6]
-    assert (r.code == 0) == all(line.startswith("ok") for line in lines)
