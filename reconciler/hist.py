@@ -13,7 +13,7 @@ separators (` -:,;/#@`); if nothing would be left the whole title (flattened) is
 Which runs count (`counted`): finished jobs (phase done, kind job; notes never ran anything) with a
 start and an end, except those that say nothing about what the work needs: stopped by res itself
 (a `stop_reason`: released, budget), stopped from outside res, never started or could not execute,
-lost. A job killed at its memory limit (why starts with "killed at its memory limit") counts, with its
+lost. A job killed at its memory limit (outcome `memory_limit`) counts, with its
 limit (the request's mem_gb, its MemoryMax) as its peak, and the row says how many were.
 
 Percentiles are NEAREST-RANK: the p-th percentile of n sorted values is the value at rank
@@ -41,8 +41,7 @@ MIN_RUNS = 3
 MEM_FACTOR = 1.15
 FOR_FACTOR = 1.5
 HINT_FACTOR = 2.0
-KILLED = "killed at its memory limit"
-_NOT_COUNTED = ("could not execute", "start failed", "stopped from outside res", "lost")
+_NOT_COUNTED = frozenset({"exec_failed", "start_failed", "stopped_outside", "lost"})  # JobRecord.outcome
 _HEX = frozenset("0123456789abcdefABCDEF")
 _SEPARATORS = " \t-:,;/#@"
 
@@ -168,14 +167,13 @@ def _phase(rec) -> str:
 
 def counted(rec: "JobRecord") -> bool:
     """Does this record say something about what its kind of work needs? (module docstring)"""
-    why = rec.why or ""
     return (_phase(rec) == "done" and rec.request.kind == "job" and rec.started is not None
             and rec.ended is not None and rec.ended >= rec.started and not rec.stop_reason
-            and not why.startswith(_NOT_COUNTED))
+            and rec.outcome not in _NOT_COUNTED)
 
 
 def killed_at_limit(rec: "JobRecord") -> bool:
-    return (rec.why or "").startswith(KILLED)
+    return rec.outcome == "memory_limit"
 
 
 def peak_of(rec: "JobRecord") -> float | None:

@@ -109,6 +109,13 @@ LIVE = (Phase.starting, Phase.running, Phase.exited)
 TERMINAL = (Phase.done, Phase.refused, Phase.cancelled)
 
 
+# How records from before outcome codes said how a job ended (JobRecord.outcome).
+_LEGACY_WHY = (("killed at its memory limit", "memory_limit"), ("could not execute", "exec_failed"),
+               ("start failed", "start_failed"), ("stopped from outside res", "stopped_outside"),
+               ("lost", "lost"), ("budget:", "budget"), ("released", "released"), ("killed by signal", "signal"),
+               ("attachment failed", "attach_failed"), ("agent failed", "agent_failed"))
+
+
 class JobRecord(_Model):
     """What the reconciler knows of one request (state.db)."""
 
@@ -153,6 +160,19 @@ class JobRecord(_Model):
         """Someone holds the attachment: a lease not yet expired, of a holder not known to be gone."""
         return (self.attached_by is not None and self.lease_until is not None and now < self.lease_until
                 and self.attached_by not in gone)
+
+    @property
+    def outcome(self) -> str | None:
+        """The stable code of how it ended (docs/agent-interface.md), from `detail`; for a record
+        written before res recorded codes, read off its `why` (the one place that still does)."""
+        if self.detail and isinstance(self.detail.get("code"), str):
+            return self.detail["code"]
+        if self.phase != Phase.done or self.why is None:
+            return None
+        for prefix, code in _LEGACY_WHY:
+            if self.why.startswith(prefix):
+                return code
+        return "exited"
 
     def expires(self) -> float | None:
         """Past this a running job is overdue (DESIGN §5.1: started + 2 × estimate)."""

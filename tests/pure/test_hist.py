@@ -242,3 +242,16 @@ def test_render_aligns_every_line():
 
 def test_constants_are_the_documented_ones():
     assert (hist.MIN_RUNS, hist.MEM_FACTOR, hist.FOR_FACTOR, hist.HINT_FACTOR) == (3, 1.15, 1.5, 2.0)
+
+
+def test_categories_come_from_the_outcome_code_not_from_the_words():
+    """Reasons are data: a record's outcome code decides whether it counts and whether it was killed
+    at its limit; the words of `why` are read only for records from before the codes."""
+    from reconciler.hist import counted, killed_at_limit
+
+    coded = rec(why="whatever the wording").model_copy(update={"detail": {"code": "memory_limit"}})
+    assert killed_at_limit(coded) and counted(coded)
+    failed = rec(why="exited 0").model_copy(update={"detail": {"code": "start_failed"}})
+    assert not counted(failed)
+    legacy = rec(why="killed at its memory limit (4.0 GB); raise --mem (try --mem 6G)")
+    assert legacy.detail is None and killed_at_limit(legacy)
