@@ -237,7 +237,9 @@ def _decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str, 
     from .client import NoAnswer, NoDaemon, Unanswered, ask
 
     fn = local
-    timeout = float(os.environ.get("RES_ANSWER_TIMEOUT_S", "60"))
+    # The loop answers within the policy's answer_timeout_s (30 s) itself; this is the safety net
+    # for a loop that does not answer at all.
+    timeout = float(os.environ.get("RES_ANSWER_TIMEOUT_S", "30")) + 30
     try:
         answer = ask(paths.socket, request, timeout=timeout)
         if answer.get("hint"):

@@ -308,9 +308,24 @@ async def answer_request(engine, ticker: Ticker, req: dict, reader=None, say=Non
     op = req.get("op")
     data = None
     if op == "submit":
-        accepted = (lambda job_id: say({"accepted": job_id})) if say is not None else None
-        code, line, data = await ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"],
-                                            on_accept=accepted, who=_who(req))
+        given: list[str] = []
+
+        def accepted(job_id: str) -> None:
+            given.append(job_id)
+            if say is not None:
+                say({"accepted": job_id})
+
+        work = asyncio.ensure_future(ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"],
+                                                on_accept=accepted, who=_who(req)))
+        try:
+            # The policy's answer_timeout_s: past it the caller is told what it left behind (the
+            # request stays; its passes go on), rather than waiting on.
+            code, line, data = await asyncio.wait_for(asyncio.shield(work), engine.policy.answer_timeout_s)
+        except asyncio.TimeoutError:
+            job = given[0] if given else "the request"
+            return {"code": 1, "line": f"res: the reconciler loop took {job} but did not decide it in "
+                                       f"{engine.policy.answer_timeout_s:g} s; it may still start (res status {job}; "
+                                       f"res release {job} withdraws it)", "data": None}
         hint = ops.request_hint(engine, req["kind"], req["fields"])
         if hint:
             return {"code": code, "line": line, "data": data, "hint": hint}
