@@ -107,8 +107,8 @@ def synthetic_log(path: Path, megabytes: int) -> int:
 def bench_digest(report: Report, smoke: bool) -> None:
     import tempfile
 
-    from reconciler.attach import ingest, load_pricing_files
-    from reconciler.models import JobRecord, Phase, Request
+    from reconciler.apply.attach import ingest, load_pricing_files
+    from reconciler.core.models import JobRecord, Phase, Request
 
     pricing, err = load_pricing_files()
     if err:

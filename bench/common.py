@@ -166,8 +166,8 @@ class ResEnv:
 
     def settle(self, limit_s: float = 30) -> list[str]:
         """Run passes until no job of ours is live; the ids still live after `limit_s`."""
-        from reconciler.paths import Paths
-        from reconciler.store import Store
+        from reconciler.config.paths import Paths
+        from reconciler.recorded.store import Store
 
         deadline = time.monotonic() + limit_s
         while True:

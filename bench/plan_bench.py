@@ -1,5 +1,5 @@
 """Benchmark b: one plan over 1,000 queued, 100 running and 100 notes, and the same with every count
-doubled. Pure: a literal Desired, records and World (reconciler/models.py), no I/O.
+doubled. Pure: a literal Desired, records and World (reconciler/core/models.py), no I/O.
 
 The shape is the busy steady state: every running job and note is in queue.toml and recorded, the
 queued entries were enqueued by earlier passes, and the queue head does not fit (the budget is 4 GB,
@@ -21,7 +21,7 @@ TARGET_GROWTH = 2.2
 
 
 def scenario(queued: int, running: int, notes: int):
-    from reconciler.models import Desired, JobObs, JobRecord, Phase, Request, World
+    from reconciler.core.models import Desired, JobObs, JobRecord, Phase, Request, World
 
     requests, records, jobs, owners = [], {}, {}, []
     n = 0
@@ -56,14 +56,14 @@ def scenario(queued: int, running: int, notes: int):
 
 def _policy():
     os.environ.setdefault("RES_POLICY_FILE", "/nonexistent/res-bench-policy.toml")
-    from reconciler.policy import load_policy
+    from reconciler.config.policy import load_policy
 
     # The shipped defaults, pinned where the figures depend on them.
     return load_policy(user_reserve_gb=6, user_reserve_cpus=4, small_headroom_gb=2, max_starts_per_tick=4)
 
 
 def time_plan(args, policy, runs: int) -> tuple[float, object]:
-    from reconciler.plan import plan
+    from reconciler.core.plan import plan
 
     times, result = [], None
     for _ in range(runs):
@@ -74,7 +74,7 @@ def time_plan(args, policy, runs: int) -> tuple[float, object]:
 
 
 def hot_spots(args, policy, top: int = 8) -> list[str]:
-    from reconciler.plan import plan
+    from reconciler.core.plan import plan
 
     prof = cProfile.Profile()
     prof.enable()

@@ -149,8 +149,8 @@ STATUS_POLICY = dict(max_concurrent_sessions=0, user_reserve_cpus=0, game_reserv
 
 def _fill(env: ResEnv) -> None:
     """50 notes held by this process and 150 queued agent sessions, through the desired Writer."""
-    from reconciler.desired import Writer
-    from reconciler.paths import Paths
+    from reconciler.desired.writer import Writer
+    from reconciler.config.paths import Paths
 
     writer = Writer(Paths(env.state))
     now = time.time()

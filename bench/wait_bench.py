@@ -38,8 +38,8 @@ def _log_clock(env: ResEnv, job_id: str) -> float:
 
 
 def _record(env: ResEnv, job_id: str):
-    from reconciler.paths import Paths
-    from reconciler.store import Store
+    from reconciler.config.paths import Paths
+    from reconciler.recorded.store import Store
 
     with Store.open(Paths(env.state), readonly=True) as store:
         return store.get(job_id)

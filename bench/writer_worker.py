@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from reconciler.desired import DesiredError, Writer
-from reconciler.models import Request  # noqa: F401  (imported now, not inside the first add)
-from reconciler.paths import Paths
+from reconciler.desired.writer import DesiredError, Writer
+from reconciler.core.models import Request  # noqa: F401  (imported now, not inside the first add)
+from reconciler.config.paths import Paths
 
 state, count, name = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 writer = Writer(Paths(state))

@@ -54,11 +54,11 @@ def run_writers(state: Path, procs: int, per: int) -> tuple[float, list[dict]]:
 def overbooked_gb(state: Path) -> tuple[float, int, float]:
     """One plan over the whole written queue on a literal machine with a 20 GB budget and no start
     cap: (GB started beyond the budget, jobs started, the budget)."""
-    from reconciler.desired import read_desired
-    from reconciler.models import World
-    from reconciler.paths import Paths
-    from reconciler.plan import plan
-    from reconciler.policy import load_policy
+    from reconciler.desired.writer import read_desired
+    from reconciler.core.models import World
+    from reconciler.config.paths import Paths
+    from reconciler.core.plan import plan
+    from reconciler.config.policy import load_policy
 
     os.environ.setdefault("RES_POLICY_FILE", "/nonexistent/res-bench-policy.toml")
     policy = load_policy(user_reserve_gb=6, user_reserve_cpus=0, small_headroom_gb=2, max_starts_per_tick=10_000)  # every entry may start in the one plan

@@ -12,9 +12,9 @@ import os
 import sys
 import time
 
-from .environ import public_env, resolve_program
-from .paths import Paths
-from .units import BadValue, parse_count, parse_cpus, parse_duration_s, parse_pid, parse_size_gb, parse_usd
+from reconciler.config.environ import public_env, resolve_program
+from reconciler.config.paths import Paths
+from reconciler.core.quantities import BadValue, parse_count, parse_cpus, parse_duration_s, parse_pid, parse_size_gb, parse_usd
 
 
 class Fail(Exception):
@@ -176,7 +176,7 @@ def _reconcile_args(rc: argparse.ArgumentParser) -> None:
 
 
 def _policy():
-    from .policy import PolicyError, load_policy
+    from reconciler.config.policy import PolicyError, load_policy
 
     try:
         return load_policy()
@@ -198,7 +198,7 @@ def _project(cwd: str) -> str:
 def _caller_env() -> dict[str, str]:
     """Our environment as the calling shell had it (environ.caller_environment: a pyenv shim's
     additions taken back)."""
-    from .environ import caller_environment
+    from reconciler.config.environ import caller_environment
 
     env = dict(os.environ)
     if "PYENV_ROOT" not in env:
@@ -234,7 +234,7 @@ def _decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str, 
     """Ask the running loop; without one, run the passes here under the same lock. `resume`: what
     to run here instead of `local` when the loop took the request and ended before answering (it may
     have acted on it already)."""
-    from .client import NoAnswer, NoDaemon, Unanswered, ask
+    from reconciler.loop.client import NoAnswer, NoDaemon, Unanswered, ask
 
     fn = local
     # The loop answers within the policy's answer_timeout_s (30 s) itself; this is the safety net
@@ -268,7 +268,7 @@ def _quiet_logs() -> None:
 
 
 async def _with_engine(paths: Paths, fn):
-    from .tick import with_engine
+    from reconciler.loop.tick import with_engine
 
     _quiet_logs()
     return await with_engine(paths, _policy(), fn)
@@ -287,7 +287,7 @@ def cmd_run(a, paths: Paths) -> int:
         cwd = os.getcwd()
     except FileNotFoundError:
         raise Fail("res: the current directory does not exist any more; cd somewhere that does") from None
-    from .environ import SECRET_VALUE
+    from reconciler.config.environ import SECRET_VALUE
 
     for i, arg in enumerate(cmd):
         if SECRET_VALUE.search(arg):  # it would be written to queue.toml, state.db and the unit
@@ -320,7 +320,7 @@ def cmd_run(a, paths: Paths) -> int:
 def _wait_for_job(paths: Paths, job_id: str, line: str, state: str, a) -> int:
     """`res run --wait`: the job's output as it comes (stdout), res's own lines on stderr (as
     `systemd-run --wait` does), the job's exit code."""
-    from .waiting import LogFollower, tail_lines, wait_for
+    from reconciler.loop.waiting import LogFollower, tail_lines, wait_for
 
     def say(text: str) -> None:
         if not a.json:
@@ -348,7 +348,7 @@ def _wait_for_job(paths: Paths, job_id: str, line: str, state: str, a) -> int:
 
 
 def cmd_note(a, paths: Paths) -> int:
-    from .procs import note_owner, parse_stat
+    from reconciler.observed.procs import note_owner, parse_stat
 
     if a.until_expiry:
         owner, name = None, None
@@ -384,7 +384,7 @@ def _print_answer(code: int, line: str, data: dict | None, as_json: bool) -> Non
 
 def _submit_answer(paths: Paths, kind: str, fields: dict) -> tuple[int, str, dict | None]:
     async def local(engine, resume=False):
-        from . import ops
+        from reconciler.commands import requests as ops
 
         decided = await ops.submit(engine, engine.tick, kind, fields, resume=resume)
         hint = ops.request_hint(engine, kind, fields)
@@ -392,7 +392,7 @@ def _submit_answer(paths: Paths, kind: str, fields: dict) -> tuple[int, str, dic
             print(hint, file=sys.stderr)
         return decided
 
-    from .procs import process_chain
+    from reconciler.observed.procs import process_chain
 
     paths.ensure()
     return _decide(paths, {"op": "submit", "kind": kind, "fields": fields, "who": process_chain(os.getpid())}, local,
@@ -401,11 +401,11 @@ def _submit_answer(paths: Paths, kind: str, fields: dict) -> tuple[int, str, dic
 
 def cmd_release(a, paths: Paths) -> int:
     def local(engine):
-        from . import ops
+        from reconciler.commands import requests as ops
 
         return ops.release(engine, engine.tick, a.id, a.stop)
 
-    from .procs import process_chain
+    from reconciler.observed.procs import process_chain
 
     code, line, data = _decide(paths, {"op": "release", "id": a.id, "stop": a.stop, "who": process_chain(os.getpid())},
                                local)
@@ -423,8 +423,8 @@ def cmd_reconcile(a, paths: Paths) -> int:
     policy = _policy()
     _quiet_logs()
     if a.dry_run:
-        from .models import World
-        from .tick import dry_run
+        from reconciler.core.models import World
+        from reconciler.loop.tick import dry_run
 
         world = None
         if a.world:
@@ -437,7 +437,7 @@ def cmd_reconcile(a, paths: Paths) -> int:
         return _print_plan(plan, a.json)
     if a.world:
         raise Fail("res: --world only plans (add --dry-run)", 2)
-    from .tick import PassFailed, pass_now
+    from reconciler.loop.tick import PassFailed, pass_now
 
     try:
         return _print_plan(pass_now(paths, policy), a.json)
@@ -451,7 +451,7 @@ def cmd_reconcile(a, paths: Paths) -> int:
 def _print_plan(plan, as_json: bool) -> int:
     """The plan on stdout; what kept the pass from acting on everything (a broken desired file, an
     unobservable runtime, a failed action) one `res: ` line each on stderr, and exit 1."""
-    from .render import render_plan
+    from reconciler.render.lines import render_plan
 
     if as_json:
         print(plan.model_dump_json(indent=2))
@@ -465,8 +465,8 @@ def _print_plan(plan, as_json: bool) -> int:
 def cmd_observe(a, paths: Paths) -> int:
     import asyncio
 
-    from .tick import dry_run
-    from .units import fmt_gb
+    from reconciler.loop.tick import dry_run
+    from reconciler.core.quantities import fmt_gb
 
     _quiet_logs()
 
@@ -478,7 +478,7 @@ def cmd_observe(a, paths: Paths) -> int:
         for jid, o in sorted(world.jobs.items()):
             print(f"  {jid:<6} {o.state:<12} {o.mem_used_gb:.2f} GB" + (f"  exit {o.exit.result}/{o.exit.status}" if o.exit else ""))
         if world.agents_slice is not None:
-            from .game import slice_values
+            from reconciler.core.game import slice_values
 
             sl = world.agents_slice
             print(f"  {sl.name}: {fmt_gb(sl.mem_used_gb)} in use; "
@@ -494,7 +494,7 @@ def cmd_observe(a, paths: Paths) -> int:
 def cmd_status(a, paths: Paths) -> int:
     """From the running loop when there is one (it has the models loaded: a fraction of the time,
     and the policy the loop enforces); else read here."""
-    from .client import NoDaemon, ask
+    from reconciler.loop.client import NoDaemon, ask
 
     try:
         answer = ask(paths.socket, {"op": "status", "id": a.id, "json": a.json, "all": a.all}, timeout=3)
@@ -510,7 +510,7 @@ def cmd_status(a, paths: Paths) -> int:
 
 
 def _status_here(a, paths: Paths) -> tuple[str, int, str | None]:
-    from .status import queue_problem, status
+    from reconciler.commands.status import queue_problem, status
 
     out, code = status(paths, _policy(), a.id, a.json, a.all)
     return out, code, (queue_problem(paths) if a.id and code == 0 else None)
@@ -518,7 +518,7 @@ def _status_here(a, paths: Paths) -> tuple[str, int, str | None]:
 
 def cmd_wait(a, paths: Paths) -> int:
     """Exits with the job's own code; 124 timeout, 125 never ran, 1 error (README: exit codes)."""
-    from .waiting import wait_for
+    from reconciler.loop.waiting import wait_for
 
     _quiet_logs()
     code, line, data = wait_for(paths, _policy, a.id, a.timeout)
@@ -533,7 +533,7 @@ def cmd_serve(a, paths: Paths) -> int:
     import asyncio
     import logging
 
-    from .daemon import ServeBusy, ServeStopped, serve
+    from reconciler.loop.serve import ServeBusy, ServeStopped, serve
 
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -546,7 +546,7 @@ def cmd_serve(a, paths: Paths) -> int:
 
 
 def cmd_init(a, paths: Paths) -> int:
-    from .desired import Writer
+    from reconciler.desired.writer import Writer
 
     created = Writer(paths).init(force=a.force)
     for line in created:
@@ -563,13 +563,13 @@ def _print_lines(code: int, lines: list[str]) -> int:
 
 
 def cmd_game(a, paths: Paths) -> int:
-    from .usercmds import cmd_game as game
+    from reconciler.commands.usercmds import cmd_game as game
 
     policy = _policy()
 
     def decide() -> list[str]:
         """A pass now (the loop's, or one here); what kept it from acting on everything."""
-        from .tick import PassFailed, pass_here, pass_now
+        from reconciler.loop.tick import PassFailed, pass_here, pass_now
 
         _quiet_logs()
         try:
@@ -586,7 +586,7 @@ def cmd_game(a, paths: Paths) -> int:
 
 
 def cmd_hook(a, paths: Paths) -> int:
-    from .hook import print_config, run
+    from reconciler.commands.hook import print_config, run
 
     if a.print_config:
         print(print_config())
@@ -595,40 +595,40 @@ def cmd_hook(a, paths: Paths) -> int:
 
 
 def cmd_hist(a, paths: Paths) -> int:
-    from .usercmds import cmd_hist as hist
+    from reconciler.commands.usercmds import cmd_hist as hist
 
     return _print_lines(*hist(a, paths))
 
 
 def cmd_clean(a, paths: Paths) -> int:
-    from .usercmds import cmd_clean as clean
+    from reconciler.commands.usercmds import cmd_clean as clean
 
     return _print_lines(*clean(a, paths, _policy()))
 
 
 def cmd_adopt(a, paths: Paths) -> int:
-    from .adopt import cmd_adopt as adopt
+    from reconciler.commands.adopt import cmd_adopt as adopt
 
     _quiet_logs()
     return _print_lines(*adopt(paths, _policy()))
 
 
 def cmd_shell_init(a, paths: Paths) -> int:
-    from .adopt import shell_init
+    from reconciler.commands.adopt import shell_init
 
     print(shell_init(_policy()))
     return 0
 
 
 def cmd_service(a, paths: Paths) -> int:
-    from .service import cmd_service as service
+    from reconciler.commands.service import cmd_service as service
 
     _quiet_logs()
     return _print_lines(*service(a.action, paths, _policy()))
 
 
 def cmd_doctor(a, paths: Paths) -> int:
-    from .doctor import cmd_doctor as doctor
+    from reconciler.commands.doctor import cmd_doctor as doctor
 
     code, lines = doctor(paths, _policy())
     print("\n".join(lines))  # the report is the output, gaps or not: stdout; the exit code says which

@@ -7,9 +7,9 @@ import sys
 
 def main() -> int:
     if sys.argv[1:] == ["hook"]:
-        from .hook import run
+        from reconciler.commands.hook import run
 
         return run()
-    from .cli import main as cli_main
+    from reconciler.cli import main as cli_main
 
     return cli_main()

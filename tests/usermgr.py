@@ -1,5 +1,5 @@
 """Boot a private `dbus-daemon --session` + `systemd --user` for the tests (DESIGN §9, §12), with the
-same code `res serve` uses on a machine with no user manager (reconciler/usermanager.py): the state
+same code `res serve` uses on a machine with no user manager (reconciler/runtime/usermanager.py): the state
 directory DIR/state records it, DIR/config is its XDG_CONFIG_HOME (unit files the tests install land
 there and go away with DIR). Everything started here is stopped by the pid recorded at start.
 
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from reconciler import usermanager  # noqa: E402
+from reconciler.runtime import usermanager  # noqa: E402
 
 
 def manager_reachable(env: dict[str, str] | None = None) -> bool:

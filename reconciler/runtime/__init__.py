@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..models import ExitObs, JobObs
+from reconciler.core.models import ExitObs, JobObs
 
 
 class RuntimeUnavailable(Exception):

@@ -39,10 +39,10 @@ from pathlib import Path
 from dbus_fast import Message, MessageType, Variant
 from dbus_fast.aio import MessageBus
 
-from .. import cgroup
-from ..environ import SECRET_NAME, is_secret
-from ..models import ExitObs, JobObs
-from . import JobSpec, RuntimeUnavailable, read_exit_record
+from reconciler.observed import cgroup
+from reconciler.config.environ import SECRET_NAME, is_secret
+from reconciler.core.models import ExitObs, JobObs
+from reconciler.runtime import JobSpec, RuntimeUnavailable, read_exit_record
 
 SYSTEMD = "org.freedesktop.systemd1"
 SYSTEMD_PATH = "/org/freedesktop/systemd1"
@@ -176,7 +176,7 @@ class SystemdRuntime:
     def __init__(self, unit_prefix: str, jobs_slice: str, logs_dir: Path | None = None,
                  bus_address: str | None = None, state_root: Path | None = None):
         if logs_dir is None:
-            from ..paths import Paths
+            from reconciler.config.paths import Paths
 
             logs_dir = Paths.default().logs
         self.prefix = unit_prefix
@@ -209,7 +209,7 @@ class SystemdRuntime:
             candidates = [self._address]
         else:
             # The session's own manager first; else the private one `res serve` started for this
-            # state directory (reconciler/usermanager.py), if there is one.
+            # state directory (reconciler/runtime/usermanager.py), if there is one.
             candidates = [a for a in (default_bus_address(), self._private_bus()) if a]
             candidates = list(dict.fromkeys(candidates))
         if not candidates:
@@ -228,7 +228,7 @@ class SystemdRuntime:
     def _private_bus(self) -> str | None:
         if self._state_root is None:
             return None
-        from ..usermanager import bus_address
+        from reconciler.runtime.usermanager import bus_address
 
         return bus_address(self._state_root)
 

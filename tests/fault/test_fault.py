@@ -87,7 +87,7 @@ class Loop:
 
     def serving(self) -> bool:
         """It answers on the socket as the state directory's loop."""
-        from reconciler.client import NoDaemon, ask
+        from reconciler.loop.client import NoDaemon, ask
 
         try:
             return ask(self.res.state / "serve.sock", {"op": "ping"}, timeout=2)["line"] == f"pid {self.pid}"
@@ -441,7 +441,7 @@ def test_soak_random_sigkills_lose_nothing_and_count_nothing_twice(fres):
     want = sum(cost if cost is not None else token_cost(n) for n, cost in plan)
     assert abs(spend - want) < 1e-4, (spend, want)
     # today's spend (since local midnight: a run may cross it) is that of the sessions that ended today
-    from reconciler.plan import day_start
+    from reconciler.core.plan import day_start
 
     midnight = day_start(time.time())
     today = sum(j["spend_usd"] for j in final.values() if (j["ended"] or 0) >= midnight)

@@ -1,4 +1,4 @@
-"""`res clean` (reconciler/clean.py): the pure selection with literals, then real trees in tmp_path
+"""`res clean` (reconciler/commands/clean.py): the pure selection with literals, then real trees in tmp_path
 (never the real /tmp): stale and fresh entries, symlinks out of the root, live sessions (real
 processes), files changing during the sweep, directories swapped for symlinks, dry runs."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import clean as C
-from reconciler.clean import LITTER, PROJECT, SCRATCH, Entry, Live, Root
+from reconciler.commands import clean as C
+from reconciler.commands.clean import LITTER, PROJECT, SCRATCH, Entry, Live, Root
 
 NOW = 1_780_000_000.0
 H = 3600.0
@@ -596,9 +596,9 @@ def test_the_loop_cleans_at_most_every_clean_every_minutes_and_remembers_across_
     until the interval passed, as recorded in state.db (a new loop on the same state waits too)."""
     from types import SimpleNamespace
 
-    from reconciler.daemon import auto_clean
-    from reconciler.paths import Paths
-    from reconciler.store import Store
+    from reconciler.loop.serve import auto_clean
+    from reconciler.config.paths import Paths
+    from reconciler.recorded.store import Store
 
     root, outside, now = tree
     paths = Paths(tmp_path / "state")

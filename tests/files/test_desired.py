@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.desired import DesiredError, DesiredRead, Writer, read_desired, read_game, read_queue
-from reconciler.models import Game, Request
-from reconciler.paths import Paths
+from reconciler.desired.writer import DesiredError, DesiredRead, Writer, read_desired, read_game, read_queue
+from reconciler.core.models import Game, Request
+from reconciler.config.paths import Paths
 
 JOB = dict(title="make e2e", project="proj-a", mem_gb=10.0, cpus=1.0, est_s=2400, queue=True, cmd=["make", "e2e"], cwd="/home/u/proj-a")
 NOTE = dict(title="debugging", mem_gb=4, cpus=2, est_s=3600, owner_pid=4321)
@@ -294,8 +294,8 @@ def test_the_counter_follows_the_highest_id_present(paths, writer):
 
 
 def test_ids_continue_past_state_db_and_a_moved_away_queue(paths, writer):
-    from reconciler.models import JobRecord, Phase
-    from reconciler.store import Store
+    from reconciler.core.models import JobRecord, Phase
+    from reconciler.recorded.store import Store
 
     with Store.open(paths) as store:
         req = Request(id="r-90", title="old", mem_gb=1, est_s=5, created=1.0)

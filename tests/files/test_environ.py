@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from reconciler.environ import caller_environment, resolve_program
+from reconciler.config.environ import caller_environment, resolve_program
 
 ROOT = "/home/u/.pyenv"
 # A real PATH seen when `res` is pyenv's shim: pyenv put libexec and its plugins' bin directories

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from reconciler.daemon import answer_request
+from reconciler.loop.serve import answer_request
 
 
 def test_a_request_not_decided_in_answer_timeout_s_is_answered_with_its_id():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import cgroup
+from reconciler.observed import cgroup
 from reconciler.runtime import RuntimeUnavailable
 from reconciler.runtime.systemd import EXIT_RECORD_SCRIPT, SystemdRuntime, job_environment
 

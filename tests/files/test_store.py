@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.models import LIVE, JobRecord, Phase, Request
-from reconciler.paths import Paths
-from reconciler.store import ABSENT, SCHEMA_VERSION, Store, StoreError, max_number
+from reconciler.core.models import LIVE, JobRecord, Phase, Request
+from reconciler.config.paths import Paths
+from reconciler.recorded.store import ABSENT, SCHEMA_VERSION, Store, StoreError, max_number
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 tests/fixtures/claude/*.jsonl are `claude -p … --output-format stream-json --verbose` logs (stdout and
 stderr in one file, as a job's log is) built event for event on the documented and captured shapes
-cited in reconciler/digest.py; no live Claude Code run was possible where they were written, so the
+cited in reconciler/core/digest.py; no live Claude Code run was possible where they were written, so the
 ids and texts are made up and the token counts chosen for hand arithmetic. Costs below are worked by
 hand from policies/pricing.toml (USD per 1M tokens).
 """
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.digest import (SEEN_IDS_KEPT, ClaudeDigest, DigestError, DigestState, NullDigest, make_digest)
-from reconciler.pricing import PricingError, PricingTable, load_pricing
+from reconciler.core.digest import (SEEN_IDS_KEPT, ClaudeDigest, DigestError, DigestState, NullDigest, make_digest)
+from reconciler.core.pricing import PricingError, PricingTable, load_pricing
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude"

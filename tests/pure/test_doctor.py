@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 
-from reconciler.doctor import Facts, Mount, cgroup_dir, decide, fstype_of, v1_hierarchies, v2_mount
+from reconciler.commands.doctor import Facts, Mount, cgroup_dir, decide, fstype_of, v1_hierarchies, v2_mount
 
 UNIT_DIR = "/home/u/.config/systemd/user"
 

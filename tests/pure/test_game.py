@@ -1,10 +1,10 @@
 """Pure tier: game mode's slice values, the diff line and the shortfall line, with literals."""
 from types import SimpleNamespace
 
-from reconciler.capacity import capacity
-from reconciler.game import on_line, shortfall_line, slice_diff, slice_target
-from reconciler.models import Game, JobObs, JobRecord, Phase, Request, World
-from reconciler.units import GIB, fmt_clock
+from reconciler.core.capacity import capacity
+from reconciler.core.game import on_line, shortfall_line, slice_diff, slice_target
+from reconciler.core.models import Game, JobObs, JobRecord, Phase, Request, World
+from reconciler.core.quantities import GIB, fmt_clock
 
 NOW = 1_780_000_000.0
 POLICY = SimpleNamespace(user_reserve_gb=6, user_reserve_cpus=0, game_reserve_gb=12, game_reserve_cpus=0,

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
-from reconciler import hist
-from reconciler.hist import (
+from reconciler.core import hist
+from reconciler.core.hist import (
     HistRow,
     Suggestion,
     for_flag,
@@ -21,7 +21,7 @@ from reconciler.hist import (
     suggestion_for,
     title_kind,
 )
-from reconciler.models import JobRecord, Phase, Request
+from reconciler.core.models import JobRecord, Phase, Request
 
 T0 = 1764490000.0
 _ids = iter(range(1, 10**6))
@@ -247,7 +247,7 @@ def test_constants_are_the_documented_ones():
 def test_categories_come_from_the_outcome_code_not_from_the_words():
     """Reasons are data: a record's outcome code decides whether it counts and whether it was killed
     at its limit; the words of `why` are read only for records from before the codes."""
-    from reconciler.hist import counted, killed_at_limit
+    from reconciler.core.hist import counted, killed_at_limit
 
     coded = rec(why="whatever the wording").model_copy(update={"detail": {"code": "memory_limit"}})
     assert killed_at_limit(coded) and counted(coded)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import hook
-from reconciler.desired import Writer, read_game
-from reconciler.paths import Paths
+from reconciler.commands import hook
+from reconciler.desired.writer import Writer, read_game
+from reconciler.config.paths import Paths
 
 NOW = 1764490000.0  # 2025-11-30 08:06:40 UTC
 UNTIL = 1764494400.0  # 2025-11-30 09:20:00 UTC
@@ -352,7 +352,7 @@ def test_the_writers_files_take_the_fast_path(tmp_path):
 
 def run_hook(stdin: bytes, state: Path, shell_suffix: str = "") -> subprocess.CompletedProcess:
     env = dict(os.environ, RES_STATE_DIR=str(state))
-    code = "from reconciler.hook import run; run()"
+    code = "from reconciler.commands.hook import run; run()"
     if shell_suffix:
         return subprocess.run(["sh", "-c", f'"$0" -c "$1" {shell_suffix}', sys.executable, code],
                               input=stdin, capture_output=True, env=env, timeout=60)
@@ -390,12 +390,12 @@ def test_print_config_is_the_settings_snippet():
 
 
 def test_the_hot_path_imports_almost_nothing(state):
-    """Game on, the writer's file: no pydantic, tomlkit, dbus, pathlib-based reconciler.paths, and no
+    """Game on, the writer's file: no pydantic, tomlkit, dbus, pathlib-based reconciler.config.paths, and no
     tomllib (the fast reader); game off: not even json."""
     code = (
         "import sys, os\n"
         "before = set(sys.modules)\n"
-        "from reconciler.hook import main\n"
+        "from reconciler.commands.hook import main\n"
         "out, _ = main(sys.argv[1], os.environ)\n"
         "new = set(sys.modules) - before\n"
         "print(bool(out), sorted(m for m in new if m.split('.')[0] in "
@@ -407,16 +407,16 @@ def test_the_hot_path_imports_almost_nothing(state):
     p = run()
     assert p.returncode == 0, p.stderr
     on, new = p.stdout.strip().split(" ", 1)
-    assert on == "True" and all(m in ("json", "json.decoder", "json.scanner", "json.encoder", "reconciler.hook") for m in ast.literal_eval(new))
+    assert on == "True" and all(m in ("json", "json.decoder", "json.scanner", "json.encoder", "reconciler.commands", "reconciler.commands.hook") for m in ast.literal_eval(new))
     game(state, "on = false\n")
     p = run()
-    assert p.stdout.strip() == "False ['reconciler.hook']"
+    assert p.stdout.strip() == "False ['reconciler.commands', 'reconciler.commands.hook']"
 
 
 def test_the_console_script_dispatches_the_hook_before_the_command_line(state):
     """`res` is reconciler.entry:main: for `res hook` neither the CLI module nor argparse loads."""
     code = ("import sys\nsys.argv = ['res', 'hook']\nfrom reconciler.entry import main\nmain()\n"
-            "print(sorted(m for m in sys.modules if m in ('argparse', 'reconciler.cli', 'reconciler.units', 'pathlib')"
+            "print(sorted(m for m in sys.modules if m in ('argparse', 'reconciler.cli', 'reconciler.core.quantities', 'pathlib')"
             " and m not in START), file=sys.stderr)\n")
     code = "import sys\nSTART = set(sys.modules)\n" + code
     env = dict(os.environ, RES_STATE_DIR=str(state))

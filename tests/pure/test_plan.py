@@ -5,11 +5,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from reconciler.capacity import capacity
-from reconciler.models import Desired, ExitObs, Game, JobObs, JobRecord, Phase, Request, World
-from reconciler.plan import plan
-from reconciler.render import render_plan
-from reconciler.units import fmt_clock
+from reconciler.core.capacity import capacity
+from reconciler.core.models import Desired, ExitObs, Game, JobObs, JobRecord, Phase, Request, World
+from reconciler.core.plan import plan
+from reconciler.render.lines import render_plan
+from reconciler.core.quantities import fmt_clock
 
 NOW = 1_780_000_000.0  # a fixed instant; the planner never reads the clock
 
@@ -101,8 +101,8 @@ def test_cpu_reserve_scales_down_on_a_small_machine():
 
 
 def test_game_reserve_below_the_user_reserve_never_loosens_admission():
-    from reconciler.capacity import reserve_warnings
-    from reconciler.game import slice_target
+    from reconciler.core.capacity import reserve_warnings
+    from reconciler.core.game import slice_target
 
     odd = SimpleNamespace(**{**vars(POLICY), "user_reserve_gb": 17, "game_reserve_gb": 12,
                              "user_reserve_cpus": 4, "game_reserve_cpus": 1})
@@ -287,8 +287,8 @@ def test_a_stop_res_did_not_ask_for_says_it_came_from_outside():
 
 
 def test_a_session_verdict_taken_from_the_exit_code_alone_keeps_the_exit_why():
-    from reconciler.digest import DigestState
-    from reconciler.plan import agent_why
+    from reconciler.core.digest import DigestState
+    from reconciler.core.plan import agent_why
 
     rec = running(1, agent="claude")
     by_rc = DigestState(agent="claude", outcome="failure", failure_reason="exit code 143", finished=True, rc=143)
@@ -351,7 +351,7 @@ def test_entries_state_db_lost_are_taken_back_never_started_again():
 
 
 def test_settle_and_stop_carry_their_outcome_code():
-    from reconciler.models import ExitObs as E
+    from reconciler.core.models import ExitObs as E
 
     def settle(ex, **kw):
         rec = running(1, **kw)
@@ -469,7 +469,7 @@ def test_queue_forecast_gives_every_waiting_position_a_start_time():
 
 # ---------------------------------------------------------------- attachments, budgets, caps (issue 3)
 
-from reconciler.digest import DigestState  # noqa: E402
+from reconciler.core.digest import DigestState  # noqa: E402
 
 ME = "host/100/aaaa"
 OTHER = "host/200/bbbb"
@@ -590,8 +590,8 @@ def test_a_broken_pricing_table_starts_no_session():
 def test_actions_made_without_validation_equal_validated_ones():
     """The planner's fast constructor (one action per queued entry) gives what validation gives,
     fields in the same order, fresh mutable defaults each time."""
-    from reconciler.models import Action
-    from reconciler.plan import _act
+    from reconciler.core.models import Action
+    from reconciler.core.plan import _act
 
     a = _act(kind="wait", id="r-3", reason="position 1", title="t", mem_gb=2.0)
     assert a.model_dump_json() == Action(kind="wait", id="r-3", reason="position 1", title="t", mem_gb=2.0).model_dump_json()
@@ -602,7 +602,7 @@ def test_actions_made_without_validation_equal_validated_ones():
 
 
 def test_attaching_a_job_given_up_cleanly_is_bookkeeping_a_lapsed_lease_is_a_change():
-    from reconciler.models import Action, Plan
+    from reconciler.core.models import Action, Plan
 
     clean = Action(kind="reattach", id="r-3", reason="nobody attached")
     lapsed = Action(kind="reattach", id="r-4", reason="lease of host/1234 expired 12 s ago")

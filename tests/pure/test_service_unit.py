@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.service import (NO_UNIT, UnitState, env_assignment, exec_line, quote_word, render_unit,
+from reconciler.commands.service import (NO_UNIT, UnitState, env_assignment, exec_line, quote_word, render_unit,
                                 res_command, service_environment, status_lines, unit_name)
 
 HOSTILE = 'a "b" 100% $HOME ${X} $$ \\ back\nline2\ttab \'single\' ;&|'
@@ -100,7 +100,7 @@ def test_the_command_runs_this_copy_of_res(tmp_path):
 
 
 def test_the_state_dir_is_read_back_from_the_unit_file_as_written():
-    from reconciler.service import NO_UNIT, quote_word, serves, unquote_word
+    from reconciler.commands.service import NO_UNIT, quote_word, serves, unquote_word
 
     for text in ["/home/u/.local/state/res", 'a"b\\c%d$e\nf\tg\x01h', "%%"]:
         assert unquote_word(quote_word(text)[1:-1]) == text

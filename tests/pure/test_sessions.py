@@ -2,16 +2,16 @@
 in their slice, the status warnings, and the small parsers they rest on."""
 from types import SimpleNamespace
 
-from reconciler import cgroup
-from reconciler.game import game_actions, slice_target
-from reconciler.models import Desired, Game, JobObs, JobRecord, Phase, Request, SessionObs, SliceObs, World
-from reconciler.observe import stray_services, tmp_tmpfs_used_gb
-from reconciler.plan import plan
-from reconciler.procs import Proc, descendants, parse_stat
-from reconciler.render import agents_memory_line, plan_line, status_warnings
-from reconciler.sessions import scope_name, session_actions, shell_init_line
-from reconciler.units import GIB, fmt_clock
-from reconciler.unitfiles import slice_units
+from reconciler.observed import cgroup
+from reconciler.core.game import game_actions, slice_target
+from reconciler.core.models import Desired, Game, JobObs, JobRecord, Phase, Request, SessionObs, SliceObs, World
+from reconciler.observed.world import stray_services, tmp_tmpfs_used_gb
+from reconciler.core.plan import plan
+from reconciler.observed.procs import Proc, descendants, parse_stat
+from reconciler.render.lines import agents_memory_line, plan_line, status_warnings
+from reconciler.core.sessions import scope_name, session_actions, shell_init_line
+from reconciler.core.quantities import GIB, fmt_clock
+from reconciler.render.unitfiles import slice_units
 
 NOW = 1_780_000_000.0
 POLICY = SimpleNamespace(user_reserve_gb=6, user_reserve_cpus=0, game_reserve_gb=12, game_reserve_cpus=0,
@@ -98,7 +98,7 @@ def test_a_session_outside_is_adopted_with_its_children_and_the_session_memory_l
 
 
 def test_sessions_in_a_service_or_a_container_are_never_moved():
-    from reconciler.sessions import movable_from
+    from reconciler.core.sessions import movable_from
 
     assert [movable_from(u) for u in ("vte-spawn-1.scope", "session-2.scope", "init.scope", "run-u4.scope")] == [True] * 4
     assert [movable_from(u) for u in ("bot.service", "libpod-abc.scope", "docker-1.scope", "")] == [False] * 4
@@ -174,7 +174,7 @@ def test_parse_stat_with_a_hostile_name():
 
 
 def test_a_claude_inside_a_session_is_part_of_it_not_a_session():
-    from reconciler.procs import has_ancestor_named
+    from reconciler.observed.procs import has_ancestor_named
 
     procs = {p.pid: p for p in [Proc(1, 0, "init", 0), Proc(10, 1, "claude", 0), Proc(11, 10, "bash", 0),
                                 Proc(12, 11, "claude", 0), Proc(20, 1, "bash", 0), Proc(21, 20, "claude", 0)]}
@@ -183,7 +183,7 @@ def test_a_claude_inside_a_session_is_part_of_it_not_a_session():
 
 
 def test_unit_of_a_cgroup():
-    from reconciler.observe import unit_of_cgroup
+    from reconciler.observed.world import unit_of_cgroup
 
     mgr = "/user.slice/user-1000.slice/user@1000.service"
     assert unit_of_cgroup(mgr + "/app.slice/app-gnome-term.slice/vte-spawn-1.scope", mgr) == "vte-spawn-1.scope"
@@ -250,7 +250,7 @@ def test_slice_unit_files_carry_the_normal_share_and_oomd_only_where_present():
 
 
 def test_slice_values_line():
-    from reconciler.game import slice_values
+    from reconciler.core.game import slice_values
 
     assert slice_values({"MemoryHigh": 18 * GIB, "CPUWeight": 5, "IOWeight": None}) == \
         "MemoryHigh 18.0 GB, CPUWeight 5, IOWeight default"
@@ -264,7 +264,7 @@ def test_a_transient_file_still_being_written_is_not_judged(tmp_path):
 
 
 def test_an_agent_cli_is_known_by_its_name_or_its_scripts():
-    from reconciler.procs import agent_name
+    from reconciler.observed.procs import agent_name
 
     assert agent_name("claude", ["claude", "-p", "x"]) == "claude"
     assert agent_name("codex", ["/usr/local/bin/codex", "exec"]) == "codex"

@@ -4,7 +4,7 @@ import configparser
 import jinja2
 import pytest
 
-from reconciler.unitfiles import render
+from reconciler.render.unitfiles import render
 
 
 def parse(text: str) -> configparser.ConfigParser:
@@ -32,7 +32,7 @@ def test_serve_service_runs_the_loop_and_a_missing_value_is_an_error():
 
 
 def test_install_unit_writes_ours_and_never_replaces_or_removes_the_users_own(tmp_path):
-    from reconciler.unitfiles import install_unit, remove_unit
+    from reconciler.render.unitfiles import install_unit, remove_unit
 
     text = render("jobs.slice.j2", name="agents-jobs.slice", oomd=False)
     assert install_unit(tmp_path, "agents-jobs.slice", text) is True

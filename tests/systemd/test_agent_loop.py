@@ -138,8 +138,8 @@ def test_cpus_is_the_units_cpu_share_and_a_cap_where_the_policy_asks(res):
 
 
 def test_status_header_queue_positions_and_the_finished_grace(res):
-    from reconciler.paths import Paths
-    from reconciler.store import Store
+    from reconciler.config.paths import Paths
+    from reconciler.recorded.store import Store
 
     go = res.tmp / "go"
     assert res("run", "--mem", "256M", "--for", "10m", "--lock", "k", "--", "sh", "-c", BLOCK, str(go)).code == 0

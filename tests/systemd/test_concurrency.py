@@ -41,7 +41,7 @@ HOLDING = ("starting", "running")
 
 
 def meminfo_gb(key: str) -> float:
-    """As the planner reads it (reconciler/observe.py): kB / 1024², rounded to 3 places."""
+    """As the planner reads it (reconciler/observed/world.py): kB / 1024², rounded to 3 places."""
     with open("/proc/meminfo") as f:
         for line in f:
             k, _, rest = line.partition(":")
@@ -154,10 +154,10 @@ def test_sixteen_queued_runs_at_once(user_manager, res_env, monkeypatch):
     monkeypatch.setenv("RES_USER_RESERVE_GB", f"{reserve:.3f}")
     monkeypatch.setenv("RES_SMALL_HEADROOM_GB", f"{HEADROOM_GB:g}")
     monkeypatch.setenv("RES_MAX_STARTS_PER_TICK", "4")  # more than FIT: memory is what binds
-    from reconciler.policy import load_policy
+    from reconciler.config.policy import load_policy
 
     policy = load_policy()
-    # reconciler/capacity.py: MemAvailable − reserve − headroom (cpus: 16 × 0.1 never binds)
+    # reconciler/core/capacity.py: MemAvailable − reserve − headroom (cpus: 16 × 0.1 never binds)
     budget = avail - policy.user_reserve_gb - policy.small_headroom_gb
     assert FIT * x_gb <= budget < (FIT + 1) * x_gb
 

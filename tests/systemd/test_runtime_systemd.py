@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler import cgroup
+from reconciler.observed import cgroup
 from reconciler.runtime import JobSpec
 from reconciler.runtime.systemd import EXIT_RECORD_SCRIPT, SystemdRuntime
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from clihelp import PY, res, unit_props, wait_for  # noqa: F401
-from reconciler.service import unit_name
+from reconciler.commands.service import unit_name
 
 HOSTILE = 'a "b" 100% $HOME ${X} $$ \\ back\nline2\ttab \'single\' ;&|'
 
@@ -39,13 +39,13 @@ HOSTILE = 'a "b" 100% $HOME ${X} $$ \\ back\nline2\ttab \'single\' ;&|'
 
 
 def _unit_dir() -> Path:
-    from reconciler.unitfiles import user_unit_dir
+    from reconciler.render.unitfiles import user_unit_dir
 
     return user_unit_dir()
 
 
 def _ping(state: Path) -> str:
-    from reconciler.client import ask
+    from reconciler.loop.client import ask
 
     return ask(state / "serve.sock", {"op": "ping"}, timeout=10)["line"]
 
@@ -57,7 +57,7 @@ def _environ(pid: int) -> dict[str, str]:
 
 @pytest.mark.systemd
 def test_install_enables_starts_and_uninstall_removes(res):
-    from reconciler.client import NoDaemon
+    from reconciler.loop.client import NoDaemon
 
     name = unit_name(res.prefix)
     unit_dir = _unit_dir()
@@ -136,7 +136,7 @@ def test_install_again_restarts_a_loop_that_runs_older_code(res):
     here = Path(__import__("reconciler").__file__).resolve().parent
     checkout = res.tmp / "checkout"
     shutil.copytree(here, checkout / "reconciler", ignore=shutil.ignore_patterns("__pycache__"))
-    from reconciler.resources import shipped
+    from reconciler.config.resources import shipped
 
     for top in ("policies", "templates/units", "state"):  # the defaults beside the package, as in a checkout
         shutil.copytree(shipped(top), checkout / top)
@@ -154,7 +154,7 @@ def test_install_again_restarts_a_loop_that_runs_older_code(res):
         assert lines[-1].startswith(f"started {name} (pid "), lines
         pid = unit_props(name)["MainPID"]
         assert install() == [f"{name} already installed and running (pid {pid})"]
-        module = checkout / "reconciler" / "units.py"
+        module = checkout / "reconciler" / "core" / "quantities.py"
         module.write_text(module.read_text() + "\n# upgraded\n")
         lines = install()
         new = unit_props(name)["MainPID"]

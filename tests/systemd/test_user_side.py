@@ -15,7 +15,7 @@ import tomllib
 import pytest
 
 from clihelp import GIB, res, unit_props, wait_for  # noqa: F401
-from reconciler.procs import SESSION_NAME, processes
+from reconciler.observed.procs import SESSION_NAME, processes
 
 pytestmark = pytest.mark.systemd
 
@@ -49,7 +49,7 @@ def foreign_sessions(mine: set[int]) -> list[int]:
 
 
 def cgroup_line(pid: int) -> str:
-    from reconciler.procs import cgroup_of
+    from reconciler.observed.procs import cgroup_of
 
     return cgroup_of(pid) or ""
 

@@ -1,0 +1,206 @@
+"""Streaming a job's output into its digest (DESIGN §5.4): read the log past the committed byte offset,
+push complete lines, and hand back the record to commit — offset and digest state together, in one
+compare-and-set on the holder, so a crash between reading and committing re-reads the same lines and
+counts each of them once."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from reconciler.core.digest import make_digest
+from reconciler.core.models import JobRecord
+from reconciler.core.pricing import PricingError, PricingTable, load_pricing
+from reconciler.config.resources import shipped
+from reconciler.runtime import read_output
+
+CHUNK = 4 << 20
+PRICING_LIMIT = 1 << 20
+# Bytes of a job's log read in one pass: a job that writes without end (`yes`) never holds up a pass;
+# its reader catches up over the next passes. A plain command's log past this at its end is skipped
+# (nothing in it counts for anything but its line count).
+PASS_READ_BYTES = 16 << 20
+
+
+class AttachError(Exception):
+    """Reading or digesting a job's output failed; the attachment is given up and retried."""
+
+
+def pricing_override_path() -> Path:
+    if os.environ.get("RES_PRICING_FILE"):
+        return Path(os.environ["RES_PRICING_FILE"])
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(config) / "res" / "pricing.toml"
+
+
+def load_pricing_files() -> tuple[PricingTable | None, str | None]:
+    """The shipped table merged with the user's override; (None, one-line error) if either is broken."""
+    from reconciler.config.files import FileProblem, read_text
+
+    shipped_path = shipped("policies") / "pricing.toml"
+    override_path = pricing_override_path()
+    try:
+        shipped_text = read_text(shipped_path, PRICING_LIMIT)
+        if shipped_text is None:
+            return None, f"pricing table unreadable: {shipped_path}: missing"
+        override_text = read_text(override_path, PRICING_LIMIT)  # a FIFO or device: one line, never a hang
+        return load_pricing(shipped_text, override_text, shipped_name=str(shipped_path),
+                            override_name=str(override_path)), None
+    except PricingError as e:
+        return None, str(e)
+    except FileProblem as e:
+        return None, f"pricing table unreadable: {e}"
+
+
+def _lines(data: bytes) -> list[str]:
+    return data.decode("utf-8", "replace").split("\n")
+
+
+def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_rc: int | None = None,
+           final: bool = False, limit: int | None = None) -> tuple[JobRecord, bool]:
+    """(the record with its log read on from `log_offset`, whether the read reached the end). At
+    most `limit` bytes are read (None: no limit): a job that writes without end never holds up a
+    pass. To the last complete line; when `final` (the unit has ended) and the end is reached, a last
+    line without a newline is complete and the digest is finished with `final_rc`. Nothing is
+    committed here."""
+    try:
+        digest = make_digest(rec.request.agent, pricing, rec.digest)
+        offset = rec.log_offset
+        budget = limit
+        reached_end = False
+        while True:
+            want = CHUNK if budget is None else min(CHUNK, budget)
+            if want <= 0:
+                break
+            data, new_offset = read_output(log_path, offset, want)
+            if not data:
+                reached_end = True
+                break
+            for line in _lines(data)[:-1]:
+                digest.push(line)
+            offset = new_offset
+            if budget is not None:
+                budget -= len(data)
+        if final and reached_end:
+            rest, _ = _read_rest(log_path, offset)
+            if rest:
+                digest.push(rest.decode("utf-8", "replace"))
+                offset += len(rest)
+            digest.finish(final_rc)
+    except AttachError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure of reading or digesting is an attach failure
+        raise AttachError(" ".join(f"{type(e).__name__}: {e}".split())[:300]) from None
+    return rec.model_copy(update={"log_offset": offset, "digest": digest.state}), reached_end
+
+
+def _read_rest(log_path: Path, offset: int) -> tuple[bytes, int]:
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return b"", offset
+    return data, offset + len(data)
+
+
+class Streamer:
+    """This reconciler's attachments: each pass it reads on the output of the jobs it holds, commits
+    offset + digest state with a renewed lease (a compare-and-set on its hold), and gives up an
+    attachment whose read failed so that it is re-attached (and counted) by a later pass."""
+
+    def __init__(self, store, policy, holder: str, log_path):
+        self.store, self.policy, self.holder, self.log_path = store, policy, holder, log_path
+        self.pricing: PricingTable | None = None
+        self.pricing_error: str | None = None
+        self._pricing_key: tuple | None = None
+        # Test-only fault injection (the fault tier): "once" fails the first read of each job in this
+        # process, "always" every read.
+        self.fault = os.environ.get("RES_FAULT_INGEST", "")
+        self._faulted: set[str] = set()
+
+    def refresh_pricing(self) -> None:
+        """Reload the pricing table when its files change. A broken table keeps the last good one for
+        sessions already running (never weaker) and reports the error, which starts no new session."""
+        key = tuple(_stat_key(p) for p in (shipped("policies") / "pricing.toml", pricing_override_path()))
+        if key == self._pricing_key:
+            return
+        table, error = load_pricing_files()
+        self._pricing_key = key
+        self.pricing_error = error
+        if table is not None:
+            self.pricing = table
+
+    def stream(self, records: dict[str, JobRecord], now: float) -> None:
+        """Read on every job this instance holds; `records` is updated with what was committed."""
+        from reconciler.core.models import Phase
+
+        for rec in list(records.values()):
+            if rec.phase != Phase.running or rec.request.kind != "job" or rec.attached_by != self.holder:
+                continue
+            if rec.request.agent != "none" and self.pricing is None:
+                continue  # no table to price it with yet: read nothing, count nothing
+            try:
+                read = self._ingest(rec, limit=PASS_READ_BYTES)
+            except AttachError as e:
+                self._failed(rec, str(e), now, records)
+                continue
+            renew = rec.lease_until is None or rec.lease_until - now < self.policy.attach_lease_s - self.policy.attach_renew_s
+            if read.log_offset == rec.log_offset and not renew and rec.attach_failures == 0:
+                continue
+            update = {"attach_failures": 0, "updated": now}
+            if renew:
+                update["lease_until"] = now + self.policy.attach_lease_s
+            new = read.model_copy(update=update)
+            if self.store.put(new, expect_phase=rec.phase, expect_holder=self.holder):
+                records[rec.id] = new
+
+    def final(self, rec: JobRecord, rc: int | None, now: float) -> JobRecord | None:
+        """The record with its whole log digested and the digest finished; None if the read failed
+        (recorded; a later pass retries), unless that was the last failure allowed, or if an agent's
+        log is not read to its end yet (committed so far; a later pass goes on). A plain command's
+        log is not read past PASS_READ_BYTES: the rest is skipped."""
+        from reconciler.core.plan import ATTACH_FAILURES_MAX
+
+        try:
+            read = self._ingest(rec, final=True, rc=rc, limit=PASS_READ_BYTES)
+            if read.digest is not None and not read.digest.finished:
+                if rec.request.agent != "none":
+                    if self.store.put(read, expect_phase=rec.phase, expect_holder=rec.attached_by):
+                        pass  # what was read counts; the rest next pass
+                    return None
+                size = _size(self.log_path(rec.id))
+                read = self._ingest(read.model_copy(update={"log_offset": max(size, read.log_offset)}),
+                                    final=True, rc=rc, limit=PASS_READ_BYTES)
+            return read
+        except AttachError as e:
+            if rec.attach_failures + 1 >= ATTACH_FAILURES_MAX:
+                return rec.model_copy(update={"attach_failures": rec.attach_failures + 1, "last_error": str(e)})
+            self._failed(rec, str(e), now, None)
+            return None
+
+    def _ingest(self, rec: JobRecord, final: bool = False, rc: int | None = None, limit: int | None = None) -> JobRecord:
+        if self.fault == "always" or (self.fault == "once" and rec.id not in self._faulted):
+            self._faulted.add(rec.id)
+            raise AttachError("injected read failure (RES_FAULT_INGEST)")
+        return ingest(rec, self.log_path(rec.id), self.pricing, final_rc=rc, final=final, limit=limit)[0]
+
+    def _failed(self, rec: JobRecord, error: str, now: float, records: dict[str, JobRecord] | None) -> None:
+        given_up = rec.model_copy(update={"attach_failures": rec.attach_failures + 1, "last_error": error,
+                                          "attached_by": None, "lease_until": None, "updated": now})
+        if self.store.put(given_up, expect_phase=rec.phase, expect_holder=self.holder) and records is not None:
+            records[rec.id] = given_up
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _stat_key(path: Path) -> tuple:
+    try:
+        st = path.stat()
+        return (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        return (str(path), None)

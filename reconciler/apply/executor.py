@@ -1,0 +1,250 @@
+"""Carry out a plan's actions (DESIGN §2 step 5). Each action is idempotent and written to state.db
+in its own transaction with a compare-and-set on the phase it expects, so a pass cut off anywhere
+can be run again safely."""
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import stat
+
+from reconciler.config.environ import public_env, resolve_program
+from reconciler.core.models import Action, JobRecord, Phase, Request
+from reconciler.core.plan import agent_why
+from reconciler.config.paths import Paths
+from reconciler.runtime import JobSpec, Runtime, RuntimeUnavailable
+
+log = logging.getLogger("res.executor")
+
+
+class Executor:
+    def __init__(self, paths: Paths, store, runtime: Runtime | None, writer, policy, holder: str, streamer=None):
+        self.paths, self.store, self.runtime, self.writer, self.policy, self.holder = paths, store, runtime, writer, policy, holder
+        self.streamer = streamer  # reads a job's output into its digest (attach.Streamer)
+        self._records: dict[str, JobRecord] = {}
+        self._lost: set[str] = set()
+
+    def begin_pass(self, records: dict[str, JobRecord]) -> None:
+        """Before a pass's actions: `records` is the pass's view, updated as attachments are claimed."""
+        self._records = records
+        self._lost = set()  # jobs whose attachment another instance took: act on nothing else of theirs
+
+    async def apply(self, action: Action, requests: dict[str, Request], now: float) -> None:
+        handler = getattr(self, "_" + action.kind, None)
+        if handler is None or action.id in self._lost:
+            return
+        await handler(action, requests.get(action.id), self._records.get(action.id), now)
+
+    async def _reattach(self, a, req, rec, now):
+        """Claim the attachment of a live job nobody holds (or whose holder's lease lapsed): a
+        compare-and-set on the holder the plan saw, so two instances never both hold it. The pass's
+        later actions for the job see the claimed record."""
+        claimed = rec.model_copy(update={"attached_by": self.holder, "lease_until": now + self.policy.attach_lease_s,
+                                         "updated": now})
+        if self.store.put(claimed, expect_phase=rec.phase, expect_holder=rec.attached_by):
+            self._records[a.id] = claimed
+        else:
+            self._lost.add(a.id)
+
+    # -------------------------------------------------------------- bookkeeping
+
+    async def _enqueue(self, a, req, rec, now):
+        self.store.put(JobRecord(request=req, phase=Phase.queued, updated=now), expect_phase=None)
+
+    async def _wait(self, a, req, rec, now):
+        pass
+
+    async def _grant(self, a, req, rec, now):
+        self.store.put(JobRecord(request=req, phase=Phase.running, started=now, updated=now),
+                       expect_phase=rec.phase if rec else None)
+
+    async def _refuse(self, a, req, rec, now):
+        self.store.put(JobRecord(request=req, phase=Phase.refused, why=a.reason, detail=a.detail, ended=now, updated=now),
+                       expect_phase=rec.phase if rec else None)
+
+    async def _running(self, a, req, rec, now):
+        self.store.put(rec.model_copy(update={"phase": Phase.running, "updated": now}), expect_phase=Phase.starting)
+
+    async def _cancel(self, a, req, rec, now):
+        self.store.put(rec.model_copy(update={"phase": Phase.cancelled, "why": "released before it started",
+                                              "detail": {"code": "cancelled"}, "ended": now, "updated": now}),
+                       expect_phase=Phase.queued)
+
+    async def _expire(self, a, req, rec, now):
+        if self.store.put(rec.model_copy(update={"phase": Phase.done, "why": a.reason, "detail": a.detail,
+                                                 "ended": now, "updated": now}), expect_phase=Phase.running):
+            self.writer.remove([rec.id])
+
+    async def _recover(self, a, req, rec, now):
+        """An entry state.db lost: its unit is taken back as running (the next pass attaches to it,
+        or settles it from its exit record), or, when only its log is left, it is settled as lost."""
+        if a.detail["code"] == "unit":
+            new = JobRecord(request=req, phase=Phase.running, attempt=1, started=now, unit=self.runtime.unit_name(req.id),
+                            updated=now)
+        else:
+            new = JobRecord(request=req, phase=Phase.done, attempt=1, ended=now, detail={"code": "lost"}, updated=now,
+                            why="lost: state.db had no record of it, but it ran before (its log is there); not started again")
+        from reconciler.recorded.store import ABSENT
+
+        self.store.put(new, expect_phase=ABSENT)
+        log.warning("recover %s: %s", a.id, a.reason)
+
+    async def _restore(self, a, req, rec, now):
+        self.writer.restore([rec.request])
+        log.warning("restore %s: %s", a.id, a.reason)
+
+    async def _retire(self, a, req, rec, now):
+        self.writer.remove([a.id])
+
+    async def _prune(self, a, req, rec, now):
+        self.store.prune(ids=[a.id])
+
+    async def _requeue(self, a, req, rec, now):
+        # Same id, no retry spent: the unit never appeared, so this attempt never ran and is not
+        # counted (the next start is the same attempt again, its log not moved aside).
+        self.store.put(rec.model_copy(update={"phase": Phase.queued, "started": None, "lease_until": None,
+                                              "attached_by": None, "attempt": max(rec.attempt - 1, 0),
+                                              "updated": now}), expect_phase=Phase.starting)
+
+    # -------------------------------------------------------------- the user's side (issue 4)
+
+    async def _set(self, a, req, rec, now):
+        await self.runtime.set_unit_properties(a.id, a.props)
+        log.info("set %s: %s", a.id, a.reason)
+
+    async def _adopt(self, a, req, rec, now):
+        """Move a session and its children into a new scope in the agents slice. Only what is still
+        where the pass saw it goes: pids that ended, or children that left the session's cgroup
+        since (one missing pid would fail the whole move); a session already in the slice (another
+        reconciler moved it) is left alone."""
+        from reconciler.observed.procs import alive, cgroup_of
+        from reconciler.runtime.systemd import UnitExists
+
+        description = f"res: agent session pid {a.pids[0]}"
+        name = a.id
+        for attempt in range(3):
+            home = cgroup_of(a.pids[0])
+            if home is None or not alive(a.pids[0]) or self._in_agents_slice(a.pids[0]):
+                return  # the session ended, or it is where it should be
+            pids = [a.pids[0]] + [p for p in a.pids[1:] if alive(p) and cgroup_of(p) == home]
+            try:
+                await self.runtime.start_scope(name, self.policy.agents_slice, pids, description, a.props)
+                break
+            except UnitExists:
+                if name != a.id:
+                    raise
+                # The name is still held by the scope of an earlier session with the same pid (its
+                # children live on there): a name of its own, or this would fail every pass.
+                name = a.id.removesuffix(".scope") + f"-{int(now)}.scope"
+            except RuntimeError as e:
+                if attempt == 2 or "does not exist" not in str(e):
+                    raise  # else a child ended between the check and the call: again without it
+        a.id = name  # what was done, for the pass's report
+        log.info("adopt %s: %s", a.id, a.reason)
+
+    def _in_agents_slice(self, pid: int) -> bool:
+        from reconciler.observed.cgroup import slice_cgroup
+        from reconciler.observed.procs import cgroup_of
+
+        base = slice_cgroup(getattr(self.runtime, "manager_cgroup", ""), self.policy.agents_slice).rstrip("/")
+        return (cgroup_of(pid) or "").startswith(base + "/")
+
+    async def _end_game(self, a, req, rec, now):
+        self.writer.set_game(False, None, if_until=a.at)
+
+    # -------------------------------------------------------------- units
+
+    async def _start(self, a, req, rec, now):
+        attempt = (rec.attempt if rec else 0) + 1
+        starting = JobRecord(
+            request=req, phase=Phase.starting, attempt=attempt, started=now, updated=now,
+            unit=self.runtime.unit_name(req.id), attached_by=self.holder,
+            lease_until=now + self.policy.attach_lease_s,
+        )
+        # `starting` (with its lease) is on disk before the unit is asked for (DESIGN §5.3).
+        if not self.store.put(starting, expect_phase=rec.phase if rec else None):
+            return
+        # Test-only fault injection (the fault tier, like RES_FAULT_INGEST): "kill" dies here, with
+        # `starting` on disk and no unit asked for, the window a requeue after the lease covers.
+        if os.environ.get("RES_FAULT_AFTER_STARTING") == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        spec = JobSpec(
+            job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=public_env(req.env), mem_gb=req.mem_gb,
+            cpus=req.cpus, log_path=self.paths.log(req.id), exit_path=self.paths.exit_record(req.id),
+            description=f"res {req.id}: {' '.join(req.title.split())[:120]}", cpu_quota=self.policy.cpu_quota,
+        )
+        try:
+            self._fresh_log(req.id, attempt)
+            invocation = await self.runtime.start(spec)
+        except RuntimeUnavailable as e:
+            # Unknown whether it started: leave `starting`; the next pass sees the unit or requeues.
+            log.warning("start of %s: %s", req.id, e)
+            return
+        except Exception as e:  # the runtime refused the start: settle it now, with why
+            why = "start failed: " + " ".join(str(e).split())
+            self.store.put(starting.model_copy(update={"phase": Phase.done, "why": why, "ended": now,
+                                                       "detail": {"code": "start_failed"}, "updated": now}),
+                           expect_phase=Phase.starting)
+            await self._forget(req.id)
+            return
+        self.store.put(starting.model_copy(update={"phase": Phase.running, "invocation": invocation, "updated": now}),
+                       expect_phase=Phase.starting)
+
+    async def _stop(self, a, req, rec, now):
+        # The reason goes on record first, so the settle that follows the exit uses it.
+        if rec.stop_reason is None:
+            rec = rec.model_copy(update={"stop_reason": a.reason, "stop_code": (a.detail or {}).get("code"),
+                                         "updated": now})
+            self.store.put(rec, expect_phase=rec.phase)
+        await self.runtime.stop(rec.id)
+
+    async def _settle(self, a, req, rec, now):
+        """Once: the rest of the log into the digest, then rc, peak, why and spend in one write, a
+        compare-and-set on this instance's hold."""
+        why, code = a.why, (a.detail or {}).get("code", "exited")
+        if self.streamer is not None:
+            read = self.streamer.final(rec, a.rc, now)
+            if read is None:
+                return  # the read failed and was recorded; a later pass settles it
+            rec = read
+            why, code = agent_why(rec, why, code)
+        done = rec.model_copy(update={"phase": Phase.done, "rc": a.rc, "peak_gb": a.peak_gb, "why": why,
+                                      "detail": {"code": code},
+                                      "ended": a.at or now, "attached_by": None, "lease_until": None, "updated": now})
+        if self.store.put(done, expect_phase=rec.phase, expect_holder=rec.attached_by):
+            await self._forget(rec.id)
+
+    async def _forget(self, job_id: str) -> None:
+        try:
+            await self.runtime.forget(job_id)
+        except Exception as e:  # only housekeeping; the record is already settled
+            log.warning("forget %s: %s", job_id, e)
+
+    def _fresh_log(self, job_id: str, attempt: int) -> None:
+        """A new attempt of an id moves the old attempt's log aside; the log is created 0600. A log
+        that is not a regular file of ours (a symlink planted there) fails the start, in one line."""
+        path = self.paths.log(job_id)
+        if attempt > 1 and path.exists():
+            os.replace(path, path.with_name(f"{job_id}.attempt{attempt - 1}.log"))
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+        except OSError as e:
+            what = "is a symlink; refusing to write through it" if e.errno == errno.ELOOP else e.strerror
+            raise RuntimeError(f"its log {path} {what}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise RuntimeError(f"its log {path} is not a regular file")
+        finally:
+            os.close(fd)
+
+
+def _program_resolved(req: Request) -> list[str]:
+    """The command with argv[0] as `res run` resolves it; an entry written another way (by hand, by
+    an older res) is resolved here on the caller's recorded PATH, never on the runtime's own."""
+    cmd = list(req.cmd)
+    if cmd and not os.path.isabs(cmd[0]):
+        cmd[0] = resolve_program(cmd[0], req.cwd or "/", req.env.get("PATH", "")) or cmd[0]
+    return cmd
+
+

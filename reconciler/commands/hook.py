@@ -1,0 +1,364 @@
+"""`res hook`: a Claude Code PreToolUse hook for the Bash tool (DESIGN §5.6, issue 4 item 3).
+
+While game mode is on, every Bash command an agent runs is rewritten to start with
+`unset DISPLAY WAYLAND_DISPLAY; `, and the agent is told why GUI programs fail (run headless, or
+after game mode ends). Off, expired, another tool, a missing or broken game file, bad input, any
+error at all: no output and exit 0, so Claude Code runs the command unchanged.
+
+It reads only `desired/game.toml` under the state directory: no lock, no D-Bus, no state.db.
+
+HOT PATH: this runs before every agent Bash command, so it imports only os, sys and time (built
+in) and, only when game mode is on, `json`. It does not import
+reconciler.config.paths (pathlib), pydantic, tomlkit or, for a file in the shape the writer leaves it,
+tomllib (~9 ms here): `_parse_game` reads that simple shape itself and hands anything else to
+tomllib, which stays the judge of what is valid TOML.
+
+The Claude Code hooks contract it relies on (hooks reference, https://code.claude.com/docs/en/hooks,
+"PreToolUse" input and decision control; doc text as tracked by gabriel-dehan/claude_hooks issues
+#24, #25, #39, #50, #63, 2026-01 to 2026-08):
+
+* Input on stdin is one JSON object with `hook_event_name` ("PreToolUse"), `tool_name` ("Bash"),
+  `tool_input` (for Bash: `command`, and optionally `description`, `timeout`,
+  `run_in_background`), plus `session_id`, `cwd`, `permission_mode`, ...
+* Exit 0 with no output: no opinion; the tool call goes through the normal permission flow as is.
+  Exit 2 would block the call (stderr to Claude); other exit codes are non-blocking errors. We
+  always exit 0.
+* Output (exit 0, stdout JSON): `hookSpecificOutput` with `hookEventName: "PreToolUse"` and
+  - `permissionDecision`: "allow" skips the permission prompt (auto-approves), "deny" blocks,
+    "ask" forces a prompt, "defer" (headless only) pauses the call. Deny and ask *rules* are still
+    evaluated whatever the hook returns (since 2.1.77 / 2.1.220: anthropics/claude-code #35136,
+    #82451), but "allow" does skip the prompt a call without an allow rule would have got: it
+    GRANTS a permission the session would not have had.
+  - `updatedInput`: replaces the ENTIRE tool input object (so every field the agent sent is copied
+    and only `command` changes). "Claude Code evaluates permission rules ... against the input your
+    hook returns, not the input Claude sent" (docs, 2026-08-31; anthropics/claude-code #65393).
+    The docs pair it with "allow" (auto-approve) or "ask" (show the modified input to the user).
+  - `additionalContext`: a string added to Claude's context for this tool call.
+  The legacy top-level `"decision": "approve"` means "allow" (anthropics/claude-code #4362), and
+  PermissionRequest hooks grant with `decision.behavior: "allow"` / `updatedPermissions`.
+
+* The Bash tool runs each command in a separate process; "environment variables do not persist"
+  from one command to the next (tools reference, "Bash tool behavior", quoted in the docs issue
+  at stepcodex.com/en/issue/docs-bash-tool-docs-omit-how). So the `unset` applies to the one
+  command and is gone once game mode ends and the hook stops adding it.
+
+What this hook emits, and why: ONLY `hookEventName`, `updatedInput` and `additionalContext`. It
+never emits `permissionDecision` (not "allow", which would grant; not "ask", which would prompt for
+every command and, in headless `-p` sessions that cannot prompt, refuse it), nor a top-level
+`decision`, `continue`, `updatedPermissions` or anything else. Without a decision the rewritten
+command goes through the session's own permission rules (our reading of anthropics/claude-code
+#65393, where a rewritten command got "This command requires approval" although the original was
+allowed), so the hook can never grant what the session would not have had; at worst it costs a
+prompt. Caveats the user should know (not verified against a live Claude Code here):
+
+* permission rules see `unset DISPLAY WAYLAND_DISPLAY; <cmd>`. Claude Code's rules are aware of
+  shell operators, so we expect a deny rule on `<cmd>` to still match the part after `;`, but an
+  allow-list that does not cover the `unset` part may start prompting while game mode is on;
+* a feature request asks for `updatedInput` to work *without* a permissionDecision
+  (anthropics/claude-code #32060, closed as stale). If a Claude Code version ignores it there, the
+  command simply runs unchanged (GUI windows may open) and the agent still gets the context.
+
+A game file that is a symlink (or whose `desired/` directory or state directory is one) is not
+followed: it counts as broken, so no output. This matches the reader in desired.py, which refuses
+symlinks in the state tree; the hook never reads a file the reconciler would not read.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+PREFIX = "unset DISPLAY WAYLAND_DISPLAY; "
+_PREFIX_SEEN = "unset DISPLAY WAYLAND_DISPLAY;"  # an already rewritten command starts with this
+MAX_GAME_BYTES = 1 << 20  # game.toml is two keys and comments; anything bigger is not read
+MAX_STDIN_CHARS = 16 << 20  # a hook input bigger than this is not parsed
+_KEYS = ("on", "until")
+
+
+# ---------------------------------------------------------------- where the game file is
+
+
+def game_path(environ) -> str:
+    """`desired/game.toml` under the state directory, the same rule as reconciler.config.paths.state_dir()
+    (RES_STATE_DIR, else $XDG_STATE_HOME/res, else ~/.local/state/res), with os.path only: pathlib
+    is not worth importing here."""
+    root = environ.get("RES_STATE_DIR")
+    if not root:
+        base = environ.get("XDG_STATE_HOME")
+        if not base:
+            home = environ.get("HOME") or os.path.expanduser("~")
+            base = os.path.join(home, ".local", "state")
+        root = os.path.join(base, "res")
+    return os.path.join(root, "desired", "game.toml")
+
+
+def _read_game_bytes(path: str) -> bytes | None:
+    """The game file's bytes, or None if it is missing or unusable: a symlink at the state dir, at
+    desired/ or at the file; not a regular file; too large; unreadable. Never blocks on a FIFO."""
+    desired = os.path.dirname(path)
+    root = os.path.dirname(desired)
+    flags_dir = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fds: list[int] = []
+    try:
+        rfd = os.open(root, flags_dir)
+        fds.append(rfd)
+        dfd = os.open(os.path.basename(desired), flags_dir, dir_fd=rfd)
+        fds.append(dfd)
+        fd = os.open(os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+        fds.append(fd)
+        st = os.fstat(fd)
+        if (st.st_mode & 0o170000) != 0o100000 or st.st_size > MAX_GAME_BYTES:  # S_ISREG, sane size
+            return None
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, MAX_GAME_BYTES + 1 - total)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > MAX_GAME_BYTES:  # grew while we read it
+                return None
+    except OSError:
+        return None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+# ---------------------------------------------------------------- reading game.toml
+
+_DIGITS = frozenset("0123456789")
+
+
+class _Slow(Exception):
+    """Outside the simple shape `_fast_parse` reads: let tomllib decide."""
+
+
+def _fast_number(tok: str) -> float | int:
+    """A TOML decimal integer or float in the plain form `123` or `123.45` (no sign, exponent or
+    underscores; no leading zero except `0` / `0.x`). Anything else: _Slow."""
+    whole, dot, frac = tok.partition(".")
+    if not whole or not set(whole) <= _DIGITS or (len(whole) > 1 and whole[0] == "0"):
+        raise _Slow
+    if not dot:
+        return int(whole)
+    if not frac or not set(frac) <= _DIGITS:
+        raise _Slow
+    return float(tok)
+
+
+def _fast_parse(text: str) -> dict:
+    """The keys of game.toml in the shape the writer leaves it: blank lines, `# comments`, and
+    `on = true|false` / `until = <number>` (bare keys, optional trailing comment). Anything else
+    (quoted or dotted keys, tables, other keys, exponents, duplicate keys, control characters, CR)
+    raises _Slow, so tomllib makes the call: on the lines this accepts it gives tomllib's result."""
+    if "\r" in text or "\x7f" in text:
+        raise _Slow
+    data: dict = {}
+    for line in text.split("\n"):
+        for c in line:
+            if c < " " and c != "\t":  # control characters: tomllib's call (usually an error)
+                raise _Slow
+        s = line.strip(" \t")
+        if not s or s[0] == "#":
+            continue
+        key, eq, rest = s.partition("=")
+        key = key.rstrip(" \t")
+        if not eq or key not in _KEYS or key in data:
+            raise _Slow
+        value = rest.partition("#")[0]
+        value = value.strip(" \t")
+        if key == "on":
+            if value == "true":
+                data[key] = True
+            elif value == "false":
+                data[key] = False
+            else:
+                raise _Slow
+        else:
+            data[key] = _fast_number(value)
+    return data
+
+
+def _parse_game(text: str) -> dict:
+    """game.toml's data as tomllib reads it; raises ValueError (tomllib.TOMLDecodeError) if invalid."""
+    try:
+        return _fast_parse(text)
+    except _Slow:
+        import tomllib
+
+        return tomllib.loads(text)
+
+
+MAX_EPOCH = 32_503_680_000.0  # models.MAX_EPOCH (the hook does not import the models)
+
+
+def game_until(data: dict, now: float) -> tuple[bool, float | None]:
+    """(active, until) of game.toml's data, by the reconciler's rules (models.Game, strict, and
+    desired._parse_game): only the keys `on` (a boolean) and `until` (a finite number; an int counts)
+    are allowed, else the file is broken (ValueError). Active: on, and `until` absent or in the
+    future."""
+    for key in data:
+        if key not in _KEYS:
+            raise ValueError(f"unknown key {key!r}")
+    on = data.get("on", False)
+    if type(on) is not bool:
+        raise ValueError("on: must be true or false")
+    until = data.get("until")
+    if until is not None:
+        if type(until) not in (int, float) or until != until or until in (float("inf"), float("-inf")):
+            raise ValueError("until: must be a finite number")
+        try:
+            until = float(until)
+        except OverflowError:
+            raise ValueError("until: must be a finite number") from None
+        if not 0 <= until <= MAX_EPOCH:
+            raise ValueError("until: out of range")
+    return (on and (until is None or now < until)), until
+
+
+def read_game(environ, now: float) -> tuple[bool, float | None]:
+    """(active, until) from the game file; (False, None) if it is missing or broken in any way."""
+    raw = _read_game_bytes(game_path(environ))
+    if not raw:  # missing, unusable, or empty (the writer never writes an empty file)
+        return False, None
+    try:
+        return game_until(_parse_game(raw.decode("utf-8")), now)
+    except ValueError:  # UnicodeDecodeError and TOMLDecodeError are ValueErrors
+        return False, None
+
+
+# ---------------------------------------------------------------- the hook
+
+
+def context(until: float | None) -> str:
+    """What the agent is told: why GUI programs fail and what to do instead."""
+    when = "until the user turns it off"
+    if until is not None:
+        try:
+            when = f"until {time.strftime('%H:%M', time.localtime(until))}"
+        except (OverflowError, OSError, ValueError):  # a far-off `until`: no clock time for it
+            when = "for now"
+    return (
+        f"res: game mode is on {when}: the person at this machine is using the display, so `res hook` "
+        f"prefixed this Bash command with `{PREFIX.strip()}` and GUI programs (browsers, Electron apps, "
+        "headed test runners, anything that opens a window) will fail to start. Run them headless "
+        "(--headless, xvfb-run, a CI/headless setting) or leave that step until game mode ends "
+        "(`res game status` shows when); everything else works as usual."
+    )
+
+
+def rewrite(event, until: float | None) -> dict | None:
+    """The hook output for one PreToolUse event while game mode is on, or None for no output.
+
+    Only Bash, only a string command, only once: a command that already starts with the prefix
+    (after leading blanks) gets no output at all (the agent evidently knows)."""
+    if not isinstance(event, dict):
+        return None
+    if event.get("hook_event_name", "PreToolUse") != "PreToolUse" or event.get("tool_name") != "Bash":
+        return None
+    tool_input = event.get("tool_input")
+    if not isinstance(tool_input, dict):
+        return None
+    command = tool_input.get("command")
+    if not isinstance(command, str) or not command.strip():
+        return None
+    if command.lstrip().startswith(_PREFIX_SEEN):
+        return None
+    updated = dict(tool_input)  # updatedInput replaces the whole input: keep every other field
+    updated["command"] = PREFIX + command
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "updatedInput": updated,
+            "additionalContext": context(until),
+        }
+    }
+
+
+def main(stdin_text: str, environ, now: float | None = None) -> tuple[str, int]:
+    """(what to print on stdout, exit code) for one hook call. The exit code is always 0; the text is
+    "" (no output: the command runs unchanged) unless game mode is on and the tool is Bash.
+
+    The game file is read first, so with game mode off the hook input is not even parsed."""
+    try:
+        now = time.time() if now is None else now
+        active, until = read_game(environ, now)
+        if not active or not isinstance(stdin_text, str) or len(stdin_text) > MAX_STDIN_CHARS:
+            return "", 0
+        import json
+
+        try:
+            event = json.loads(stdin_text)
+        except ValueError:
+            return "", 0
+        out = rewrite(event, until)
+        if out is None:
+            return "", 0
+        return json.dumps(out, separators=(",", ":")), 0  # ASCII: any stdout encoding will do
+    except Exception:  # the hook must never get in the way: any error is "no opinion"
+        return "", 0
+
+
+STDIN_WAIT_S = 5.0  # Claude Code writes the whole event and closes stdin at once
+
+
+def _read_input(limit: int, wait_s: float) -> str:
+    """stdin up to EOF, `limit` bytes or `wait_s` seconds, whichever comes first: a caller that never
+    closes stdin costs the agent a few seconds, never its command."""
+    import select
+
+    deadline = time.monotonic() + wait_s
+    chunks, total = [], 0
+    while total < limit:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([0], [], [], left)[0]:
+            break
+        chunk = os.read(0, min(65536, limit - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def run() -> int:
+    """The process: read stdin, print what `main` says; returns the exit code, always 0. Never
+    raises: a closed stdout or any other failure is "no opinion" (and nothing is left half-written
+    in a buffer for the interpreter to trip over at exit)."""
+    try:
+        if not read_game(os.environ, time.time())[0]:
+            return 0  # game mode off: nothing to say, and no need to wait for the input at all
+        stdin = sys.stdin
+        text = "" if stdin is None or stdin.isatty() else _read_input(MAX_STDIN_CHARS * 4 + 1, STDIN_WAIT_S)
+        out, _ = main(text, os.environ)
+        if out:
+            sys.stdout.write(out + "\n")
+            sys.stdout.flush()
+    except BaseException:  # noqa: BLE001 - a broken pipe, a closed stdout, ^C: no opinion
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        except BaseException:  # noqa: BLE001
+            pass
+    return 0
+
+
+def print_config() -> str:
+    """The settings.json snippet (~/.claude/settings.json, or a project's .claude/settings.json) that
+    runs `res hook` before every Bash command. `res` never edits dotfiles: the user adds it."""
+    return (
+        "{\n"
+        '  "hooks": {\n'
+        '    "PreToolUse": [\n'
+        "      {\n"
+        '        "matcher": "Bash",\n'
+        '        "hooks": [{"type": "command", "command": "res hook", "timeout": 10}]\n'
+        "      }\n"
+        "    ]\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,199 @@
+"""The operations that need a decision (run, note, release, tick): the same code runs inside
+`res serve` (answering a CLI call over the socket) and in a CLI call with no loop running."""
+from __future__ import annotations
+
+from typing import Awaitable, Callable
+
+from reconciler.core.models import LIVE, Phase, Plan
+from reconciler.core.quantities import fmt_clock, fmt_gb
+
+TickFn = Callable[[], Awaitable[Plan]]
+MAX_PASSES = 6  # a request deferred by the per-pass start cap is decided within a few passes
+
+
+def _detail(plan: Plan | None, job_id: str, kinds: tuple[str, ...]) -> dict | None:
+    if plan is None:
+        return None
+    for a in plan.for_id(job_id):
+        if a.kind in kinds:
+            return a.detail
+    return None
+
+
+def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | None:
+    """(exit code, line, the entry as data) once the request is decided, None while it is not yet."""
+    from reconciler.render.lines import queued_line
+    from reconciler.commands.status import entry_json
+
+    rec = engine.store.get(job_id)
+    if rec is None:
+        return None
+    req = rec.request
+    if rec.phase == Phase.starting:
+        return None  # not started yet: its unit is not seen (e.g. the loop that asked for it died)
+    detail = _detail(plan, job_id, ("enqueue", "wait")) if rec.phase == Phase.queued else None
+    if rec.phase == Phase.queued and detail is None and plan is not None and plan.for_id(job_id):
+        return None  # requeued by this very pass (its starter died): the next pass decides it
+    data = entry_json(rec, engine.paths, detail)
+    if rec.phase == Phase.refused:
+        why = rec.why or "refused"
+        busy = (rec.detail or {}).get("code") == "busy"
+        return (3, why, data) if busy else (1, f"res: {why}", data)
+    if rec.phase in LIVE:
+        if req.kind == "note":
+            return 0, f"{job_id} noted: {fmt_gb(req.mem_gb)} until ~{fmt_clock(rec.expires())}{_owner(req)}; free it: res release {job_id}", data
+        return 0, f"{job_id} started; log {engine.paths.log(job_id)}; ETA ~{fmt_clock(rec.eta())}", data
+    if rec.phase == Phase.queued:
+        reason = queued_line(detail) if detail else "waiting"
+        return 0, f"{job_id} queued, {reason}; cancel: res release {job_id}", data
+    if rec.phase == Phase.done:
+        from reconciler.commands.status import done_line
+
+        if (rec.detail or {}).get("code") == "start_failed":
+            return 1, f"res: {job_id} {rec.why}", data
+        return 0, done_line(rec), data
+    return 1, f"res: {job_id} {rec.phase.value}", data
+
+
+def _owner(req) -> str:
+    """What frees a note besides its time and `res release`."""
+    if req.owner_pid is None:
+        return ""
+    return f", while pid {req.owner_pid}" + (f" ({req.owner_name})" if req.owner_name else "") + " runs"
+
+
+def find_submitted(engine, kind: str, fields: dict):
+    """The request these very fields were submitted as, if a loop that ended before answering
+    recorded it (in the queue file or the records), else None."""
+    from reconciler.desired.writer import DesiredError, read_queue
+
+    def same(req) -> bool:
+        return (req.kind == kind and req.created == fields.get("created") and req.title == fields.get("title")
+                and req.cmd == list(fields.get("cmd") or []) and req.cwd == (fields.get("cwd") or ""))
+
+    try:
+        queued = read_queue(engine.paths)
+    except DesiredError:
+        queued = []
+    recorded = [r.request for r in engine.store.records().values()]
+    return next((r for r in [*queued, *recorded] if same(r)), None)
+
+
+def _as(engine, who: str | None, edit):
+    """Run a writer edit on behalf of `who` (the caller's process chain; None: this process)."""
+    engine.writer.who = who
+    try:
+        return edit()
+    finally:
+        engine.writer.who = None
+
+
+async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = False,
+                 on_accept=None, who: str | None = None) -> tuple[int, str, dict | None]:
+    """`resume`: a loop took this request and ended before answering; decide the request it
+    recorded, if it did, rather than add it a second time. `on_accept(id)`: told the id as soon as
+    the request is written (a caller that gives up waiting then knows what it left behind)."""
+    from reconciler.desired.writer import DesiredError
+
+    req = find_submitted(engine, kind, fields) if resume else None
+    if req is None:
+        try:
+            req = _as(engine, who, lambda: engine.writer.add(fields, kind))
+        except DesiredError as e:
+            return 1, f"res: {e}", None
+    if on_accept is not None:
+        on_accept(req.id)
+    plan = None
+    for _ in range(MAX_PASSES):
+        plan = await tick()
+        decided = outcome(engine, req.id, plan)
+        if decided is not None:
+            return decided
+        if engine.blocked and not (plan and plan.for_id(req.id)):
+            break  # the pass could not admit anything (systemd unreachable, a broken file): say why
+    why = "; ".join(" ".join(n.split()) for n in engine.blocked)
+    if why and not req.queue and engine.store.get(req.id) is None:
+        # Asked for now, and nothing can be decided now: withdraw it rather than start it by
+        # surprise whenever the world can be seen again.
+        try:
+            engine.writer.remove([req.id])
+        except DesiredError as e:
+            return 1, f"res: {req.id} not decided ({why}) and could not be withdrawn: {e}", None
+        if engine.store.get(req.id) is None:
+            return 1, f"res: {req.id} not {'noted' if kind == 'note' else 'started'}: {why}", \
+                {"id": req.id, "kind": kind, "state": "withdrawn", "reason": {"code": "undecided", "why": why}}
+    pending = {"id": req.id, "kind": kind, "state": "queued", "reason": {"code": "undecided", "why": why or None}}
+    if why:
+        return 0, f"{req.id} queued, not decided yet: {why}; cancel: res release {req.id}", pending
+    return 0, f"{req.id} accepted; not decided yet (see: res status {req.id})", pending
+
+
+async def release(engine, tick: TickFn, job_id: str, stop: bool, who: str | None = None) -> tuple[int, str, dict | None]:
+    from reconciler.desired.writer import DesiredError
+    from reconciler.commands.status import entry_json
+
+    from reconciler.recorded.store import StoreError
+
+    def answer(code: int, line: str, rec) -> tuple[int, str, dict | None]:
+        return code, line, (entry_json(rec, engine.paths) if rec is not None else None)
+
+    try:
+        rec = engine.store.get(job_id)
+    except StoreError as e:
+        # A row that cannot be read: releasing it drops it (its unit, if any, is left alone).
+        try:
+            engine.writer.remove([job_id])
+        except DesiredError:
+            pass
+        engine.store.delete(job_id)
+        engine.store.bad.pop(job_id, None)
+        return 0, f"{job_id} dropped: its record could not be read ({e})", {"id": job_id, "state": "dropped",
+                                                                             "reason": {"code": "dropped"}}
+    if rec is not None and rec.phase in LIVE and rec.request.kind == "job" and not stop:
+        return answer(1, f"res: {job_id} is running; --stop to kill it", rec)
+    if rec is not None and rec.phase not in LIVE and rec.phase != Phase.queued:
+        try:
+            engine.writer.remove([job_id])
+        except DesiredError:
+            pass
+        return answer(0, f"{job_id} already {rec.phase.value}" + (f" ({rec.why})" if rec.why else ""), rec)
+    if rec is not None and (rec.phase in LIVE or rec.phase == Phase.queued) and not rec.released:
+        # The user's word, on record before the entry goes: only a released entry's leaving the
+        # file stops or cancels it (a file deleted or cut by hand does not).
+        marked = rec.model_copy(update={"released": True})
+        if engine.store.put(marked, expect_phase=rec.phase):
+            rec = marked
+    try:
+        removed = _as(engine, who, lambda: engine.writer.remove([job_id]))
+    except DesiredError as e:
+        return answer(1, f"res: {e}", rec)
+    if rec is None and not removed:
+        return 1, f"res: no such entry: {job_id}", None
+    for _ in range(MAX_PASSES * 2):
+        await tick()
+        rec = engine.store.get(job_id)
+        if rec is None or rec.phase not in LIVE and rec.phase != Phase.queued:
+            break
+    if rec is None:
+        return 0, f"{job_id} released", {"id": job_id, "state": "released", "reason": {"code": "released"}}
+    if rec.phase in LIVE or rec.phase == Phase.queued:
+        return answer(1, f"res: {job_id} is still {rec.phase.value}; see res status {job_id}", rec)
+    return answer(0, f"{job_id} released ({rec.phase.value}" + (f", rc={rec.rc}" if rec.rc is not None else "") + ")", rec)
+
+
+def request_hint(engine, kind: str, fields: dict) -> str | None:
+    """`hint: …` when the request asks for more than 2× what its kind needed before (res hist)."""
+    from reconciler.core.hist import hint_for, suggestion_for
+
+    try:
+        records = finished_runs(engine.store)
+        return hint_for(float(fields["mem_gb"]), float(fields["est_s"]),
+                        suggestion_for(records, fields.get("project", ""), fields.get("title", "")))
+    except Exception:  # noqa: BLE001 - a hint is never worth failing a request for
+        return None
+
+
+def finished_runs(store) -> list:
+    """What `res hist` and the request hint learn from: finished records (filtered in SQL), then
+    the pruned history."""
+    return list(store.records([Phase.done]).values()) + store.history()

@@ -1,0 +1,289 @@
+"""`res status` and `res wait`: read state.db read-only, no lock (DESIGN §2 step 6)."""
+from __future__ import annotations
+
+import json
+import time
+
+from reconciler.core.capacity import reserves
+from reconciler.desired.changes import SHOWN_FOR_S, change_line, recorded_and_pending
+from reconciler.core.plan import spent_today
+from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase
+from reconciler.config.paths import Paths
+from reconciler.core.quantities import escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
+
+
+def _snapshot(store) -> dict:
+    return store.get_meta_json("last_tick", {})
+
+
+def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths) -> dict:
+    """One job as data: what `status --json` prints and the text lines are made of. A queued entry
+    carries what the last pass said of it (position, est. start, what it waits for)."""
+    from reconciler.render.lines import queued_line
+
+    req = rec.request
+    queued = (snap.get("queue") or {}).get(rec.id) if rec.phase == Phase.queued else None
+    rec = ended_unsettled(rec, paths) or rec
+    used = (snap.get("world", {}).get("jobs", {}).get(rec.id) or {}).get("mem_used_gb")
+    expires = rec.expires()
+    d = rec.digest
+    return {
+        "id": rec.id, "kind": req.kind, "state": rec.phase.value, "title": req.title, "project": req.project,
+        "mem_gb": req.mem_gb, "cpus": req.cpus, "used_gb": used if rec.phase in LIVE else None,
+        "peak_gb": rec.peak_gb, "rc": rec.rc, "why": rec.why, "queue": req.queue, "lock": req.lock,
+        "created": req.created, "started": rec.started, "ended": rec.ended, "eta": rec.eta(),
+        "overdue": bool(rec.phase in LIVE and expires is not None and now > expires),
+        "unit": rec.unit, "attempt": rec.attempt, "cmd": req.cmd, "cwd": req.cwd,
+        "log": str(paths.log(rec.id)) if req.kind == "job" else None,
+        "attached_by": rec.attached_by, "lease_until": rec.lease_until,
+        "agent": req.agent, "spend_usd": round(rec.spend_usd, 6),
+        "input_tokens": d.input_tokens if d else 0, "output_tokens": d.output_tokens if d else 0,
+        "iterations": d.iterations if d else 0, "lines": d.lines if d else 0,
+        "log_offset": rec.log_offset, "attach_failures": rec.attach_failures, "last_error": rec.last_error,
+        "reason": reason_of(rec, queued), "position": (queued or {}).get("position"),
+        "est_start": (queued or {}).get("est_start"), "waits": queued_line(queued) if queued else None,
+    }
+
+
+FINISHED_GRACE_S = 300  # finished entries stay in the default `res status` view this long (--all: all)
+
+HEADER = f"{'ID':<6} {'PROJECT':<16} {'TITLE':<32} {'STATE':<9} {'MEM':>7} {'USED':>7} {'PEAK':>7} {'CPUS':>5} {'START':>5}  WHY / WHEN"
+
+
+def _field(value) -> str:
+    """A field of `res status ID` as text: strings escaped (a title cannot forge a `state: done` line),
+    anything else as JSON (which escapes what it holds)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return escaped(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _unit_loaded(paths: Paths, unit: str) -> bool | None:
+    """Whether the user manager still has the transient unit (its file in the manager's runtime
+    directory: there while it runs, gone once it ended and was collected); None if that cannot be told."""
+    import os
+
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if not runtime or not os.path.isdir(os.path.join(runtime, "systemd")):
+        from reconciler.runtime.usermanager import recorded_runtime_dir
+
+        private = recorded_runtime_dir(paths.root)
+        runtime = str(private) if private is not None else None
+    if not runtime or not os.path.isdir(os.path.join(runtime, "systemd", "transient")):
+        return None
+    return os.path.lexists(os.path.join(runtime, "systemd", "transient", unit))
+
+
+def ended_unsettled(rec: JobRecord, paths: Paths) -> JobRecord | None:
+    """A job recorded as live whose unit has written its exit record: as a pass would settle it
+    (state `exited`, rc, peak, why), read-only. Without a running loop, no pass may have seen the end."""
+    if rec.phase not in LIVE or rec.request.kind != "job" or not rec.unit or _unit_loaded(paths, rec.unit) is not False:
+        return None  # its unit may still run: an exit record written by the job itself must not count
+    from reconciler.core.plan import settle_outcome
+    from reconciler.runtime import read_exit_record
+
+    ex = read_exit_record(paths.exit_record(rec.id))
+    if ex is None or (rec.invocation and ex.invocation != rec.invocation):
+        return None
+    rc, why, peak, code = settle_outcome(rec, ex)
+    return rec.model_copy(update={"phase": Phase.exited, "rc": rc, "peak_gb": peak, "ended": ex.at or None,
+                                  "why": f"{why} (not settled yet: no pass since it ended)", "detail": {"code": code}})
+
+
+def _size(gb: float | None) -> str:
+    return "-" if gb is None else fmt_gb(gb)
+
+
+def _line(v: dict) -> str:
+    """One entry under HEADER: what it asked for, uses and used, and what a reader decides on: when
+    it ends, why it waits (position, est. start, what blocks it), or how it ended."""
+    started = fmt_clock(v["started"]) if v["started"] else "-"
+    if v["state"] in ("done", "refused", "cancelled", "exited") and v["why"]:
+        tail = f"rc={v['rc']}" if v["rc"] is not None else ""
+        tail += f" {v['why']}" if v["why"] else ""
+    elif v["overdue"]:
+        tail = "overdue"
+    elif v["state"] == "queued":
+        tail = v["waits"] or "waiting (no pass has looked at it yet)"
+    elif v["eta"]:
+        tail = f"ETA ~{fmt_clock(v['eta'])}"
+    else:
+        tail = "starting"
+    if v["agent"] != "none":
+        tail += f" ${v['spend_usd']:.2f} {v['iterations']} turns"
+    return (f"{v['id']:<6} {one_line(v['project'], 16):<16} {quoted(v['title'], 30):<32} {v['state']:<9} "
+            f"{_size(v['mem_gb']):>7} {_size(v['used_gb']):>7} {_size(v['peak_gb']):>7} {fmt_cpus(v['cpus']).split()[0]:>5} "
+            f"{started:>5}  {one_line(tail.strip(), 160)}").rstrip()
+
+
+def queue_problems(paths: Paths) -> list[str]:
+    """What is wrong with queue.toml right now, one line each naming the file and the line: the file
+    unusable, or entries of it set aside."""
+    from reconciler.desired.writer import DesiredError, read_queue_set_aside
+
+    try:
+        _, aside = read_queue_set_aside(paths)
+    except DesiredError as e:
+        return [f"{' '.join(str(e).split())}; starting and stopping nothing because of it"]
+    return [f"{line}; set aside: not started, nothing stopped for it" for line in aside]
+
+
+def queue_problem(paths: Paths) -> str | None:
+    """The first of queue_problems, or None."""
+    problems = queue_problems(paths)
+    return problems[0] if problems else None
+
+
+def notices(paths: Paths, snap: dict) -> list[str]:
+    """What kept the last pass from acting on everything, with queue.toml checked now: a file broken
+    (or fixed) since the last pass is reported as it is, not as it was."""
+    queue = str(paths.queue)
+    out = [n for n in snap.get("notices", []) if not n.startswith(queue)]
+    return queue_problems(paths) + out
+
+
+def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord], now: float) -> dict:
+    """Game mode, the agents' unreserved memory and the warnings, from the last pass's world."""
+    from reconciler.core.capacity import HOLDING, reserve_warnings
+    from reconciler.core.game import game_lines
+    from reconciler.core.models import World
+    from reconciler.render.lines import agents_memory_line, status_warnings
+
+    world = World.model_validate(world_data) if world_data else None
+    live = [r for r in records.values() if r.phase in LIVE]
+    return {
+        "game": {"on": game.active(now), "until": game.until if game.active(now) else None,
+                 "left_s": round(game.until - now) if game.active(now) and game.until else None,
+                 "lines": game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now)},
+        "agents_memory": agents_memory_line(world) if world else None,
+        "agents_slice": world.agents_slice.model_dump() if world and world.agents_slice else None,
+        "warnings": (status_warnings(world, live, policy) if world else []) + reserve_warnings(policy),
+    }
+
+
+def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bool = False) -> tuple[str, int]:
+    """(text, exit code) of `res status [ID] [--json]`. With an id, the text is the entry alone (the
+    CLI says a queue_problem on stderr), so the output stays one entry."""
+    from reconciler.recorded.store import Store
+
+    now = time.time()
+    store = Store.open(paths, readonly=True)
+    try:
+        records = store.records()
+        snap = _snapshot(store)
+        last_good = store.get_meta("desired_last_good")
+        recent = recorded_and_pending(paths, store, now - SHOWN_FOR_S, ("policy.toml", "game.toml"))[-5:]
+    finally:
+        store.close()
+    if job_id:
+        rec = records.get(job_id)
+        if rec is None:
+            return f"res: no such entry: {job_id}", 1
+        v = job_view(rec, snap, now, paths)
+        if as_json:
+            return json.dumps(v, indent=2), 0
+        return "\n".join(f"{k}: {_field(val)}" for k, val in v.items()), 0
+    warn = notices(paths, snap)
+
+    world = snap.get("world") or {}
+    game = Game.model_validate(json.loads(last_good)["game"]) if last_good else Game()
+    nproc = int(world.get("nproc") or 1)
+    reserve_gb, reserve_cpus, game_on = reserves(policy, game, now, nproc)
+    spent = spent_today(records, now)
+    budget = {"mem_gb": snap.get("budget_mem_gb"), "cpus": snap.get("budget_cpus"),
+              "reserve_gb": reserve_gb, "reserve_cpus": reserve_cpus, "as_of": snap.get("at"),
+              "mem_available_gb": world.get("mem_available_gb"),  # what the budget was taken from
+              "spend_today_usd": round(spent, 6), "daily_cost_usd": policy.daily_cost_usd or None}
+    grace = float("inf") if show_all else FINISHED_GRACE_S
+    live = [r for r in sorted(records.values(), key=lambda r: r.request.number)
+            if r.phase not in TERMINAL or (r.ended and now - r.ended < grace)]
+    views = [job_view(r, snap, now, paths) for r in live]
+    side = user_side(policy, game, world, records, now)
+    if as_json:
+        changes = [{"at": at, "file": f, "how": how, "who": who, "summary": summary} for at, f, how, who, summary in recent]
+        return json.dumps({"jobs": views, "budget": budget, "notices": warn, "held": snap.get("held", []),
+                           "changes": changes, **side}, indent=2), 0
+    hidden = sum(1 for r in records.values() if r.phase in TERMINAL) - sum(1 for v in views if v["state"] in ("done", "refused", "cancelled"))
+    lines = [HEADER] + [_line(v) for v in views] if views else ["no entries"]
+    if hidden:
+        lines.append(f"({hidden} finished entr{'y' if hidden == 1 else 'ies'} not shown: res status --all, res hist)")
+    if budget["mem_gb"] is None:
+        lines.append(f"agents may use ? GB, ? cpus now (no pass has run yet); reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}")
+    else:
+        age = f" (as of {fmt_span(now - budget['as_of'])} ago)" if budget["as_of"] and now - budget["as_of"] > 10 else ""
+        lines.append(f"agents may use {fmt_gb(max(budget['mem_gb'], 0))}, {fmt_cpus(max(budget['cpus'], 0))} now; "
+                     f"reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}{age}")
+    cap = f" of ${policy.daily_cost_usd:.2f}" if policy.daily_cost_usd else ""
+    lines[-1] += f"; sessions spent ${spent:.2f} today{cap}"  # the totals line
+    if side["game"]["on"]:
+        lines += side["game"]["lines"]
+    if side["agents_memory"]:
+        lines.append(side["agents_memory"])
+    lines += [f"warning: {w}" for w in side["warnings"]]
+    lines += [f"held: {h['id']} {quoted(h['title'], 40)} {one_line(h['reason'], 160)}" for h in snap.get("held", [])]
+    lines += [change_line(*row, clock=fmt_clock) for row in recent]
+    lines += [f"res: {' '.join(n.split())}" for n in warn]
+    return "\n".join(lines), 0
+
+
+# `res wait` and `res run --wait` exit with the job's own code (128+N when a signal killed it), like
+# `systemd-run --wait`; these two are res's own (README: exit codes).
+EXIT_TIMEOUT = 124  # --timeout passed first (as timeout(1))
+EXIT_NEVER_RAN = 125  # no exit code: refused, cancelled, the start failed, or the outcome was lost
+
+# The outcome code of a record whose detail has none (started, queued, a record from an older res).
+_PHASE_CODE = {Phase.queued: "queued", Phase.starting: "starting", Phase.running: "started",
+               Phase.exited: "ended", Phase.done: "done", Phase.refused: "refused", Phase.cancelled: "cancelled"}
+
+
+def wait_code(rec: JobRecord) -> int:
+    """The exit code of `res wait` for a finished entry."""
+    if rec.phase == Phase.done and (rec.request.kind == "note" or rec.rc is not None):
+        return 0 if rec.request.kind == "note" else rec.rc & 0xFF
+    return EXIT_NEVER_RAN
+
+
+def reason_of(rec: JobRecord, detail: dict | None = None) -> dict:
+    """The structured reason of an entry's state (docs/agent-interface.md)."""
+    if detail:
+        return detail
+    if rec.phase in TERMINAL and rec.detail:
+        return rec.detail
+    code = _PHASE_CODE[rec.phase]
+    if code == "started" and rec.request.kind == "note":
+        code = "noted"
+    return {"code": code}
+
+
+def entry_json(rec: JobRecord, paths: Paths, detail: dict | None = None) -> dict:
+    """One entry as `run`, `note`, `wait` and `release` print it with --json."""
+    req = rec.request
+    reason = reason_of(rec, detail)
+    return {"id": rec.id, "kind": req.kind, "state": rec.phase.value, "title": req.title,
+            "log": str(paths.log(rec.id)) if req.kind == "job" else None,
+            "position": reason.get("position"), "est_start": reason.get("est_start"),
+            "started": rec.started, "eta": rec.eta() if rec.phase not in TERMINAL else None, "ended": rec.ended,
+            "rc": rec.rc, "peak_gb": rec.peak_gb, "why": rec.why, "reason": reason}
+
+
+def done_line(rec: JobRecord) -> str:
+    """`r-1 done rc=0 peak 28 MB in 3 s`: how a finished entry ended, in one line."""
+    why = one_line(rec.why or "")
+    if rec.phase == Phase.refused:
+        return f"{rec.id} refused: {why or 'refused'}"
+    if rec.phase == Phase.cancelled:
+        return f"{rec.id} cancelled" + (f": {why}" if why else "")
+    if rec.phase != Phase.done:
+        return f"{rec.id} {rec.phase.value}" + (f": {why}" if why else "")
+    if rec.request.kind == "note":
+        return f"{rec.id} note ended" + (f": {why}" if why else "")
+    if rec.rc is None and rec.started is not None and (rec.detail or {}).get("code") == "start_failed":
+        return f"{rec.id} never ran ({why})"
+    peak = f" peak {fmt_gb(rec.peak_gb)}" if rec.peak_gb is not None else ""
+    took = f" in {fmt_span(rec.ended - rec.started)}" if rec.ended and rec.started else ""
+    tail = "" if why in ("", "exited 0") else f" ({why})"
+    return f"{rec.id} done rc={rec.rc if rec.rc is not None else '?'}{peak}{took}{tail}"

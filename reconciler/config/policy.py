@@ -1,0 +1,148 @@
+"""The policy: shipped defaults (policies/default.toml) < the user's policy.toml < RES_* environment.
+
+pydantic-settings does the layering and validation; a broken file is an error naming it, never a
+silently weaker default.
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from reconciler.config.resources import shipped
+from reconciler.core.quantities import BadValue, parse_duration_s
+
+
+class PolicyError(Exception):
+    """One line naming the file (or variable) and what is wrong with it."""
+
+
+def default_policy_path() -> Path:
+    return shipped("policies") / "default.toml"
+
+
+def user_policy_path() -> Path:
+    env = os.environ
+    if env.get("RES_POLICY_FILE"):
+        return Path(env["RES_POLICY_FILE"])
+    config = env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME", os.path.expanduser("~")), ".config")
+    return Path(config) / "res" / "policy.toml"
+
+
+POLICY_LIMIT = 1 << 20  # a policy file is a few dozen lines
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The TOML in `path` ({} if it does not exist). A FIFO, a device, a huge or non-UTF-8 file is one
+    line naming it, never a hang or a traceback."""
+    from reconciler.config.files import FileProblem, read_text
+
+    try:
+        text = read_text(path, POLICY_LIMIT)
+    except FileProblem as e:
+        raise PolicyError(str(e)) from None
+    if text is None:
+        return {}
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PolicyError(f"{path}: {e}") from None
+
+
+class Policy(BaseSettings):
+    """Every key is required here: the one home of the defaults is policies/default.toml."""
+
+    model_config = SettingsConfigDict(env_prefix="RES_", extra="forbid", frozen=True, allow_inf_nan=False)
+
+    # Every value has a range: `inf`, `1e-300` or a negative figure is a mistake (or an agent's
+    # doing), named in one line, never a loop that spins or a reserve that means nothing.
+    user_reserve_gb: float = Field(ge=0, le=65536)
+    user_reserve_cpus: float = Field(ge=0, le=4096)
+    game_reserve_gb: float = Field(ge=0, le=65536)
+    game_reserve_cpus: float = Field(ge=0, le=4096)
+    game_hours: float = Field(gt=0, le=24 * 365)
+    small_headroom_gb: float = Field(ge=0, le=65536)
+    scratch_hours: float = Field(gt=0, le=24 * 365)
+    clean_every_minutes: float = Field(ge=0, le=60 * 24 * 365)
+    adopt_sessions: bool
+    session_mem_gb: float = Field(ge=0, le=65536)
+    agents_slice: str = Field(pattern=r"^[A-Za-z0-9_.:-]+\.slice$", max_length=200)
+    jobs_slice: str = Field(pattern=r"^[A-Za-z0-9_.:-]+\.slice$", max_length=200)
+    unit_prefix: str = Field(pattern=r"^[A-Za-z0-9_]+$", max_length=64)
+    max_concurrent_sessions: int = Field(ge=0, le=10000)
+    max_starts_per_tick: int = Field(ge=1, le=10000)
+    cpu_quota: bool
+    max_log_gb: float = Field(ge=0, le=65536)
+    private_manager: Literal["auto", "never"]
+    max_cost_usd: float = Field(ge=0, le=1e6)
+    max_duration: int = Field(ge=0, le=365 * 86400)  # seconds; the file may say "30m"
+    max_iterations: int = Field(ge=0, le=10**9)
+    daily_cost_usd: float = Field(ge=0, le=1e6)
+    tick_s: float = Field(ge=0.05, le=3600)
+    attach_lease_s: float = Field(ge=1, le=86400)
+    attach_renew_s: float = Field(ge=0.1, le=86400)
+    sweep_s: float = Field(ge=0.05, le=3600)
+    answer_timeout_s: float = Field(ge=1, le=3600)
+
+    @field_validator("max_duration", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            if v.strip() in ("0", ""):
+                return 0
+            try:
+                return parse_duration_s(v, "max_duration")
+            except BadValue as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("jobs_slice")
+    @classmethod
+    def _jobs_under_agents(cls, v: str, info) -> str:
+        agents = info.data.get("agents_slice")
+        if agents and not v.startswith(agents[: -len(".slice")] + "-"):
+            raise ValueError(f"jobs_slice {v!r} must be a child of agents_slice {agents!r} (name it {agents[:-6]}-jobs.slice)")
+        return v
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+        # The files as load_policy read them (checked: regular, bounded, UTF-8), the user's over the
+        # shipped defaults: pydantic-settings never opens a path itself (a FIFO would hang it).
+        return (init_settings, env_settings, _FilesSource(settings_cls))
+
+
+class _FilesSource(PydanticBaseSettingsSource):
+    """The policy files' values, read once by load_policy (see settings_customise_sources)."""
+
+    files: dict[str, Any] = {}
+
+    def get_field_value(self, field, field_name):  # unused: __call__ gives the whole mapping
+        return self.files.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.files)
+
+
+def load_policy(**overrides: Any) -> Policy:
+    """Defaults < user file < RES_* environment < explicit overrides (tests)."""
+    user_path = user_policy_path()
+    default = _read_toml(default_policy_path())
+    user = _read_toml(user_path)
+    _FilesSource.files = {**default, **user}
+    unknown = sorted(set(user) - set(Policy.model_fields))
+    if unknown:
+        raise PolicyError(f"{user_path}: unknown key {unknown[0]!r}")
+
+    try:
+        loaded = Policy(**overrides)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(x) for x in err["loc"]) or "policy"
+        var = f"RES_{key.upper()}"
+        source = var if var in os.environ else str(user_path) if key in user else "policy"
+        raise PolicyError(f"{source}: {key}: {err['msg']}") from None
+    return loaded

@@ -1,0 +1,279 @@
+"""Capacity (DESIGN §5.1): what agents may use now, who holds the rest, and until when. Pure."""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from reconciler.core.models import Game, JobRecord, Phase, Request, World
+
+HOLDING = (Phase.starting, Phase.running)
+
+
+@dataclass(frozen=True)
+class Holder:
+    id: str
+    title: str
+    project: str
+    held_gb: float  # what it frees when it ends: max(reserved, used)
+    cpus: float
+    eta: float | None  # expected end (started + estimate)
+    overdue: bool
+    lock: str | None = None
+    session: bool = False
+
+
+@dataclass
+class Capacity:
+    mem_gb: float  # budget_mem: what agents may still take now
+    cpus: float
+    reserve_gb: float
+    reserve_cpus: float
+    headroom_gb: float
+    max_mem_gb: float  # the whole agent budget on an empty machine
+    max_cpus: float
+    force_mem_gb: float  # --force: MemAvailable − reserve − headroom, ledger ignored
+    force_cpus: float
+    game: bool
+    holders: list[Holder] = field(default_factory=list)
+
+    def fits(self, req: Request) -> bool:
+        if req.force:
+            return req.mem_gb <= self.force_mem_gb and req.cpus <= self.force_cpus
+        return req.mem_gb <= self.mem_gb and req.cpus <= self.cpus
+
+    def never_fits(self, req: Request) -> bool:
+        return req.mem_gb > self.max_mem_gb or req.cpus > self.max_cpus
+
+    def take(self, req: Request, holder: Holder) -> None:
+        """Count a grant made in this pass, so the next decision of the same pass sees it."""
+        self.mem_gb -= req.mem_gb
+        self.cpus -= req.cpus
+        self.force_mem_gb -= req.mem_gb
+        self.holders.append(holder)
+
+    def by_eta(self) -> list[Holder]:
+        return sorted(self.holders, key=lambda h: (h.eta is None, h.eta or 0, h.id))
+
+
+USER_CPU_SHARE = 0.25  # the most of the machine's CPUs the user's reserve takes
+GAME_CPU_SHARE = 0.5  # … and the game reserve
+
+
+def cpu_reserve(configured: float, nproc: int, share: float = USER_CPU_SHARE) -> float:
+    """The configured CPU reserve, scaled down on small machines: at most `share` of the CPUs, so
+    that a 2-core laptop does not give agents a single CPU to queue for (docs/decisions.md)."""
+    return max(0.0, min(configured, nproc * share))
+
+
+def reserves(policy, game: Game, now: float, nproc: int) -> tuple[float, float, bool]:
+    """(GB, CPUs, game on) kept for the user now. Game mode only ever adds to the user's reserve: a
+    policy whose game reserve is the smaller one must not let agents take more while the user plays."""
+    on = game.active(now)
+    user_cpus = cpu_reserve(policy.user_reserve_cpus, nproc)
+    if not on:
+        return policy.user_reserve_gb, user_cpus, on
+    gb = max(policy.game_reserve_gb, policy.user_reserve_gb)
+    return gb, max(cpu_reserve(policy.game_reserve_cpus, nproc, GAME_CPU_SHARE), user_cpus), on
+
+
+def reserve_warnings(policy) -> list[str]:
+    """Policy values that do not mean what they say: a game reserve below the normal one."""
+    out = []
+    for what, unit in (("gb", "GB"), ("cpus", "cpus")):
+        game, user = getattr(policy, f"game_reserve_{what}"), getattr(policy, f"user_reserve_{what}")
+        if game < user:
+            out.append(f"policy: game_reserve_{what} ({game:g} {unit}) is below user_reserve_{what} ({user:g} {unit}); "
+                       f"game mode keeps {user:g} {unit} (raise game_reserve_{what} to mean more)")
+    return out
+
+
+def holder_of(rec: JobRecord, used_gb: float, now: float) -> Holder:
+    req = rec.request
+    expires = rec.expires()
+    return Holder(
+        id=req.id,
+        title=req.title,
+        project=req.project,
+        held_gb=max(req.mem_gb, used_gb),
+        cpus=req.cpus,
+        eta=rec.eta(),
+        overdue=expires is not None and now > expires,
+        lock=req.lock,
+        session=req.session,
+    )
+
+
+def capacity(policy, game: Game, world: World, holding: list[JobRecord], now: float) -> Capacity:
+    """`holding`: the records that claim resources now (running or starting jobs, granted notes)."""
+    reserve_gb, reserve_cpus, on = reserves(policy, game, now, world.nproc)
+    headroom = policy.small_headroom_gb
+    mem = world.mem_available_gb - reserve_gb - headroom
+    force_mem = mem
+    cpus = world.nproc - reserve_cpus
+    holders = []
+    for rec in holding:
+        req = rec.request
+        obs = world.jobs.get(req.id)
+        used = obs.mem_used_gb if (obs and req.kind == "job") else 0.0
+        # Memory in use is already gone from MemAvailable; the unused rest of a job's reservation is
+        # still promised to it. A note's memory is not in any cgroup we see: count all of it.
+        mem -= max(0.0, req.mem_gb - used) if req.kind == "job" else req.mem_gb
+        cpus -= req.cpus
+        holders.append(holder_of(rec, used, now))
+    # The largest request that could ever fit uses the user's (not the game) reserve: a job that
+    # only fits once game mode ends may still wait for it in the queue.
+    max_mem = world.mem_total_gb - policy.user_reserve_gb - headroom
+    max_cpus = world.nproc - cpu_reserve(policy.user_reserve_cpus, world.nproc)
+    return Capacity(
+        mem_gb=mem,
+        cpus=cpus,
+        reserve_gb=reserve_gb,
+        reserve_cpus=reserve_cpus,
+        headroom_gb=headroom,
+        max_mem_gb=max_mem,
+        max_cpus=max_cpus,
+        force_mem_gb=force_mem,
+        force_cpus=world.nproc - reserve_cpus,
+        game=on,
+        holders=holders,
+    )
+
+
+def freed_by(cap: Capacity, need_gb: float, need_cpus: float, now: float) -> tuple[list[Holder], float | None]:
+    """The holders that must end, earliest ETA first, before `need` fits, and when that is expected.
+    (None, when even all of them ending would not be enough: the machine itself is short.)"""
+    short_mem = need_gb - cap.mem_gb
+    short_cpus = need_cpus - cap.cpus
+    chosen: list[Holder] = []
+    for h in cap.by_eta():
+        if short_mem <= 1e-9 and short_cpus <= 1e-9:
+            break
+        if (short_mem > 1e-9 and h.held_gb > 0) or (short_cpus > 1e-9 and h.cpus > 0):
+            chosen.append(h)
+            short_mem -= h.held_gb
+            short_cpus -= h.cpus
+    if short_mem > 1e-9 or short_cpus > 1e-9:
+        return chosen, None
+    when = max((max(h.eta or now, now) for h in chosen), default=now)
+    return chosen, when
+
+
+class QueueForecast:
+    """When each waiting queue entry is expected to start, FIFO: holders end at their ETAs, and each
+    entry, once started, holds its own request until start + its estimate; an entry with a lock also
+    waits until the lock's holder (running, or an earlier entry of the same lock) is expected to end.
+    Ask in queue order. O((holders + entries) log n) for a whole queue.
+
+    An entry that waits only for its lock is counted against capacity from the time the forecast has
+    reached, not from its own later start: conservative for the entries behind it, never optimistic."""
+
+    def __init__(self, cap: Capacity, now: float):
+        self.now = now
+        self.free_gb = cap.mem_gb
+        self.free_cpus = cap.cpus
+        self.clock = now
+        # (time it ends, gb, cpus); an overdue holder is expected to end "now"
+        self.ends = [(max(h.eta or now, now), h.held_gb, h.cpus) for h in cap.holders]
+        heapq.heapify(self.ends)
+        self.stuck = False
+        # When each held lock is expected free; None: its holder is overdue, so nobody can tell.
+        self.lock_free: dict[str, float | None] = {
+            h.lock: (None if h.overdue or h.eta is None else max(h.eta, now)) for h in cap.holders if h.lock}
+
+    def started(self, mem_gb: float, cpus: float, est_s: float, lock: str | None = None) -> None:
+        """An entry started in this very pass (after the forecast was made): it holds from now."""
+        self.free_gb -= mem_gb
+        self.free_cpus -= cpus
+        heapq.heappush(self.ends, (self.now + est_s, mem_gb, cpus))
+        if lock:
+            self.lock_free[lock] = self.now + est_s
+
+    def start_of(self, mem_gb: float, cpus: float, est_s: float, lock: str | None = None) -> float | None:
+        if lock and lock in self.lock_free and self.lock_free[lock] is None:
+            return None  # behind an overdue holder of its lock
+        if self.stuck:
+            return None
+        while self.free_gb < mem_gb - 1e-9 or self.free_cpus < cpus - 1e-9:
+            if not self.ends:
+                self.stuck = True  # not even everything ending frees enough: no estimate from here on
+                return None
+            when, gb, c = heapq.heappop(self.ends)
+            self.clock = max(self.clock, when)
+            self.free_gb += gb
+            self.free_cpus += c
+        start = max(self.clock, self.lock_free.get(lock) or self.clock) if lock else self.clock
+        self.free_gb -= mem_gb
+        self.free_cpus -= cpus
+        heapq.heappush(self.ends, (start + est_s, mem_gb, cpus))
+        if lock:
+            self.lock_free[lock] = start + est_s
+        return start
+
+
+# ---------------------------------------------------------------- why a request waits, as data
+# What blocks a request, as a dict with a stable `code` (docs/agent-interface.md): the plan's actions
+# and the records carry it, `--json` prints it, and render.py makes the one line from it.
+
+
+def short_of(cap: Capacity, mem_gb: float, cpus: float) -> list[str]:
+    """Which resources are short for this much: "memory", "cpus" (in that order)."""
+    out = []
+    if mem_gb > cap.mem_gb + 1e-9:
+        out.append("memory")
+    if cpus > cap.cpus + 1e-9:
+        out.append("cpus")
+    return out
+
+
+def holder_data(h: Holder) -> dict:
+    return {"id": h.id, "title": h.title, "project": h.project, "gb": round(h.held_gb, 3), "cpus": h.cpus,
+            "until": None if h.overdue else h.eta, "overdue": h.overdue}
+
+
+def _retry(when: float | None, holders: list[Holder], now: float) -> dict:
+    if when is None:
+        return {"retry": "unknown", "retry_at": None}
+    if when <= now or any(h.overdue for h in holders):
+        return {"retry": "soon", "retry_at": None}
+    return {"retry": "after", "retry_at": when}
+
+
+def busy_detail(req: Request, cap: Capacity, now: float, head: Request | None = None) -> dict:
+    """A request that does not fit now (or would overtake a waiting queue head): which resources are
+    short, who holds them (earliest end first), what is free, when to retry."""
+    need_gb = req.mem_gb + (head.mem_gb if head else 0.0)
+    need_cpus = req.cpus + (head.cpus if head else 0.0)
+    short = short_of(cap, need_gb, need_cpus) or ["memory"]
+    chosen, when = freed_by(cap, need_gb, need_cpus, now)
+    d = {"code": "busy", "resource": "queue_head" if head else "+".join(short), "short": short,
+         "holders": [holder_data(h) for h in chosen], "free_gb": round(cap.mem_gb, 3), "free_cpus": round(cap.cpus, 3),
+         "asked_gb": req.mem_gb, "asked_cpus": req.cpus, **_retry(when, chosen, now)}
+    if head:
+        d["head"] = {"id": head.id, "title": head.title, "gb": head.mem_gb, "cpus": head.cpus,
+                     "waits_for": "+".join(short_of(cap, head.mem_gb, head.cpus) or short)}
+    return d
+
+
+def lock_detail(lock: str, holder: Holder) -> dict:
+    known = holder.eta is not None and not holder.overdue
+    return {"code": "busy", "resource": "lock", "lock": lock, "holders": [holder_data(holder)],
+            "retry": "after" if known else "soon", "retry_at": holder.eta if known else None}
+
+
+def sessions_detail(sessions: list[Holder], limit: int) -> dict:
+    ordered = sorted(sessions, key=lambda h: (h.eta is None, h.eta or 0, h.id))
+    first = next((h for h in ordered if h.eta and not h.overdue), None)
+    return {"code": "busy", "resource": "sessions", "limit": limit, "running": len(sessions),
+            "holders": [holder_data(h) for h in ordered],
+            **({"retry": "after", "retry_at": first.eta} if first else {"retry": "soon", "retry_at": None})}
+
+
+def daily_detail(spent: float, limit: float) -> dict:
+    return {"code": "busy", "resource": "daily_cost", "spent_usd": round(spent, 6), "limit_usd": limit,
+            "retry": "tomorrow", "retry_at": None}
+
+
+def never_detail(req: Request, cap: Capacity) -> dict:
+    if req.mem_gb > cap.max_mem_gb:
+        return {"code": "never_fits", "resource": "memory", "asked": req.mem_gb, "max": round(max(cap.max_mem_gb, 0), 3)}
+    return {"code": "never_fits", "resource": "cpus", "asked": req.cpus, "max": round(max(cap.max_cpus, 0), 3)}

@@ -1,0 +1,288 @@
+"""`res hist [--project P]`: what finished jobs actually used, and what to ask for next time
+(issue 4 item 7). Pure: records in, rows and text out; the CLI reads state.db (records() and
+history()) and prints.
+
+Runs are grouped by (project, title kind). The *title kind* is the title without what changes from
+run to run: a trailing `(…)` group and trailing hex words, repeatedly (`title_kind`):
+"build abc123f" → "build", "e2e (retry 2)" → "e2e", "test 9f8e7d6 (attempt 3)" → "test".
+A *hex word* is a word of at least 4 hex digits with at least one decimal digit in it (optionally
+after `0x` or `#`): commit hashes, run numbers like 2024 or 1234, build ids. "e2e", "add", "beef",
+"cafe" and "v1.2" are not hex words, so real words survive. What is left is cut of trailing
+separators (` -:,;/#@`); if nothing would be left the whole title (flattened) is the kind.
+
+Which runs count (`counted`): finished jobs (phase done, kind job; notes never ran anything) with a
+start and an end, except those that say nothing about what the work needs: stopped by res itself
+(a `stop_reason`: released, budget), stopped from outside res, never started or could not execute,
+lost. A job killed at its memory limit (outcome `memory_limit`) counts, with its
+limit (the request's mem_gb, its MemoryMax) as its peak, and the row says how many were.
+
+Percentiles are NEAREST-RANK: the p-th percentile of n sorted values is the value at rank
+ceil(p/100 × n) (1-based, at least 1). It is always one of the observed values; with few runs p95
+is the largest, which is the safe side for sizing. The "median" everywhere here is the nearest-rank
+p50, i.e. the lower of the two middle values for an even count (`percentile`).
+
+A suggestion needs at least 3 counted runs (MIN_RUNS): mem = p95 peak × 1.15, rounded up to 256 MB
+steps below 1 GB and to 0.1 GB from 1 GB on; for = p90 duration × 1.5, rounded up to a whole minute.
+`hint_for` gives the one stderr line `run` / `note` print when they ask for more than 2× that.
+
+Import-light: no pydantic (records are used by attribute), no dataclasses.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Iterable, NamedTuple
+
+from reconciler.core.quantities import fmt_gb, fmt_span, one_line, quoted
+
+if TYPE_CHECKING:
+    from reconciler.core.models import JobRecord
+
+MIN_RUNS = 3
+MEM_FACTOR = 1.15
+FOR_FACTOR = 1.5
+HINT_FACTOR = 2.0
+_NOT_COUNTED = frozenset({"exec_failed", "start_failed", "stopped_outside", "lost"})  # JobRecord.outcome
+_HEX = frozenset("0123456789abcdefABCDEF")
+_SEPARATORS = " \t-:,;/#@"
+
+
+# ---------------------------------------------------------------- title kinds
+
+
+def _is_hex_word(word: str) -> bool:
+    w = word[1:] if word.startswith("#") else word
+    if w[:2] in ("0x", "0X"):
+        w = w[2:]
+    return len(w) >= 4 and set(w) <= _HEX and any(c.isdigit() for c in w)
+
+
+def _strip_group(s: str) -> str | None:
+    """`s` without its trailing balanced `(…)` group, or None if it does not end with one."""
+    if not s.endswith(")"):
+        return None
+    depth = 0
+    for i in range(len(s) - 1, -1, -1):
+        if s[i] == ")":
+            depth += 1
+        elif s[i] == "(":
+            depth -= 1
+            if depth == 0:
+                return s[:i]
+    return None
+
+
+def title_kind(title: str) -> str:
+    """The title without a trailing `(…)` and trailing hex words (see the module docstring)."""
+    flat = one_line(title)
+    s = flat
+    while True:
+        s = s.rstrip(_SEPARATORS)
+        cut = _strip_group(s)
+        if cut is not None:
+            s = cut
+            continue
+        head, _, last = s.rpartition(" ")
+        if last and _is_hex_word(last):
+            s = head
+            continue
+        break
+    return s or flat
+
+
+# ---------------------------------------------------------------- statistics
+
+
+def percentile(values: Iterable[float], p: float) -> float | None:
+    """Nearest-rank p-th percentile (0 < p ≤ 100) of `values`; None if there are none."""
+    xs = sorted(values)
+    if not xs:
+        return None
+    rank = max(1, math.ceil(round(p / 100 * len(xs), 9)))
+    return xs[min(rank, len(xs)) - 1]
+
+
+def median(values: Iterable[float]) -> float | None:
+    """The nearest-rank p50: the lower middle value for an even count."""
+    return percentile(values, 50)
+
+
+def round_mem_gb(gb: float) -> float:
+    """Up to 256 MB steps below 1 GB, up to 0.1 GB from there: 0.3 → 0.5, 1.38 → 1.4, 2.3 → 2.3."""
+    if gb <= 0:
+        return 0.25
+    if gb < 1:
+        return math.ceil(round(gb * 4, 6)) / 4
+    return math.ceil(round(gb * 10, 6)) / 10
+
+
+def round_for_s(seconds: float) -> int:
+    """Up to a whole minute, at least one."""
+    return max(60, math.ceil(round(seconds / 60, 6)) * 60)
+
+
+def mem_flag(gb: float) -> str:
+    """A --mem value that parses back to `gb`: 512M below 1 GB, else 1.4G / 12G."""
+    if gb < 1:
+        return f"{round(gb * 1024)}M"
+    return f"{gb:.1f}".rstrip("0").rstrip(".") + "G"
+
+
+def for_flag(seconds: int) -> str:
+    """A --for value: whole minutes, or hours when it is a whole number of them (90m, 2h)."""
+    minutes = max(1, math.ceil(seconds / 60))
+    return f"{minutes // 60}h" if minutes % 60 == 0 else f"{minutes}m"
+
+
+# ---------------------------------------------------------------- rows
+
+
+class Suggestion(NamedTuple):
+    project: str
+    kind: str
+    n: int  # counted runs
+    mem_gb: float | None  # suggested --mem (None: fewer than MIN_RUNS known peaks)
+    est_s: int | None  # suggested --for (None: fewer than MIN_RUNS runs)
+    peak_p95_gb: float | None
+    dur_p90_s: float | None
+    killed: int  # runs killed at their memory limit (counted with the limit as peak)
+
+
+class HistRow(NamedTuple):
+    project: str
+    kind: str
+    n: int
+    req_gb: float | None  # median request (--mem)
+    peak_p50_gb: float | None
+    peak_p95_gb: float | None
+    est_s: float | None  # median estimate (--for)
+    dur_p50_s: float | None
+    dur_p90_s: float | None
+    killed: int
+    suggestion: Suggestion | None
+
+
+def _phase(rec) -> str:
+    return getattr(rec.phase, "value", rec.phase)
+
+
+def counted(rec: "JobRecord") -> bool:
+    """Does this record say something about what its kind of work needs? (module docstring)"""
+    return (_phase(rec) == "done" and rec.request.kind == "job" and rec.started is not None
+            and rec.ended is not None and rec.ended >= rec.started and not rec.stop_reason
+            and rec.outcome not in _NOT_COUNTED)
+
+
+def killed_at_limit(rec: "JobRecord") -> bool:
+    return rec.outcome == "memory_limit"
+
+
+def peak_of(rec: "JobRecord") -> float | None:
+    """The run's peak in GB: its limit if it was killed at it, else the recorded peak (or None)."""
+    if killed_at_limit(rec):
+        return rec.request.mem_gb
+    return rec.peak_gb
+
+
+def _row(project: str, kind: str, recs: list["JobRecord"]) -> HistRow:
+    peaks = [p for p in (peak_of(r) for r in recs) if p is not None]
+    durs = [r.ended - r.started for r in recs]
+    killed = sum(1 for r in recs if killed_at_limit(r))
+    n = len(recs)
+    p95, p90 = percentile(peaks, 95), percentile(durs, 90)
+    sugg = None
+    if n >= MIN_RUNS:
+        mem = round_mem_gb(p95 * MEM_FACTOR) if len(peaks) >= MIN_RUNS else None
+        est = round_for_s(p90 * FOR_FACTOR)
+        sugg = Suggestion(project, kind, n, mem, est, p95 if mem is not None else None, p90, killed)
+    return HistRow(project, kind, n, median(r.request.mem_gb for r in recs), median(peaks), p95,
+                   median(r.request.est_s for r in recs), median(durs), p90, killed, sugg)
+
+
+def _groups(records: Iterable["JobRecord"]) -> dict[tuple[str, str], list["JobRecord"]]:
+    seen: set[str] = set()
+    groups: dict[tuple[str, str], list] = {}
+    for rec in records:
+        rid = rec.request.id
+        if rid in seen or not counted(rec):  # a record both live and in history counts once
+            continue
+        seen.add(rid)
+        groups.setdefault((rec.request.project, title_kind(rec.request.title)), []).append(rec)
+    return groups
+
+
+def hist_rows(records: Iterable["JobRecord"], project: str | None = None) -> list[HistRow]:
+    """One row per (project, title kind) of the counted runs, by project then kind; only `project`'s
+    if given."""
+    groups = _groups(r for r in records if project is None or r.request.project == project)
+    return [_row(p, k, recs) for (p, k), recs in sorted(groups.items())]
+
+
+def suggestion_for(records: Iterable["JobRecord"], project: str, title: str) -> Suggestion | None:
+    """The suggestion for a new request with this project and title, if its kind has one."""
+    kind = title_kind(title)
+    got = _groups(r for r in records if r.request.project == project).get((project, kind))
+    return _row(project, kind, got).suggestion if got else None
+
+
+# ---------------------------------------------------------------- text
+
+
+def hint_for(request_mem_gb: float, request_est_s: float, suggestion: Suggestion | None) -> str | None:
+    """One stderr line when a `run` / `note` asks for more than 2× the suggestion (memory or
+    duration), else None:
+    `hint: "build" in proj-a peaked at 1.2 GB (p95, 7 runs); --mem 1.4G would do`"""
+    if suggestion is None:
+        return None
+    s = suggestion
+    big_mem = s.mem_gb is not None and request_mem_gb > HINT_FACTOR * s.mem_gb
+    long_for = s.est_s is not None and request_est_s > HINT_FACTOR * s.est_s
+    if not (big_mem or long_for):
+        return None
+    where = quoted(s.kind, 40) + (f" in {one_line(s.project)[:40]}" if s.project else "")
+    runs = f"{s.n} runs" + (f", {s.killed} killed at the limit" if s.killed else "")
+    if big_mem and long_for:
+        what = f"peaked at {fmt_gb(s.peak_p95_gb)} (p95) and took {fmt_span(s.dur_p90_s)} (p90) over {runs}"
+        flags = f"--mem {mem_flag(s.mem_gb)} --for {for_flag(s.est_s)}"
+    elif big_mem:
+        what = f"peaked at {fmt_gb(s.peak_p95_gb)} (p95, {runs})"
+        flags = f"--mem {mem_flag(s.mem_gb)}"
+    else:
+        what = f"took {fmt_span(s.dur_p90_s)} (p90, {runs})"
+        flags = f"--for {for_flag(s.est_s)}"
+    return f"hint: {where} {what}; {flags} would do"
+
+
+_HEADER = ("project", "kind", "runs", "req", "peak p50", "peak p95", "est", "took p50", "took p90", "suggest", "")
+_RIGHT = {2, 3, 4, 5, 6, 7, 8}
+
+
+def _gb(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f} GB"
+
+
+def _dur(x: float | None) -> str:
+    return "-" if x is None else fmt_span(x)
+
+
+def render_hist(rows: list[HistRow]) -> str:
+    """An aligned table, one line per row; `suggest` shows the flags to use (or why there are none),
+    the last column flags runs killed at their memory limit."""
+    if not rows:
+        return "no finished jobs to learn from yet"
+    lines = [_HEADER]
+    for r in rows:
+        s = r.suggestion
+        if s is None:
+            sugg = f"- (needs {MIN_RUNS} runs)"
+        else:
+            sugg = " ".join(f for f in ((f"--mem {mem_flag(s.mem_gb)}" if s.mem_gb is not None else ""),
+                                        (f"--for {for_flag(s.est_s)}" if s.est_s is not None else "")) if f)
+        note = f"{r.killed} killed at the limit" if r.killed else ""
+        lines.append((one_line(r.project)[:24] or "-", quoted(r.kind, 30), str(r.n), _gb(r.req_gb), _gb(r.peak_p50_gb),
+                      _gb(r.peak_p95_gb), _dur(r.est_s), _dur(r.dur_p50_s), _dur(r.dur_p90_s), sugg, note))
+    widths = [max(len(line[i]) for line in lines) for i in range(len(_HEADER))]
+    out = []
+    for line in lines:
+        cells = [c.rjust(w) if i in _RIGHT else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths))]
+        out.append("  ".join(cells).rstrip())
+    return "\n".join(out)

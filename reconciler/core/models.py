@@ -1,0 +1,314 @@
+"""The state model (DESIGN §2): desired requests, recorded jobs, the observed world, and plan actions.
+
+Pure data: pydantic v2 models, no I/O. Times are epoch seconds (float); memory is GB (float).
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from reconciler.core.digest import DigestState
+
+JobId = str  # "r-12"
+
+# Bounds of every value a hand-edited desired file (or a forged one) may carry: past them a value is a
+# mistake or an attack, and is rejected at the boundary (one line naming the entry), never used.
+MAX_EPOCH = 32_503_680_000.0  # the year 3000: any time res reads is before it
+MAX_PID = 1 << 22  # the kernel's largest pid_max
+MIN_GB = 1 / 1024  # 1 MB: a smaller --mem is a typo
+MIN_CPUS = 0.01
+MAX_COUNT = 10**9
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# ---------------------------------------------------------------- desired
+
+
+class Request(_Model):
+    """One entry of desired/queue.toml: a job (`[[job]]`) or a note (`[[note]]`)."""
+
+    id: JobId = Field(pattern=r"^r-[1-9][0-9]{0,9}$")
+    kind: Literal["job", "note"] = "job"
+    title: str = Field(max_length=200)
+    project: str = Field(default="", max_length=200)
+    mem_gb: float = Field(ge=MIN_GB, le=65536)
+    # Half a CPU unless asked: CPUs are shared by weight, and most jobs leave them idle part of the time.
+    cpus: float = Field(default=0.5, ge=MIN_CPUS, le=4096)
+    est_s: int = Field(gt=0, le=365 * 86400)  # --for
+    created: float = Field(ge=0, le=MAX_EPOCH)
+    queue: bool = False
+    lock: str | None = Field(default=None, max_length=200)
+    force: bool = False
+    # jobs
+    cmd: list[str] = Field(default_factory=list, max_length=65536)
+    cwd: str = Field(default="", max_length=4096)
+    env: dict[str, str] = Field(default_factory=dict, max_length=4096)
+    agent: str = Field(default="none", max_length=64)  # "none": a plain command; else an agent session whose output is digested
+    # per-job budgets (None: the policy's default for agent sessions; 0: none)
+    max_cost_usd: float | None = Field(default=None, ge=0, le=1e6)
+    max_duration_s: int | None = Field(default=None, ge=0, le=365 * 86400)
+    max_iterations: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    # notes: the process whose exit frees the note (None: only its time or `res release` frees it)
+    owner_pid: int | None = Field(default=None, ge=1, le=MAX_PID)
+    owner_name: str | None = Field(default=None, max_length=64)  # what that process is (e.g. "claude")
+
+    @property
+    def number(self) -> int:
+        return int(self.id[2:])
+
+    @property
+    def session(self) -> bool:
+        """An agent session: counts against max_concurrent_sessions and the daily spend cap."""
+        return self.kind == "job" and self.agent != "none"
+
+
+class Game(_Model):
+    on: bool = False
+    until: float | None = Field(default=None, ge=0, le=MAX_EPOCH)
+
+    def active(self, now: float) -> bool:
+        return self.on and (self.until is None or now < self.until)
+
+
+class Desired(_Model):
+    """Desired state as read this pass. `queue_ok` False: queue.toml did not parse, `requests` is the
+    last good version, and nothing may be started, stopped or refused because of it."""
+
+    requests: list[Request] = Field(default_factory=list)
+    queue_ok: bool = True
+    queue_error: str | None = None
+    game: Game = Field(default_factory=Game)
+    game_ok: bool = True  # False: game.toml did not parse; `game` is the last good version
+    # Entries set aside: in queue.toml but unusable (a value out of range, a wrong type), each named
+    # by one line in `set_aside`. Their ids are `held`: never started, never taken as released.
+    set_aside: list[str] = Field(default_factory=list)
+    held: list[JobId] = Field(default_factory=list)
+    # Entries that appeared in queue.toml outside res (by hand, DESIGN §5.7): never started.
+    hand_added: list[JobId] = Field(default_factory=list)
+
+
+# ---------------------------------------------------------------- recorded
+
+
+class Phase(str, Enum):
+    queued = "queued"
+    starting = "starting"
+    running = "running"
+    exited = "exited"
+    done = "done"
+    refused = "refused"
+    cancelled = "cancelled"
+
+
+LIVE = (Phase.starting, Phase.running, Phase.exited)
+TERMINAL = (Phase.done, Phase.refused, Phase.cancelled)
+
+
+# How records from before outcome codes said how a job ended (JobRecord.outcome).
+_LEGACY_WHY = (("killed at its memory limit", "memory_limit"), ("could not execute", "exec_failed"),
+               ("start failed", "start_failed"), ("stopped from outside res", "stopped_outside"),
+               ("lost", "lost"), ("budget:", "budget"), ("released", "released"), ("killed by signal", "signal"),
+               ("attachment failed", "attach_failed"), ("agent failed", "agent_failed"))
+
+
+class JobRecord(_Model):
+    """What the reconciler knows of one request (state.db)."""
+
+    request: Request
+    phase: Phase
+    unit: str | None = None
+    attempt: int = 0
+    invocation: str | None = None  # the runtime's id of this attempt's run: its exit record must carry it
+    started: float | None = None
+    ended: float | None = None
+    rc: int | None = None
+    peak_gb: float | None = None
+    why: str | None = None
+    stop_reason: str | None = None  # set by a stop action, used when the exit is settled
+    stop_code: str | None = None  # its stable code: released, budget, attach_failed
+    # `res release` asked for it: only then does its entry leaving queue.toml stop or cancel it
+    released: bool = False
+    attached_by: str | None = None  # "<host>/<pid>/<nonce>" of the reconciler that streams the job
+    lease_until: float | None = None
+    log_offset: int = 0  # bytes of the log digested and committed
+    digest: DigestState | None = None  # what the digest knows, committed with log_offset
+    attach_failures: int = 0  # attachments in a row that failed
+    last_error: str | None = None
+    # Why it ended, as data: {"code": …} (docs/agent-interface.md), with a refusal's whole detail.
+    detail: dict | None = None
+    updated: float = 0
+
+    @property
+    def id(self) -> JobId:
+        return self.request.id
+
+    def eta(self) -> float | None:
+        if self.started is None:
+            return None
+        return self.started + self.request.est_s
+
+    @property
+    def spend_usd(self) -> float:
+        return self.digest.spend_usd if self.digest else 0.0
+
+    def lease_live(self, now: float, gone: "list[str] | tuple[str, ...]" = ()) -> bool:
+        """Someone holds the attachment: a lease not yet expired, of a holder not known to be gone."""
+        return (self.attached_by is not None and self.lease_until is not None and now < self.lease_until
+                and self.attached_by not in gone)
+
+    @property
+    def outcome(self) -> str | None:
+        """The stable code of how it ended (docs/agent-interface.md), from `detail`; for a record
+        written before res recorded codes, read off its `why` (the one place that still does)."""
+        if self.detail and isinstance(self.detail.get("code"), str):
+            return self.detail["code"]
+        if self.phase != Phase.done or self.why is None:
+            return None
+        for prefix, code in _LEGACY_WHY:
+            if self.why.startswith(prefix):
+                return code
+        return "exited"
+
+    def expires(self) -> float | None:
+        """Past this a running job is overdue (DESIGN §5.1: started + 2 × estimate)."""
+        if self.started is None:
+            return None
+        if self.request.kind == "note":
+            return self.started + self.request.est_s
+        return self.started + 2 * self.request.est_s
+
+
+# ---------------------------------------------------------------- observed
+
+
+class ExitObs(_Model):
+    """How a job's unit ended, as recorded by the unit itself (so it survives a dead reconciler)."""
+
+    result: str  # systemd SERVICE_RESULT: success, exit-code, signal, oom-kill, timeout, ...
+    code: str  # EXIT_CODE: exited, killed, dumped
+    status: str  # EXIT_STATUS: a number, or a signal name (KILL, TERM)
+    peak_gb: float | None = None
+    oom_kills: int = 0
+    at: float = 0
+    invocation: str | None = None  # the run that wrote it (systemd's INVOCATION_ID of the unit)
+
+
+class JobObs(_Model):
+    state: Literal["active", "activating", "deactivating", "inactive", "failed", "absent"] = "absent"
+    mem_used_gb: float = 0
+    pressure_avg60: float | None = None  # memory.pressure `some avg60` (%), cgroup v2 only
+    exit: ExitObs | None = None
+    log_bytes: int | None = None  # the size of its log (None: not looked at)
+
+
+class SliceObs(_Model):
+    """The agents slice as systemd and its cgroup report it. Weights and MemoryHigh are systemd's raw
+    values: None when unset (systemd says UINT64_MAX: the default weight, no limit)."""
+
+    name: str
+    cpu_weight: int | None = None
+    io_weight: int | None = None
+    memory_high: int | None = None  # bytes
+    mem_used_gb: float = 0  # the whole slice: sessions and jobs
+    mem_file_gb: float = 0  # of which page cache the kernel can reclaim
+
+
+class SessionObs(_Model):
+    """A running agent session: a process named `claude` with no `claude` among its ancestors."""
+
+    pid: int
+    in_slice: bool  # in the agents slice (anywhere below it)
+    unit: str = ""  # the unit it runs in now (its cgroup's unit: a scope or a service)
+    movable: bool = True  # False: it runs in a service or a container's scope, not ours to move
+    scope: str | None = None  # the scope unit it is in, when that scope sits directly in the agents slice
+    scope_memory_high: int | None = None  # that scope's MemoryHigh (None: unset or not observed)
+    children: list[int] = Field(default_factory=list)  # descendants in its own cgroup (moved with it)
+
+
+class World(_Model):
+    """The live system as the planner sees it (`res observe --json`)."""
+
+    ok: bool = True  # False: jobs could not be observed; nothing destructive may be decided
+    errors: list[str] = Field(default_factory=list)
+    mem_total_gb: float
+    mem_available_gb: float
+    nproc: int
+    jobs: dict[JobId, JobObs] = Field(default_factory=dict)
+    live_pids: list[int] = Field(default_factory=list)  # note owners that are alive
+    # Attachment holders on this host whose process is gone: their leases are void at once (DESIGN §5.4).
+    gone_holders: list[str] = Field(default_factory=list)
+    # Queue entries state.db has no record of, whose log exists: they ran before (state.db was lost or
+    # replaced), so they are never started again.
+    ran_before: list[JobId] = Field(default_factory=list)
+    # The user's side (issue 4). None / empty: not observed (then nothing is changed for them).
+    agents_slice: SliceObs | None = None
+    sessions: list[SessionObs] | None = None
+    tmp_tmpfs_used_gb: float | None = None  # /tmp in use when it is a tmpfs (it is RAM)
+    stray_services: list[str] = Field(default_factory=list)  # transient services outside the agents slices
+
+
+# ---------------------------------------------------------------- plan
+
+ActionKind = Literal[
+    "enqueue",  # record a new queued entry (bookkeeping)
+    "wait",  # a queued entry stays queued this pass (no change; says why and until when)
+    "start",
+    "grant",  # a note's reservation is recorded
+    "refuse",
+    "running",  # a starting job's unit is seen started (bookkeeping)
+    "stop",
+    "settle",
+    "reattach",  # claim the attachment of a live job whose holder's lease lapsed (or who gave it up)
+    "requeue",
+    "expire",
+    "cancel",
+    "retire",  # remove a finished entry from desired/queue.toml
+    "prune",
+    "set",  # change properties of a unit (the agents slice for game mode, a session scope's MemoryHigh)
+    "adopt",  # move a running agent session (and its descendants) into a scope in the agents slice
+    "end_game",  # game mode's time is up: clear it in desired/game.toml
+    "restore",  # write back a queue entry that left the file without `res release`
+    "recover",  # record an entry state.db does not know but the runtime or its log does (state.db lost)
+    "hold",  # an entry added to queue.toml outside res: shown, never started
+]
+
+
+class Action(_Model):
+    kind: ActionKind
+    id: JobId
+    reason: str = ""
+    # for display: what the entry asked for
+    title: str = ""
+    mem_gb: float = 0
+    cpus: float = 0
+    # settle
+    at: float | None = None  # when the unit ended
+    rc: int | None = None
+    peak_gb: float | None = None
+    why: str | None = None
+    # refuse: True when the request can never fit (exit 1 instead of 3)
+    never: bool = False
+    # set / adopt: unit properties to give; adopt: the pids to move into a new scope `id`
+    props: dict[str, int] = Field(default_factory=dict)
+    pids: list[int] = Field(default_factory=list)
+    # The reason as data with a stable `code` (docs/agent-interface.md): refuse / enqueue / wait
+    # (capacity.*_detail, `reason` is its one line), settle, stop and expire (the outcome's code).
+    detail: dict | None = None
+
+
+class Plan(_Model):
+    actions: list[Action] = Field(default_factory=list)
+    budget_mem_gb: float = 0
+    budget_cpus: float = 0
+    notices: list[str] = Field(default_factory=list)  # e.g. the broken-file line
+
+    def of(self, kind: str) -> list[Action]:
+        return [a for a in self.actions if a.kind == kind]
+
+    def for_id(self, job_id: JobId) -> list[Action]:
+        return [a for a in self.actions if a.id == job_id]

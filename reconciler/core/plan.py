@@ -1,0 +1,453 @@
+"""plan(desired, recorded, observed, now, policy) -> Plan: every decision of DESIGN §5.3, pure.
+
+No I/O, no clock, no randomness: all it needs is in its arguments, so `res reconcile --dry-run
+--world FILE` reproduces any decision.
+"""
+from __future__ import annotations
+
+import math
+import signal
+import time
+
+from reconciler.core.capacity import (HOLDING, Capacity, QueueForecast, busy_detail, capacity, daily_detail, holder_of, lock_detail,
+                       never_detail, sessions_detail, short_of)
+from reconciler.core.models import LIVE, TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, Plan, Request, World
+from reconciler.core.game import game_actions
+from reconciler.render.lines import UNHELD, queued_line, reason_line
+from reconciler.core.sessions import session_actions
+from reconciler.core.quantities import GIB, fmt_clock, fmt_gb, fmt_span, fmt_usd_pair
+
+PRUNE_AFTER_S = 24 * 3600
+OUTSIDE_STOP = ("TERM", "INT", "HUP")  # the signals of a stop request (systemctl stop, kill, ^C)
+ATTACH_FAILURES_MAX = 3  # attachments in a row that fail before the job is failed and stopped
+
+
+_ACTION_DEFAULTS = {name: f.default for name, f in Action.model_fields.items()
+                    if not f.is_required() and f.default_factory is None}
+_ACTION_FACTORIES = {name: f.default_factory for name, f in Action.model_fields.items() if f.default_factory is not None}
+# Every field in the model's order (the JSON's order), holding its default (None where required).
+_ACTION_TEMPLATE = {name: _ACTION_DEFAULTS.get(name) for name in Action.model_fields}
+_new_action, _setattr = Action.__new__, object.__setattr__
+
+
+def _construct(fields: dict) -> Action:
+    """What Action.model_construct does for this model (no aliases, no extras, no private attributes,
+    no post-init), without its per-field loop: a pass makes one action per queued entry."""
+    a = _new_action(Action)
+    values = _ACTION_TEMPLATE.copy()  # updating keeps the keys' order
+    for name, factory in _ACTION_FACTORIES.items():
+        values[name] = factory()
+    values.update(fields)
+    _setattr(a, "__dict__", values)
+    _setattr(a, "__pydantic_fields_set__", set(fields))
+    _setattr(a, "__pydantic_extra__", None)
+    _setattr(a, "__pydantic_private__", None)
+    return a
+
+
+def _construct_is_exact() -> bool:
+    sample = {"kind": "wait", "id": "r-1", "reason": "r", "title": "t", "mem_gb": 1.0, "props": {"CPUWeight": 5}}
+    fast, slow = _construct(sample), Action.model_construct(**sample)
+    return (fast == slow and fast.model_fields_set == slow.model_fields_set
+            and fast.model_dump_json() == slow.model_dump_json() == Action(**sample).model_dump_json())
+
+
+if not _construct_is_exact():  # a pydantic whose internals differ: the slow, public way
+    def _construct(fields: dict) -> Action:  # noqa: F811
+        return Action.model_construct(**{**_ACTION_DEFAULTS, **{k: f() for k, f in _ACTION_FACTORIES.items()}, **fields})
+
+
+def _act(**fields) -> Action:
+    """Actions are made here from validated inputs only: skip re-validating each (1,000s a pass)."""
+    return _construct(fields)
+
+
+ALIVE = ("active", "activating", "deactivating")
+
+
+def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy,
+         me: str | None = None, pricing_error: str | None = None) -> Plan:
+    """`me`: the attachment holder id of the reconciler that will apply the plan (None: a dry run,
+    which claims nothing). `pricing_error`: the pricing table could not be read; no agent session
+    may start (a broken table is never a silently weaker cap)."""
+    out = Plan()
+    if not desired.queue_ok:
+        out.notices.append(f"{desired.queue_error}; starting and stopping nothing because of it")
+    if not world.ok:
+        out.notices.append("could not observe jobs (" + "; ".join(world.errors) + "); acting on none of them")
+    out.notices.extend(f"{line}; set aside: not started, nothing stopped for it" for line in desired.set_aside)
+    # Held entries are in the file but unusable: not taken as released, never admitted.
+    wanted = {r.id for r in desired.requests} | set(desired.held)
+    ended: set[str] = set()  # records that stop holding resources in this plan
+
+    for rec in sorted(records.values(), key=lambda r: r.request.number):
+        for action in _lifecycle(rec, desired, wanted, world, now, policy, me):
+            out.actions.append(action)
+            if action.kind in ("settle", "expire", "requeue"):
+                ended.add(rec.id)
+
+    holding = [r for r in records.values() if r.phase in HOLDING and r.id not in ended]
+    cap = capacity(policy, desired.game, world, holding, now)
+    out.budget_mem_gb, out.budget_cpus = cap.mem_gb, cap.cpus
+    if desired.queue_ok and world.ok:
+        spent = spent_today(records, now)
+        out.actions.extend(_admit(desired, records, cap, now, policy, spent, pricing_error, world))
+    # The user's side: game mode on the agents slice, sessions kept in it (each only if observed).
+    out.actions.extend(game_actions(desired, world, now, policy))
+    out.actions.extend(session_actions(world, policy))
+    return out
+
+
+# ---------------------------------------------------------------- running, ended, released
+
+
+def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World, now: float, policy,
+               me: str | None) -> list[Action]:
+    req = rec.request
+    tag = dict(title=req.title, mem_gb=req.mem_gb, cpus=req.cpus)
+    if rec.phase in TERMINAL:
+        acts = []
+        if desired.queue_ok and rec.id in wanted:
+            acts.append(_act(kind="retire", id=rec.id, reason=f"{rec.phase.value}; removing it from the queue file", **tag))
+        elif rec.ended is not None and now - rec.ended > PRUNE_AFTER_S:
+            acts.append(_act(kind="prune", id=rec.id, reason="finished over 24 h ago; into history", **tag))
+        return acts
+
+    if req.kind == "note":
+        if rec.phase != Phase.running:
+            return []
+        if req.owner_pid is not None and world.ok and req.owner_pid not in world.live_pids:
+            return [_act(kind="expire", id=rec.id, reason=f"owner pid {req.owner_pid} is gone",
+                         detail={"code": "owner_gone"}, **tag)]
+        expires = rec.expires()
+        if expires is not None and now >= expires:
+            return [_act(kind="expire", id=rec.id, reason=f"expired at {fmt_clock(expires)}",
+                         detail={"code": "expired"}, **tag)]
+        if desired.queue_ok and rec.id not in wanted:
+            if not rec.released:
+                return [_restore(rec, tag)]
+            return [_act(kind="expire", id=rec.id, reason="released", detail={"code": "released"}, **tag)]
+        return []
+
+    if rec.phase == Phase.queued:
+        if desired.queue_ok and rec.id not in wanted:
+            if not rec.released:
+                return [_restore(rec, tag)]
+            return [_act(kind="cancel", id=rec.id, reason="removed from the queue", **tag)]
+        return []
+
+    # starting / running / exited: only what could be observed is acted on, and only by the
+    # reconciler that holds the job's attachment (or may claim it: no live lease of another).
+    if not world.ok:
+        return []
+    if rec.lease_live(now, world.gone_holders) and rec.attached_by != me:
+        return []
+    obs = world.jobs.get(rec.id)
+    alive = obs is not None and obs.state in ALIVE
+    # An exit record counts only once the unit has ended (its own stop step writes it last), and only
+    # if it is this run's: a job, or a neighbour, cannot end a running job by writing one.
+    ex = obs.exit if obs is not None and not alive else None
+    foreign = ex is not None and rec.invocation is not None and ex.invocation != rec.invocation
+    if foreign:
+        ex = None
+    if rec.phase == Phase.starting:
+        if ex is not None:
+            pass  # it started and already ended: settled below
+        elif alive:
+            return [_act(kind="running", id=rec.id, reason="unit seen started", **tag)]
+        elif rec.attached_by in world.gone_holders:
+            return [_act(kind="requeue", id=rec.id, reason=f"never started; {_holder(rec)} is gone", **tag)]
+        elif rec.lease_until is not None and now > rec.lease_until:
+            return [_act(kind="requeue", id=rec.id, reason="never started; lease expired", **tag)]
+        else:
+            return []
+    acts = []
+    if me is not None and rec.attached_by != me:
+        acts.append(_act(kind="reattach", id=rec.id, reason=_lapsed(rec, now, world.gone_holders), **tag))
+    if ex is not None:
+        rc, why, peak, code = settle_outcome(rec, ex)
+        acts.append(_act(kind="settle", id=rec.id, rc=rc, why=why, peak_gb=peak, at=ex.at or None,
+                         reason=settle_text(rec, rc, peak, why, ex.at), detail={"code": code}, **tag))
+    elif not alive:
+        why = ("lost: its exit record is another run's (not written by its unit)" if foreign
+               else "lost: the unit vanished without an exit record")
+        acts.append(_act(kind="settle", id=rec.id, rc=None, why=why, peak_gb=None, reason=why,
+                         detail={"code": "lost"}, **tag))
+    elif rec.stop_reason is None:
+        if desired.queue_ok and rec.id not in wanted:
+            if rec.released:
+                acts.append(_act(kind="stop", id=rec.id, reason="released", detail={"code": "released"}, **tag))
+            else:
+                acts.append(_restore(rec, tag))
+        elif (trip := budget_trip(rec, policy, now, obs.log_bytes if obs is not None else None)) is not None:
+            acts.append(_act(kind="stop", id=rec.id, reason=trip[1], detail={"code": trip[0]}, **tag))
+    return acts
+
+
+def _restore(rec: JobRecord, tag: dict) -> Action:
+    """An entry that left queue.toml without `res release` (the file deleted or laid down again, an
+    edit by hand): not the user's word to stop it. It is written back, and the job goes on."""
+    return _act(kind="restore", id=rec.id, reason="gone from queue.toml without res release: written back "
+                f"(res release {rec.id}{' --stop' if rec.request.kind == 'job' and rec.phase != Phase.queued else ''} ends it)",
+                **tag)
+
+
+def _holder(rec: JobRecord) -> str:
+    return "/".join((rec.attached_by or "?").split("/")[:2])
+
+
+def _lapsed(rec: JobRecord, now: float, gone: list[str]) -> str:
+    if rec.attached_by is None:
+        return UNHELD
+    holder = _holder(rec)
+    if rec.attached_by in gone:
+        return f"{holder} is gone"
+    ago = fmt_span(now - rec.lease_until) if rec.lease_until else "?"
+    return f"lease of {holder} expired {ago} ago"
+
+
+def effective_limits(req: Request, policy) -> tuple[float, int, int]:
+    """(max cost USD, max duration s, max iterations) of a job; 0 = no limit. A job's own flags win;
+    agent sessions get the policy's defaults."""
+    session = req.session
+
+    def pick(own, default):
+        return own if own is not None else (default if session else 0)
+
+    return (pick(req.max_cost_usd, policy.max_cost_usd), pick(req.max_duration_s, policy.max_duration),
+            pick(req.max_iterations, policy.max_iterations))
+
+
+def budget_trip(rec: JobRecord, policy, now: float, log_bytes: int | None = None) -> tuple[str, str] | None:
+    """(code, why) of a job over one of its budgets (DESIGN §5.5), or None. Codes: `attach_failed`,
+    `log_limit`, `budget`."""
+    if rec.attach_failures >= ATTACH_FAILURES_MAX:
+        return "attach_failed", f"attachment failed {rec.attach_failures} times in a row: {rec.last_error or 'unknown error'}"
+    limit_gb = getattr(policy, "max_log_gb", 0) if policy is not None else 0
+    if limit_gb and log_bytes is not None and log_bytes > limit_gb * GIB:
+        return "log_limit", f"log over {limit_gb:g} GB ({fmt_gb(log_bytes / GIB)} written; policy max_log_gb)"
+    max_cost, max_duration, max_iterations = effective_limits(rec.request, policy)
+    spend = rec.spend_usd
+    if max_cost and spend > max_cost:
+        shown, cap = fmt_usd_pair(spend, max_cost)
+        return "budget", f"budget: cost {shown} > {cap}"
+    if max_duration and rec.started is not None and now - rec.started > max_duration:
+        return "budget", f"budget: duration {fmt_span(now - rec.started)} > {fmt_span(max_duration)}"
+    iterations = rec.digest.iterations if rec.digest else 0
+    if max_iterations and iterations > max_iterations:
+        return "budget", f"budget: iterations {iterations} > {max_iterations}"
+    return None
+
+
+def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, str, float | None, str]:
+    """(rc, why, peak GB, code) of an ended job, from the exit record its unit wrote. Codes (stable,
+    docs/agent-interface.md): the stop's own (`released`, `budget`, `attach_failed`), `memory_limit`,
+    `exec_failed`, `exited`, `stopped_outside`, `signal`."""
+    req = rec.request
+    peak = round(ex.peak_gb, 3) if ex.peak_gb is not None else None
+    if ex.code == "exited":
+        rc = int(ex.status) if ex.status.lstrip("-").isdigit() else None
+    else:
+        try:
+            rc = 128 + signal.Signals["SIG" + ex.status].value
+        except KeyError:
+            rc = None
+    oom = ex.result == "oom-kill" or (ex.oom_kills > 0 and ex.code != "exited")
+    if rec.stop_reason:
+        code, why = rec.stop_code or "stopped", rec.stop_reason
+    elif rec.attach_failures >= ATTACH_FAILURES_MAX:
+        code, why = budget_trip(rec, None, 0)
+    elif oom:
+        code = "memory_limit"
+        why = memory_limit_why(req.mem_gb, peak)
+    elif ex.code == "exited" and rc == 203:
+        code, why = "exec_failed", "could not execute the command (not found or not executable)"
+    elif ex.code == "exited":
+        code, why = "exited", ("exited 0" if rc == 0 else f"exit code {rc}")
+    elif ex.status in OUTSIDE_STOP:
+        # res asked for no stop (no stop_reason): someone else did, e.g. `systemctl --user stop`.
+        code, why = "stopped_outside", f"stopped from outside res (signal {ex.status})"
+    else:
+        code, why = "signal", f"killed by signal {ex.status}"
+    return rc, why, peak, code
+
+
+def memory_limit_why(mem_gb: float, peak: float | None) -> str:
+    return (f"killed at its memory limit ({fmt_gb(mem_gb)}" + (f", peak {fmt_gb(peak)}" if peak is not None else "")
+            + f"); raise --mem (try --mem {suggest_mem(mem_gb)})")
+
+
+def agent_why(rec: JobRecord, why: str, code: str) -> tuple[str, str]:
+    """(why, code) with an agent session's own verdict, once its output is read to the end: a failure
+    it reported (a result event, or an error signal without one) is the reason, unless we stopped it
+    ourselves or the kernel killed it at its memory limit. An outcome the digest took from the exit
+    code alone says nothing the exit's own why (exit code, signal, stopped from outside) does not say
+    better."""
+    d = rec.digest
+    if not rec.request.session or d is None or d.outcome != "failure" or rec.stop_reason or code == "memory_limit":
+        return why, code
+    if not d.result_seen and not d.failure_signal:
+        return why, code
+    return f"agent failed: {d.failure_reason or 'reported an error'}", "agent_failed"
+
+
+def suggest_mem(mem_gb: float) -> str:
+    """A bigger --mem to try after a kill at the limit: 1.5 ×, rounded up to a whole GB (or 256 MB)."""
+    want = mem_gb * 1.5
+    if want < 1:
+        return f"{math.ceil(want * 4) * 256}M"
+    return f"{math.ceil(want)}G"
+
+
+def settle_text(rec: JobRecord, rc: int | None, peak: float | None, why: str, at: float) -> str:
+    took = f" in {fmt_span(at - rec.started)}" if rec.started and at else ""
+    peak_s = f" peak {fmt_gb(peak)}" if peak is not None else ""
+    return f"rc={rc if rc is not None else '?'}{peak_s}{took}; {why}"
+
+
+# ---------------------------------------------------------------- admission (DESIGN §5.2)
+
+
+def day_start(now: float) -> float:
+    """Local midnight before `now` (a conversion, not a clock read)."""
+    t = time.localtime(now)
+    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+def spent_today(records: dict[str, JobRecord], now: float) -> float:
+    """Settled spend of sessions that ended today plus what running ones have spent so far."""
+    midnight = day_start(now)
+    return sum(r.spend_usd for r in records.values()
+               if r.phase in LIVE or (r.phase == Phase.done and (r.ended or 0) >= midnight))
+
+
+def _session_block(req: Request, cap: Capacity, policy, spent: float, pricing_error: str | None) -> tuple[dict, bool] | None:
+    """Why an agent session may not start now (a structured reason), and whether that can never
+    change by waiting."""
+    if pricing_error:
+        return {"code": "pricing", "resource": "pricing", "error": pricing_error}, True
+    running = [h for h in cap.holders if h.session]
+    if len(running) >= policy.max_concurrent_sessions:
+        return sessions_detail(running, policy.max_concurrent_sessions), False
+    if policy.daily_cost_usd and spent >= policy.daily_cost_usd:
+        return daily_detail(spent, policy.daily_cost_usd), False
+    return None
+
+
+def _refuse(req: Request, detail: dict, never: bool = False, **tag) -> Action:
+    return _act(kind="refuse", id=req.id, never=never, reason=reason_line(detail), detail=detail, **tag)
+
+
+def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: float, policy,
+           spent: float = 0.0, pricing_error: str | None = None, world: World | None = None) -> list[Action]:
+    acts: list[Action] = []
+    session_waits = False  # a queued session waits for the session caps: later sessions wait behind it
+    locks = {h.lock: h for h in cap.holders if h.lock}
+    queued_locks: dict[str, str] = {}  # lock -> the first waiting entry that will take it
+    starts = 0
+    head: Request | None = None  # the first queued entry that waits: everything behind it waits too
+    forecast: QueueForecast | None = None  # made once the first entry waits
+    position = 0  # of a queued entry among those that stay queued
+
+    def start(req: Request, why: str, **tag) -> None:
+        nonlocal starts
+        acts.append(_act(kind="start", id=req.id, reason=f"{why} ({fmt_gb(cap.mem_gb)} free)", **tag))
+        cap.take(req, _new_holder(req, now))
+        starts += 1
+        if req.lock:
+            locks[req.lock] = cap.holders[-1]
+        if forecast is not None:
+            forecast.started(req.mem_gb, req.cpus, req.est_s, req.lock)
+
+    ran_before = set(world.ran_before) if world is not None else set()
+    hand_added = set(desired.hand_added)
+    for req in desired.requests:
+        rec = records.get(req.id)
+        if rec is not None and rec.phase != Phase.queued:
+            continue
+        tag = dict(title=req.title, mem_gb=req.mem_gb, cpus=req.cpus)
+        if req.id in hand_added and rec is None:
+            acts.append(_act(kind="hold", id=req.id, detail={"code": "hand_added"}, reason=(
+                f"added to queue.toml outside res (not by res run): never started; res release {req.id} drops it"),
+                **tag))
+            continue
+        if rec is None and req.id in ran_before:
+            # state.db does not know it, but its log (and maybe its unit) does: it ran before (state.db
+            # was lost or replaced). Taken back as what it is, never started a second time.
+            obs = world.jobs.get(req.id)
+            there = obs is not None and (obs.state in ALIVE or obs.exit is not None)
+            acts.append(_act(kind="recover", id=req.id, detail={"code": "unit" if there else "lost"}, reason=(
+                "state.db has no record of it, its unit is there: taken back" if there else
+                "state.db has no record of it, but it ran before (its log is there): not started again"), **tag))
+            if there:
+                cap.take(req, _new_holder(req, now))
+            continue
+        if cap.never_fits(req):
+            acts.append(_refuse(req, never_detail(req, cap), never=True, **tag))
+            continue
+        holder = locks.get(req.lock) if req.lock else None
+        blocked = _session_block(req, cap, policy, spent, pricing_error) if req.session else None
+
+        if req.kind == "note" or not req.queue:
+            if blocked is not None:
+                detail, final = blocked
+                acts.append(_refuse(req, detail, never=final, **tag))
+            elif holder is not None:
+                acts.append(_refuse(req, lock_detail(req.lock or "", holder), **tag))
+            elif head is not None and not req.force:
+                acts.append(_refuse(req, busy_detail(req, cap, now, head=head), **tag))
+            elif not cap.fits(req):
+                acts.append(_refuse(req, busy_detail(req, cap, now), **tag))
+            elif req.kind == "note":
+                acts.append(_act(kind="grant", id=req.id, reason=f"fits ({fmt_gb(cap.mem_gb)} free)", **tag))
+                cap.take(req, _new_holder(req, now))
+            elif starts < policy.max_starts_per_tick:
+                start(req, "fits", **tag)
+            # else: over this pass's start cap; decided next pass
+            continue
+
+        # --queue: strict FIFO; a blocked head holds the rest; a held lock skips the entry.
+        position += 1
+        if holder is not None or req.lock in queued_locks:
+            # Skipped, not blocking: it waits for its lock (held now, or taken by an earlier waiting
+            # entry), and starts once its holders are expected to end.
+            forecast = forecast or QueueForecast(cap, now)
+            est = forecast.start_of(req.mem_gb, req.cpus, req.est_s, lock=req.lock)
+            lock_holder = holder.id if holder is not None else queued_locks[req.lock]
+            acts.extend(_wait(req, rec, {"code": "queued", "position": position, "est_start": est, "waits_for": "lock",
+                                         "lock": req.lock, "lock_holder": lock_holder}, **tag))
+            continue
+        if req.session and (blocked is not None or session_waits):
+            # Sessions wait for the session caps in FIFO order among themselves; other jobs go on.
+            session_waits = True
+            acts.extend(_wait(req, rec, {"code": "queued", "position": position, "est_start": None,
+                                         "waits_for": blocked[0]["resource"] if blocked else "sessions",
+                                         "block": blocked[0] if blocked else None}, **tag))
+            continue
+        if head is None and cap.fits(req) and starts < policy.max_starts_per_tick:
+            start(req, "queue head, fits" if position == 1 else "fits", **tag)
+            position -= 1  # it did not stay queued
+            continue
+        if head is None:
+            head = req
+            forecast = forecast or QueueForecast(cap, now)
+        est = forecast.start_of(req.mem_gb, req.cpus, req.est_s, lock=req.lock)
+        if req.lock:
+            queued_locks.setdefault(req.lock, req.id)
+        if head is req:
+            waits = "+".join(short_of(cap, req.mem_gb, req.cpus)) or "starts_per_pass"
+            detail = {"code": "queued", "position": position, "est_start": est, "waits_for": waits}
+        else:
+            detail = {"code": "queued", "position": position, "est_start": est, "waits_for": "queue_head", "head": head.id}
+        acts.extend(_wait(req, rec, detail, **tag))
+    return acts
+
+
+def _wait(req: Request, rec: JobRecord | None, detail: dict, **tag) -> list[Action]:
+    kind = "enqueue" if rec is None else "wait"
+    return [_act(kind=kind, id=req.id, reason=queued_line(detail), detail=detail, **tag)]
+
+
+def _new_holder(req: Request, now: float):
+    rec = JobRecord(request=req, phase=Phase.starting, started=now)
+    return holder_of(rec, 0.0, now)

@@ -1,0 +1,196 @@
+"""Changes to the user's own files (DESIGN §5.7): agents run as the same user and can edit the policy,
+game.toml or the queue by hand. res cannot prevent that; it makes it visible.
+
+Every change the writer makes is logged by the writer itself (`desired/.changes.jsonl`: when, which
+file, what, who asked, the digest of the file it left). Each pass reads the new lines, and compares
+each tracked file's digest with the last one it saw: a new digest that no writer line accounts for is
+a change made outside res, recorded with what changed (`user_reserve_gb 6 → 1`). Both kinds go to
+state.db's `changes` table: `res status` shows the recent ones of the policy and game files, `res hist
+--changes` all of them. A queue entry that appeared outside the writer is *hand-added*: never started
+(DESIGN §5.7: a forged entry is never started silently); `res release` drops it.
+
+`diff_values` and `queue_diff` are pure; `track` is the shell around them.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from reconciler.config.paths import Paths
+
+FILE_LIMIT = 32 << 20
+SHOWN_FOR_S = 24 * 3600  # `res status` shows changes this recent
+
+
+# ---------------------------------------------------------------------------------- pure
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=True) if not isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def diff_values(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """`user_reserve_gb 6 → 1, game_hours set to 2, tick_s removed` (keys in order), or ""."""
+    parts = []
+    for key in sorted(set(old) | set(new)):
+        if key not in new:
+            parts.append(f"{key} removed (was {_shown(old[key])})")
+        elif key not in old:
+            parts.append(f"{key} set to {_shown(new[key])}")
+        elif old[key] != new[key]:
+            parts.append(f"{key} {_shown(old[key])} → {_shown(new[key])}")
+    return ", ".join(parts)
+
+
+def queue_diff(old: dict[str, str], new: dict[str, str]) -> tuple[str, list[str]]:
+    """(summary, the ids added) between two queue snapshots ({id: digest of its entry})."""
+    added = sorted((i for i in new if i not in old), key=lambda i: int(i[2:]) if i[2:].isdigit() else 0)
+    removed = sorted(i for i in old if i not in new)
+    edited = sorted(i for i in new if i in old and new[i] != old[i])
+    parts = []
+    for what, ids in (("added", added), ("removed", removed), ("edited", edited)):
+        if ids:
+            parts.append(f"{', '.join(ids[:8])}{', …' if len(ids) > 8 else ''} {what}")
+    return "; ".join(parts), added
+
+
+def change_line(at: float, file: str, how: str, who: str, summary: str, clock) -> str:
+    """One line of `res status` / `res hist --changes`; `clock(at)` gives HH:MM."""
+    from reconciler.core.quantities import one_line
+
+    by = "outside res" if how == "outside" else f"by res ({one_line(who, 80)})"
+    return f"{file} changed {by} at {clock(at)}: {one_line(summary, 200) or 'no value changed'}"
+
+
+# ---------------------------------------------------------------------------------- shell
+
+
+def _digest(data: bytes | None) -> str:
+    if data is None:
+        return "missing"
+    from reconciler.desired.writer import _digest as digest
+
+    return digest(data)
+
+
+def _snapshot(file: str, data: bytes | None) -> dict[str, Any]:
+    """What a file says, to diff against later: its TOML values (the queue: each entry's digest by id)."""
+    import tomllib
+
+    if data is None:
+        return {}
+    try:
+        values = tomllib.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        return {"(unreadable)": " ".join(str(e).split())[:80]}
+    if file != "queue.toml":
+        return values
+    out = {}
+    for kind in ("job", "note"):
+        entries = values.get(kind)
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+                out[entry["id"]] = _digest(json.dumps(entry, sort_keys=True, default=str).encode())
+    return out
+
+
+def _read(path: Path, follow: bool = False) -> bytes | None:
+    from reconciler.config.files import FileProblem, read_regular
+
+    try:
+        return read_regular(path, FILE_LIMIT, follow=follow)
+    except FileProblem as e:
+        return f"(unusable: {e})".encode()
+
+
+def _unread_events(paths: Paths, store) -> tuple[list[dict], int, int]:
+    """(the writer's change lines not read before, where they start, where they end): an offset kept
+    in state.db; a log that was cut short starts over."""
+    from reconciler.desired.writer import CHANGES_NAME
+
+    raw = _read(paths.desired / CHANGES_NAME) or b""
+    offset = int(store.get_meta("changes_offset") or 0)
+    if offset > len(raw):
+        offset = 0
+    end = raw.rfind(b"\n", offset) + 1
+    events = []
+    for line in raw[offset:end].splitlines():
+        try:
+            e = json.loads(line)
+            if isinstance(e, dict) and isinstance(e.get("file"), str):
+                events.append(e)
+        except ValueError:
+            continue
+    return events, offset, end
+
+
+def _writer_events(paths: Paths, store) -> list[dict]:
+    events, offset, end = _unread_events(paths, store)
+    if end > offset:
+        store.set_meta("changes_offset", str(end))
+    return events
+
+
+def _writer_row(e: dict, now: float) -> tuple[float, str, str, str, str]:
+    ids = e.get("ids") or []
+    return (float(e.get("at") or now), e["file"], "res", str(e.get("who") or ""),
+            f"{e.get('op', 'edit')}" + (f" {', '.join(map(str, ids))}" if ids else ""))
+
+
+def recorded_and_pending(paths: Paths, store, since: float = 0.0, files=None) -> list[tuple[float, str, str, str, str]]:
+    """The changes recorded, and the writer's own ones no pass has read yet (read-only): what `res
+    hist --changes` and `res status` show, without waiting for the next pass."""
+    now = time.time()
+    rows = store.changes(since, files)
+    pending = [_writer_row(e, now) for e in _unread_events(paths, store)[0]]
+    wanted = set(files) if files is not None else None
+    rows += [r for r in pending if r[0] >= since and (wanted is None or r[1] in wanted)]
+    return sorted(rows, key=lambda r: r[0])
+
+
+def track(paths: Paths, store, policy_path: Path, now: float | None = None) -> set[str]:
+    """Record this pass's changes to the policy, game and queue files; return the ids of the queue
+    entries that were added outside res (and are still there)."""
+    now = time.time() if now is None else now
+    events = _writer_events(paths, store)
+    rows = [_writer_row(e, now) for e in events]
+    by_writer: dict[str, set[str]] = {}
+    added_by_writer: set[str] = set()
+    for e in events:
+        by_writer.setdefault(e["file"], set()).add(str(e.get("digest")))
+        if e["file"] == "queue.toml" and e.get("op") in ("add", "restore"):
+            added_by_writer.update(map(str, e.get("ids") or []))
+    known = store.get_meta_json("tracked", {})
+    hand_added = set(store.get_meta_json("hand_added", []))
+    before = set(hand_added)
+    changed = False
+    for file, path in (("policy.toml", policy_path), ("game.toml", paths.game), ("queue.toml", paths.queue)):
+        data = _read(path, follow=file == "policy.toml")  # a policy may be a dotfile's symlink
+        digest = _digest(data)
+        prev = known.get(file)
+        if prev is not None and prev.get("digest") == digest:
+            continue
+        snap = _snapshot(file, data)
+        if prev is not None and digest not in by_writer.get(file, set()):
+            if file == "queue.toml":
+                summary, added = queue_diff(prev.get("snapshot", {}), snap)
+                hand_added.update(i for i in added if i not in added_by_writer)
+            else:
+                summary = diff_values(prev.get("snapshot", {}), snap)
+            if data is None:
+                summary = "removed" + (f" ({summary})" if summary else "")
+            rows.append((now, file, "outside", "", summary))
+        known[file] = {"digest": digest, "snapshot": snap}
+        changed = True
+    if "queue.toml" in known:
+        hand_added &= set(known["queue.toml"].get("snapshot", {}))  # gone from the file: forgotten
+    if rows:
+        store.add_changes(rows)
+    if changed:
+        store.set_meta_json("tracked", known)
+    if hand_added != before:
+        store.set_meta_json("hand_added", sorted(hand_added))
+    return hand_added

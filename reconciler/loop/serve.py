@@ -1,0 +1,362 @@
+"""`res serve`: the APScheduler loop and the single writer (DESIGN §2, §6).
+
+One asyncio loop holds the D-Bus connection, an AsyncIOScheduler that asks for a pass every `tick_s`,
+and a unix socket where CLI calls ask for a decision now. A request for a pass that arrives while one
+runs is never lost: it sets a dirty flag and the loop runs again (APScheduler's max_instances alone
+would drop it)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import time
+
+from reconciler.commands import requests as ops
+from reconciler.config.locks import LockBusy, acquire, release
+from reconciler.recorded.store import StoreReplaced
+from reconciler.core.models import Plan
+from reconciler.config.paths import Paths
+
+log = logging.getLogger("res.serve")
+
+
+# A request is one JSON line: the caller's command and environment (ARG_MAX, 2 MiB on Linux, bounds
+# both together; the client sends UTF-8, not \u escapes). Past this it is not a request res sends.
+REQUEST_LIMIT = 8 << 20
+MAX_CONNECTIONS = 512  # requests open at once (each `res wait` holds one while it waits)
+MAX_READING = 16  # connections still sending their request: each may buffer up to REQUEST_LIMIT
+REQUEST_S = 10.0  # to send the request line
+ENDED_STATES = ("inactive", "failed", "removed")  # a job unit in one of these has ended
+
+
+class ServeBusy(Exception):
+    pass
+
+
+class ServeStopped(Exception):
+    """The loop stopped itself: what it relies on is gone (state.db removed or replaced)."""
+
+
+class Ticker:
+    """Runs engine passes one at a time; `pass_after_now()` returns the plan of a pass that began after
+    the call, so whatever the caller wrote before it is seen."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.begun = 0  # passes started
+        self.finished = 0
+        self.dirty = False
+        self.task: asyncio.Task | None = None
+        self.done = asyncio.Condition()
+        self.last: Plan | None = None
+        self.before: dict[int, list] = {}  # pass number -> what to call right before it begins
+        self.on_fatal = None  # called with an error after which no pass may run
+
+    def kick(self, before=None) -> int:
+        """Ask for a pass; returns the number of the pass that will answer. `before()` is called
+        right before that pass begins (not in a pass already under way)."""
+        if before is not None:
+            self.before.setdefault(self.begun + 1, []).append(before)
+        self.dirty = True
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run())
+        return self.begun + 1
+
+    async def _run(self) -> None:
+        while self.dirty:
+            self.dirty = False
+            self.begun += 1
+            for before in self.before.pop(self.begun, []):
+                before()
+            try:
+                self.last = await self.engine.tick()
+            except StoreReplaced as e:
+                log.error("%s", e)
+                self.dirty = False
+                if self.on_fatal is not None:
+                    self.on_fatal(e)
+            except Exception:
+                log.exception("pass %d failed", self.begun)
+            self.finished = self.begun
+            async with self.done:
+                self.done.notify_all()
+
+    async def pass_after_now(self, before=None) -> Plan | None:
+        want = self.kick(before)
+        async with self.done:
+            await self.done.wait_for(lambda: self.finished >= want)
+        return self.last
+
+
+def take_serve_lock(paths: Paths) -> int:
+    paths.ensure()
+    try:
+        fd = acquire(paths.serve_lock, timeout=0)
+    except LockBusy:
+        try:
+            pid = open(paths.serve_lock).read().strip() or "?"
+        except OSError:
+            pid = "?"
+        raise ServeBusy(f"res serve is already running for {paths.root} (pid {pid})") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = False) -> None:
+    """The loop. `standby`: wait while another loop holds the state directory, take over when it
+    ends (its leases are then claimed as they lapse, or at once if it handed them over)."""
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+    from reconciler.loop.tick import Engine
+
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    while True:
+        try:
+            lock_fd = take_serve_lock(paths)
+            break
+        except ServeBusy:
+            if not standby:
+                raise
+        try:
+            await asyncio.wait_for(stopping.wait(), 0.2)
+            return  # asked to stop while standing by
+        except asyncio.TimeoutError:
+            pass
+    engine = engine or Engine(paths, policy)
+    ticker = Ticker(engine)
+    fatal: list[Exception] = []
+
+    def stop_for(e: Exception) -> None:
+        fatal.append(e)
+        stopping.set()
+
+    ticker.on_fatal = stop_for
+    if hasattr(engine.runtime, "watch"):
+        # A unit of ours ended or went away: a pass now settles it and starts what waited for it.
+        await engine.runtime.watch(lambda job_id, state: state in ENDED_STATES and ticker.kick())
+    await engine.connect()
+    if not engine.connected and engine.manager_absent and policy.private_manager == "auto":
+        await start_private_manager(engine, paths)
+
+    connections = reading = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One request per connection. What a client can make the loop spend is bounded: connections
+        at once (MAX_CONNECTIONS), those still sending (MAX_READING), the size of a request
+        (REQUEST_LIMIT), and the time it may take to send it (REQUEST_S): at most MAX_READING ×
+        REQUEST_LIMIT of buffers. A client that hangs up early costs nothing but its connection."""
+        nonlocal connections, reading
+        connections += 1
+        try:
+            if connections > MAX_CONNECTIONS or reading >= MAX_READING:
+                answer = {"code": 1, "line": "res: the reconciler loop has too many requests open; try again"}
+            else:
+                try:
+                    reading += 1
+                    try:
+                        line = await asyncio.wait_for(reader.readline(), REQUEST_S)
+                    finally:
+                        reading -= 1
+                    if not line.endswith(b"\n"):
+                        return  # hung up (or past the size limit) before a whole request: nothing was asked
+                    answer = await answer_request(engine, ticker, json.loads(line), reader,
+                                                  say=lambda obj: writer.write(json.dumps(obj).encode() + b"\n"))
+                except asyncio.TimeoutError:
+                    return  # a client that stalls mid-request is dropped
+                except (ConnectionError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):
+                    return
+                except ValueError as e:
+                    if "limit" in str(e) or "Separator" in str(e):
+                        return  # a line over REQUEST_LIMIT: not a request any res sends
+                    answer = {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
+                except Exception as e:  # a bad request gets an answer, never kills the loop
+                    answer = {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
+            if answer is None:  # the caller went away (a wait it gave up): nobody to answer
+                return
+            writer.write(json.dumps(answer).encode() + b"\n")
+            await writer.drain()
+        except (ConnectionError, OSError):
+            pass  # the caller hung up before its answer: nothing to tell, nothing to log
+        finally:
+            connections -= 1
+            writer.close()
+
+    if paths.socket.exists() or paths.socket.is_symlink():
+        paths.socket.unlink()  # ours: we hold the serve lock
+    old = os.umask(0o077)
+    try:
+        # A request is one JSON line holding the caller's command and environment: far past
+        # asyncio's default 64 KiB line limit for a long command line (ARG_MAX is 2 MiB or more).
+        server = await asyncio.start_unix_server(handle, path=str(paths.socket), limit=REQUEST_LIMIT)
+    finally:
+        os.umask(old)
+    async def interval_pass() -> None:  # a coroutine, so APScheduler runs it on our loop, not a thread
+        ticker.kick()
+
+    scheduler = AsyncIOScheduler()
+    if policy.clean_every_minutes > 0:
+        from reconciler.commands.clean import default_roots
+
+        async def cleanup() -> None:
+            await auto_clean(engine, default_roots(os.getuid()), time.time())
+
+        scheduler.add_job(cleanup, "interval", seconds=60, id="clean", max_instances=1, coalesce=True)
+    # A pass every tick_s; expired attachments are claimed by a pass, so at least every sweep_s too.
+    scheduler.add_job(interval_pass, "interval", seconds=min(policy.tick_s, policy.sweep_s), id="tick",
+                      max_instances=1, coalesce=True)
+    scheduler.start()
+    ticker.kick()
+    log.info("serving %s (pid %d), a pass every %gs", paths.root, os.getpid(), policy.tick_s)
+    if ready is not None:
+        ready()
+    try:
+        await stopping.wait()
+    finally:
+        scheduler.shutdown(wait=False)
+        server.close()
+        await server.wait_closed()
+        if ticker.task is not None:
+            await asyncio.gather(ticker.task, return_exceptions=True)
+        try:
+            paths.socket.unlink()
+        except FileNotFoundError:
+            pass
+        await engine.close()
+        release(lock_fd)
+    if fatal:
+        raise ServeStopped(str(fatal[0]))
+
+
+async def start_private_manager(engine, paths: Paths) -> None:
+    """No systemd user manager to reach (a container, CI, a root shell without lingering): boot one for
+    this state directory (reconciler/runtime/usermanager.py), say so in one line, and connect to it. It
+    outlives this loop; a restarted loop, and every `res` call for this state directory, reuse it."""
+    from reconciler.runtime.usermanager import ManagerError, pids, start
+
+    try:
+        await asyncio.to_thread(start, paths.root)
+    except ManagerError as e:
+        log.error("no systemd user manager reachable, and a private one could not be started: %s", e)
+        return
+    await engine.connect()
+    where = getattr(engine.runtime, "address", None) or "?"
+    log.warning("no systemd user manager was reachable: started a private one for %s (systemd --user pid %s, bus %s)",
+                paths.root, pids(paths.root).get("systemd", "?"), where)
+
+
+async def auto_clean(engine, roots, now: float) -> list[str] | None:
+    """The loop's silent cleanup (issue 4, item 6): like `res clean --yes` without project patterns,
+    at most every `clean_every_minutes` (the last run is kept in state.db, so a restarted loop does
+    not clean sooner). The sweep runs in a thread; the loop keeps ticking. None when not due."""
+    from reconciler.commands.clean import clean, due, reset_failed
+
+    policy = engine.policy
+    last = engine.store.get_meta("clean_last")
+    if not due(float(last) if last else None, now, policy.clean_every_minutes * 60):
+        return None
+    engine.store.set_meta("clean_last", repr(now))
+    lines = await asyncio.to_thread(clean, roots, now, os.getuid(), policy.scratch_hours * 3600, yes=False, auto=True)
+    if engine.connected and hasattr(engine.runtime, "failed_units"):
+        lines += await reset_failed(engine.runtime.failed_units, engine.runtime.reset_failed_unit, yes=True,
+                                    prefix=policy.unit_prefix)
+    for line in lines:
+        log.info("clean: %s", line)
+    return lines
+
+
+def _who(req: dict) -> str | None:
+    """The caller's process chain as it says it (for the record of who changed queue.toml)."""
+    who = req.get("who")
+    return " ".join(who.split())[:300] if isinstance(who, str) and who.strip() else None
+
+
+async def wait_answer(engine, ticker: Ticker, job_id: str, timeout: float | None, reader=None) -> dict | None:
+    """Answer once the entry is finished (checked after every pass) or `timeout` passed; None if the
+    caller hung up meanwhile."""
+    from reconciler.loop.waiting import finished
+
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    gone = asyncio.ensure_future(reader.read(1)) if reader is not None else None
+    try:
+        while True:
+            decided = finished(engine.store, engine.paths, job_id, deadline is not None and loop.time() >= deadline, timeout)
+            if decided is not None:
+                code, line, data = decided
+                return {"code": code, "line": line, "data": data}
+            if gone is not None and gone.done():
+                return None
+            wake = 30.0 if deadline is None else max(min(deadline - loop.time(), 30.0), 0.0)
+            async with ticker.done:
+                try:
+                    await asyncio.wait_for(ticker.done.wait(), wake)
+                except asyncio.TimeoutError:
+                    pass
+    finally:
+        if gone is not None:
+            gone.cancel()
+
+
+async def answer_request(engine, ticker: Ticker, req: dict, reader=None, say=None) -> dict | None:
+    """The answer to one request; `say(obj)` sends a line before it (the id a submit was given)."""
+    op = req.get("op")
+    data = None
+    if op == "submit":
+        given: list[str] = []
+
+        def accepted(job_id: str) -> None:
+            given.append(job_id)
+            if say is not None:
+                say({"accepted": job_id})
+
+        work = asyncio.ensure_future(ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"],
+                                                on_accept=accepted, who=_who(req)))
+        try:
+            # The policy's answer_timeout_s: past it the caller is told what it left behind (the
+            # request stays; its passes go on), rather than waiting on.
+            code, line, data = await asyncio.wait_for(asyncio.shield(work), engine.policy.answer_timeout_s)
+        except asyncio.TimeoutError:
+            job = given[0] if given else "the request"
+            return {"code": 1, "line": f"res: the reconciler loop took {job} but did not decide it in "
+                                       f"{engine.policy.answer_timeout_s:g} s; it may still start (res status {job}; "
+                                       f"res release {job} withdraws it)", "data": None}
+        hint = ops.request_hint(engine, req["kind"], req["fields"])
+        if hint:
+            return {"code": code, "line": line, "data": data, "hint": hint}
+    elif op == "release":
+        code, line, data = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")),
+                                             who=_who(req))
+    elif op == "wait":
+        timeout = req.get("timeout")
+        return await wait_answer(engine, ticker, str(req["id"]), None if timeout is None else float(timeout), reader)
+    elif op == "tick":
+        # `res adopt`: the very pass that answers adopts (not one already under way, whose plan
+        # would not be the answer).
+        before = (lambda: setattr(engine, "adopt_once", True)) if req.get("adopt") else None
+        plan = await ticker.pass_after_now(before)
+        if plan is None:
+            return {"code": 1, "line": "res: the reconciler loop's pass failed; see its log"}
+        from reconciler.render.lines import render_plan
+
+        # The plan as data too, so `res reconcile [--json]` prints the same as without a loop.
+        return {"code": 1 if plan.notices else 0, "line": render_plan(plan), "plan": plan.model_dump(mode="json")}
+    elif op == "status":
+        # Read-only, its own SQLite connection: in a thread, so the loop's passes go on meanwhile.
+        from reconciler.commands.status import queue_problem, status
+
+        job_id = req.get("id")
+        text, code = await asyncio.to_thread(status, engine.paths, engine.policy, job_id, bool(req.get("json")),
+                                             bool(req.get("all")))
+        problem = await asyncio.to_thread(queue_problem, engine.paths) if job_id and code == 0 else None
+        return {"code": code, "line": text, "problem": problem}
+    elif op == "ping":
+        return {"code": 0, "line": f"pid {os.getpid()}", "code_id": engine.code_id}
+    else:
+        code, line = 2, f"res: unknown request {op!r}"
+    return {"code": code, "line": line, "data": data}

@@ -1,0 +1,344 @@
+"""One reconcile pass (DESIGN §2): lock, load desired, observe, plan, apply, publish."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+
+from reconciler.apply.attach import Streamer
+from reconciler.apply.executor import Executor
+from reconciler.config.locks import locked
+from reconciler.core.models import Desired, Game, Phase, Plan, Request, World
+from reconciler.observed.world import observe_user_side, observe_world
+from reconciler.config.paths import Paths
+from reconciler.core.plan import plan
+
+log = logging.getLogger("res.tick")
+
+
+def holder_id() -> str:
+    """`host/pid/nonce/start`: the process start time lets another instance on this host tell that
+    the holder is gone even when its pid has been reused (DESIGN §5.4)."""
+    from reconciler.observed.procs import start_time
+
+    return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}/{start_time(os.getpid()) or '?'}"
+
+
+def policy_files_key() -> tuple:
+    """The policy files as they are now (path, mtime, size, inode): a change means reload."""
+    from reconciler.config.policy import default_policy_path, user_policy_path
+
+    out = []
+    for path in (default_policy_path(), user_policy_path()):
+        try:
+            st = path.stat()
+            out.append((str(path), st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            out.append((str(path), None, None, None))
+    return tuple(out)
+
+
+def make_runtime(paths: Paths, policy):
+    """The job runtime (systemd for now), imported only when a pass needs it."""
+    from reconciler.runtime.systemd import SystemdRuntime
+
+    return SystemdRuntime(unit_prefix=policy.unit_prefix, jobs_slice=policy.jobs_slice, logs_dir=paths.logs,
+                          state_root=paths.root)
+
+
+class Engine:
+    """A reconciler instance: the store, the runtime connection and the executor, reused across passes."""
+
+    def __init__(self, paths: Paths, policy, runtime=None):
+        from reconciler.desired.writer import Writer
+        from reconciler.recorded.store import Store
+
+        self.paths, self.policy = paths, policy
+        paths.ensure()
+        self.store = Store.open(paths)
+        self.writer = Writer(paths)
+        self.runtime = runtime if runtime is not None else make_runtime(paths, policy)
+        self.holder = holder_id()
+        self.streamer = Streamer(self.store, policy, self.holder, paths.log)
+        self.executor = Executor(paths, self.store, self.runtime, self.writer, policy, self.holder, self.streamer)
+        self.connected = False
+        self.connect_error: str | None = None
+        self.manager_absent = False  # the runtime is not slow or broken: there is none to reach
+        self.last_plan: Plan | None = None
+        # Why the last pass could admit nothing (a broken queue file, an unobservable runtime); [] if it could.
+        self.blocked: list[str] = []
+        self._slice_key: str | None = None  # the inputs of the slice unit files this instance installed
+        self.adopt_once = False  # the next pass adopts sessions whatever adopt_sessions says
+        from reconciler import code_fingerprint
+
+        self.code_id = code_fingerprint()  # the code this instance runs (`res service install` compares)
+        self._policy_key = policy_files_key()
+        self.policy_error: str | None = None  # the policy files changed and do not load: the last good one is used
+
+    def reload_policy(self) -> None:
+        """Pick up a changed policy file (checked by its stat each pass). A broken one keeps the last
+        good policy and says so in every pass's notices until it is fixed."""
+        from reconciler.config.policy import PolicyError, load_policy
+
+        key = policy_files_key()
+        if key == self._policy_key:
+            return
+        self._policy_key = key
+        try:
+            policy = load_policy()
+        except PolicyError as e:
+            self.policy_error = f"{' '.join(str(e).split())}; keeping the policy loaded before"
+            log.error("policy not reloaded: %s", self.policy_error)
+            return
+        self.policy_error = None
+        if policy != self.policy:
+            log.warning("policy reloaded from %s", ", ".join(str(p) for p, *_ in key if p))
+        self.policy = self.executor.policy = self.streamer.policy = policy
+
+    async def connect(self) -> None:
+        from reconciler.runtime import RuntimeUnavailable
+
+        try:
+            await self.runtime.connect()
+            self.connected, self.connect_error, self.manager_absent = True, None, False
+        except RuntimeUnavailable as e:
+            if str(e) != self.connect_error:  # once per new reason, not every pass
+                log.warning("%s", e)
+            self.connected, self.connect_error, self.manager_absent = False, str(e), e.absent
+
+    async def close(self) -> None:
+        """Give up this instance's attachments (so the next instance takes over at once, DESIGN
+        §5.4), then disconnect."""
+        try:
+            self.store.check_same()
+            self.give_up_leases()
+        except Exception as e:  # noqa: BLE001 - closing goes on; a replaced state.db keeps nothing of ours
+            log.warning("closing: %s", e)
+        finally:
+            if self.connected:
+                await self.runtime.close()
+            self.store.close()
+
+    def give_up_leases(self) -> list[str]:
+        """Release the attachment of every live job this instance holds (compare-and-set on the
+        holder: one taken over meanwhile is left alone). A `starting` job keeps its lease: until it
+        expires nobody may decide that the start never happened."""
+        now, given = time.time(), []
+        try:
+            records = self.store.records()
+        except Exception as e:  # closing must not fail because the store cannot be read
+            log.warning("giving up attachments: %s", e)
+            return given
+        for rec in records.values():
+            if rec.attached_by == self.holder and rec.phase in (Phase.running, Phase.exited):
+                if self.store.put(rec.model_copy(update={"attached_by": None, "lease_until": None, "updated": now}),
+                                  expect_phase=rec.phase, expect_holder=self.holder):
+                    given.append(rec.id)
+        return given
+
+    async def install_slices(self) -> list[str]:
+        """Write the slices' unit files where they are missing or differ, then daemon-reload, so the
+        slices exist with their normal share before any property is set or job started in them."""
+        from reconciler.observed.world import meminfo
+        from reconciler.render.unitfiles import install_unit, oomd_present, slice_units, slice_units_key, user_unit_dir
+
+        if not hasattr(self.runtime, "daemon_reload"):
+            return []
+        try:
+            ram, oomd = meminfo()[0], oomd_present()
+            key = slice_units_key(self.policy, ram, oomd)
+            if key == self._slice_key:
+                return []  # installed by this instance from the same inputs
+            cached = self.store.get_meta_json("slice_units", {})
+            if cached.get("key") == key:
+                texts = cached["texts"]
+            else:
+                texts = slice_units(self.policy, ram, oomd)
+                self.store.set_meta_json("slice_units", {"key": key, "texts": texts})
+            directory = user_unit_dir()
+            changed = [name for name, text in texts.items() if install_unit(directory, name, text)]
+            if changed:
+                await self.runtime.daemon_reload()
+                log.info("installed %s in %s", ", ".join(changed), directory)
+            self._slice_key = key
+            return []
+        except Exception as e:  # noqa: BLE001 - jobs still run; the slices are retried next pass
+            return [f"could not install the slice unit files: {' '.join(str(e).split())}"]
+
+    def track_changes(self, now: float) -> list[str]:
+        """Changes to the user's own files, recorded (reconciler/desired/changes.py); the queue entries added
+        outside res. A failure here is logged, never a pass lost."""
+        from reconciler.desired.changes import track
+        from reconciler.config.policy import user_policy_path
+
+        try:
+            return sorted(track(self.paths, self.store, user_policy_path(), now))
+        except Exception as e:  # noqa: BLE001 - bookkeeping: the pass goes on
+            log.warning("tracking changes to the user's files: %s", e)
+            return []
+
+    async def tick(self) -> Plan:
+        if not self.connected:
+            await self.connect()  # observation then says what failed, and nothing is acted on blindly
+        # Files any agent may have replaced are read before the lock: a slow one never holds up others.
+        self.reload_policy()
+        self.streamer.refresh_pricing()
+        with locked(self.paths.tick_lock):
+            self.store.check_same()  # a state.db removed or replaced under us: stop, loudly
+            now = time.time()
+            desired, notices = load_desired(self.paths, self.store)
+            if self.policy_error:
+                notices.append(self.policy_error)
+            records = self.store.records()
+            desired.hand_added = self.track_changes(now)
+            if self.store.bad:  # unreadable rows: reported, and nothing admitted under their ids
+                desired.held = sorted(set(desired.held) | set(self.store.bad))
+                notices.extend(f"state.db: {why}; set aside (res release {job_id} drops it)"
+                               for job_id, why in self.store.bad.items())
+            self.streamer.stream(records, now)  # before planning: budgets see what was spent so far
+            side = await self.install_slices() if self.connected else []
+            unknown = [r.id for r in desired.requests if r.id not in records]
+            world = await observe_world(self.runtime if self.connected else None, records, self.paths, unknown)
+            if not self.connected and self.connect_error:
+                world.errors = [self.connect_error]  # why, not just "no runtime connected"
+            if not world.ok:
+                self.connected = False  # reconnect next pass
+            else:
+                side += await observe_user_side(self.runtime, world, self.policy)
+            policy = self.policy
+            if self.adopt_once:  # `res adopt`: this pass adopts even where the policy leaves it to the user
+                policy, self.adopt_once = policy.model_copy(update={"adopt_sessions": True}), False
+            p = plan(desired, records, world, now, policy, me=self.holder, pricing_error=self.streamer.pricing_error)
+            p.notices.extend(notices + side)
+            self.blocked = ([desired.queue_error or "queue.toml cannot be read"] if not desired.queue_ok else []) + \
+                ([f"could not observe jobs ({'; '.join(world.errors)})"] if not world.ok else [])
+            requests = {r.id: r for r in desired.requests}
+            self.executor.begin_pass(records)
+            for action in p.actions:
+                try:
+                    await self.executor.apply(action, requests, now)
+                except Exception as e:  # one failed action must not stop the others; retried next pass
+                    log.error("%s %s failed: %s", action.kind, action.id, e)
+                    p.notices.append(f"{action.kind} {action.id} failed: {e}")
+            publish(self.store, world, p, now)
+            for n in p.notices:
+                log.warning("%s", n)
+            self.last_plan = p
+            return p
+
+
+async def with_engine(paths: Paths, policy, fn):
+    """`fn(engine)` on a one-shot reconciler instance: connected first, closed after (its
+    attachments given up, so a loop takes them over at once)."""
+    engine = Engine(paths, policy)
+    try:
+        await engine.connect()
+        return await fn(engine)
+    finally:
+        await engine.close()
+
+
+def pass_here(paths: Paths, policy, adopt: bool = False) -> Plan:
+    """One pass in this process, under the same tick lock as the loop's."""
+    import asyncio
+
+    async def one(engine):
+        engine.adopt_once = adopt
+        return await engine.tick()
+
+    paths.ensure()
+    return asyncio.run(with_engine(paths, policy, one))
+
+
+class PassFailed(Exception):
+    """The running loop answered without a plan (its pass failed): its line and exit code."""
+
+    def __init__(self, line: str, code: int):
+        super().__init__(line)
+        self.line, self.code = line, code
+
+
+def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float = 60.0) -> Plan:
+    """A pass now: the running loop's (it answers with the plan of a pass that began after the
+    request), else one here. `adopt`: that pass adopts sessions whatever adopt_sessions says.
+    TimeoutError: the loop took the request and did not answer in time."""
+    from reconciler.loop.client import NoDaemon, ask
+
+    try:
+        answer = ask(paths.socket, {"op": "tick", "adopt": adopt}, timeout=timeout)
+    except NoDaemon:
+        return pass_here(paths, policy, adopt)
+    if answer.get("plan") is None:
+        raise PassFailed(answer["line"], answer["code"])
+    return Plan.model_validate(answer["plan"])
+
+
+def load_desired(paths: Paths, store, save: bool = True) -> tuple[Desired, list[str]]:
+    """Desired state, keeping the last good version of a file that does not parse (DESIGN §2 step 2).
+    `save`: remember this version as the last good one (never in a dry run)."""
+    from reconciler.desired.writer import read_desired
+
+    last = store.get_meta("desired_last_good")
+    saved = json.loads(last) if last else None
+    last_good = [Request.model_validate(r) for r in saved["requests"]] if saved else None
+    last_game = Game.model_validate(saved["game"]) if saved else None
+    desired, game_error = read_desired(paths, last_good, last_game)
+    notices = [f"{game_error}; keeping game mode as it was"] if game_error else []
+    if save and (desired.queue_ok or not game_error):
+        # Each file's part is remembered only from a good read of that file: a broken one's part
+        # is already the last good version (read_desired substitutes it).
+        snapshot = json.dumps({"requests": [r.model_dump(mode="json") for r in desired.requests],
+                               "game": desired.game.model_dump(mode="json")})
+        if snapshot != last:
+            store.set_meta("desired_last_good", snapshot)
+    return desired, notices
+
+
+def publish(store, world: World, p: Plan, now: float) -> None:
+    """What `res status` shows without a lock: the world and budget as of this pass, and what it said
+    of each queued entry (position, est. start, what it waits for)."""
+    queue = {a.id: a.detail for a in p.actions if a.kind in ("enqueue", "wait") and a.detail}
+    held = [{"id": a.id, "title": a.title, "reason": a.reason} for a in p.actions if a.kind == "hold"]
+    store.set_meta("last_tick", json.dumps({
+        "at": now, "world": world.model_dump(mode="json"),
+        "budget_mem_gb": p.budget_mem_gb, "budget_cpus": p.budget_cpus, "notices": p.notices, "queue": queue,
+        "held": held,
+    }))
+
+
+async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Plan, World]:
+    """Steps 2–4 read-only: nothing is locked, started, written or created."""
+    from reconciler.recorded.store import Store
+
+    store = Store.open(paths, readonly=True)
+    try:
+        desired, notices = load_desired(paths, store, save=False)
+        records = store.records()
+        if world is None:
+            runtime = make_runtime(paths, policy)
+            from reconciler.runtime import RuntimeUnavailable
+
+            error = None
+            try:
+                await runtime.connect()
+                connected = True
+            except RuntimeUnavailable as e:
+                connected, error = False, str(e)
+            try:
+                unknown = [r.id for r in desired.requests if r.id not in records]
+                world = await observe_world(runtime if connected else None, records, paths, unknown)
+                if error:
+                    world.errors = [error]
+                elif world.ok:
+                    notices += await observe_user_side(runtime, world, policy)
+            finally:
+                if connected:
+                    await runtime.close()
+        p = plan(desired, records, world, time.time(), policy)
+        p.notices.extend(notices)
+        return p, world
+    finally:
+        store.close()

@@ -1,0 +1,145 @@
+"""`res wait` and `res run --wait`: block until an entry is finished, then answer with its done line
+and the exit code an agent can branch on (status.wait_code).
+
+With `res serve` running, the loop answers when the pass that settles the job is over (it acts on
+the unit's end as soon as systemd signals it); without one, passes run here, each one after a unit
+of ours changed state (the same D-Bus signals) or after a second. `on_idle()` is called about every
+0.1 s meanwhile, e.g. to print the job's log as it grows (LogFollower).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from reconciler.config.paths import Paths
+
+IDLE_S = 0.1
+LOCAL_PASS_EVERY_S = 1.0
+
+
+def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idle=None) -> tuple[int, str, dict | None]:
+    """(exit code, line, the entry as data). `policy_of()` gives the policy, only if passes must run here."""
+    from reconciler.loop.client import NoAnswer, NoDaemon, ask
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        try:
+            # The loop answers by the deadline; the socket gets a little longer so its answer arrives.
+            answer = ask(paths.socket, {"op": "wait", "id": job_id, "timeout": left},
+                         timeout=None if left is None else left + 5, on_idle=on_idle, idle_s=IDLE_S)
+            if answer.get("code") == 2 and "unknown request" in answer.get("line", ""):
+                raise NoDaemon("an older loop")  # a loop from before the wait op: wait here
+            return answer["code"], answer["line"], answer.get("data")
+        except NoAnswer:
+            continue  # the loop ended while we waited (a restart): ask the next one, or wait here
+        except NoDaemon:
+            pass
+        except TimeoutError:
+            from reconciler.commands.status import EXIT_TIMEOUT
+
+            return EXIT_TIMEOUT, f"res: {job_id} still not done after the wait's --timeout", None
+        return _wait_here(paths, policy_of(), job_id, left, on_idle)
+
+
+def _wait_here(paths: Paths, policy, job_id: str, timeout: float | None, on_idle) -> tuple[int, str, dict | None]:
+    import asyncio
+    import logging
+
+    from reconciler.loop.tick import Engine
+
+    logging.getLogger("res").addHandler(logging.NullHandler())
+
+    async def run():
+        engine = Engine(paths, policy)
+        changed = asyncio.Event()
+        if hasattr(engine.runtime, "watch"):
+            await engine.runtime.watch(lambda _job, state: changed.set())
+        await engine.connect()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        try:
+            while True:
+                changed.clear()
+                await engine.tick()
+                decided = finished(engine.store, paths, job_id, deadline is not None and loop.time() >= deadline, timeout)
+                if decided is not None:
+                    return decided
+                until = loop.time() + LOCAL_PASS_EVERY_S
+                if deadline is not None:
+                    until = min(until, deadline)
+                while not changed.is_set() and loop.time() < until:
+                    if on_idle is not None:
+                        on_idle()
+                    try:
+                        await asyncio.wait_for(changed.wait(), IDLE_S)
+                    except asyncio.TimeoutError:
+                        pass
+        finally:
+            await engine.close()
+
+    return asyncio.run(run())
+
+
+def finished(store, paths: Paths, job_id: str, timed_out: bool, timeout: float | None) -> tuple[int, str, dict | None] | None:
+    """The answer to a wait once there is one: the entry is finished, gone, or the time is up."""
+    from reconciler.core.models import TERMINAL
+    from reconciler.commands.status import EXIT_TIMEOUT, done_line, entry_json, wait_code
+    from reconciler.core.quantities import fmt_span
+
+    rec = store.get(job_id)
+    if rec is None:
+        return 1, f"res: no such entry: {job_id}", None
+    if rec.phase in TERMINAL:
+        return wait_code(rec), done_line(rec), entry_json(rec, paths)
+    if timed_out:
+        return (EXIT_TIMEOUT, f"res: {job_id} still {rec.phase.value} after {fmt_span(timeout or 0)}",
+                entry_json(rec, paths))
+    return None
+
+
+class LogFollower:
+    """Prints a job's log to stdout as it grows (raw bytes: the job's own output, as it wrote it);
+    `on_start()` once the log exists (the job was started). `echo` False: only that."""
+
+    def __init__(self, path, on_start=None, out=None, echo: bool = True):
+        self.path, self.on_start, self.echo = path, on_start, echo
+        self.offset = 0
+        self.seen = False
+        self.out = out if out is not None else sys.stdout.buffer
+
+    def poll(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if not self.seen:
+                self.seen = True
+                if self.on_start is not None:
+                    self.on_start()
+            while self.echo:
+                data = os.pread(fd, 1 << 20, self.offset)
+                if not data:
+                    break
+                self.offset += len(data)
+                self.out.write(data)
+            if self.echo:
+                self.out.flush()
+        finally:
+            os.close(fd)
+
+
+def tail_lines(path, n: int, limit: int = 8 << 20) -> bytes:
+    """The last `n` lines of a file (at most `limit` bytes of it), as bytes."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(size - limit, 0))
+            data = f.read()
+    except OSError:
+        return b""
+    lines = data.splitlines(keepends=True)
+    return b"".join(lines[-n:]) if n > 0 else b""

@@ -1,0 +1,156 @@
+"""The process table from /proc (stdlib only, import-light: `res note` uses parse_stat): names,
+parents, owners, cgroups."""
+from __future__ import annotations
+
+import os
+
+SESSION_NAME = "claude"  # the process name of an agent session
+# Agent command-line programs: a `res note` made under one of them lives as long as that session.
+AGENT_NAMES = frozenset({"claude", "codex", "gemini", "cursor-agent", "aider", "opencode", "goose", "amp",
+                         "qwen", "crush", "copilot", "cline", "kiro-cli", "droid"})
+# Interpreters an agent CLI may run under (`node …/gemini`): its name is then its script's.
+INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})
+
+
+class Proc:
+    __slots__ = ("pid", "ppid", "name", "uid", "state")
+
+    def __init__(self, pid: int, ppid: int, name: str, uid: int, state: str = "R"):
+        self.pid, self.ppid, self.uid, self.state = pid, ppid, uid, state
+        self.name = name  # comm: the executable's (or script's) file name, at most 15 characters
+
+
+def parse_stat(text: str) -> tuple[str, int, str]:
+    """(comm, ppid, state) from the text of /proc/PID/stat; comm may hold spaces and parentheses."""
+    name = text[text.index("(") + 1: text.rindex(")")]
+    rest = text[text.rindex(")") + 2:].split()
+    return name, int(rest[1]), rest[0]
+
+
+def agent_name(comm: str, cmdline: list[str]) -> str | None:
+    """The agent CLI a process is, from its name and argv, or None."""
+    if comm in AGENT_NAMES:
+        return comm
+    if comm in INTERPRETERS or comm.startswith("python3."):
+        for arg in cmdline[1:3]:
+            if arg.startswith("-"):
+                continue
+            base = os.path.basename(arg)
+            for suffix in (".js", ".mjs", ".cjs", ".py"):
+                base = base.removesuffix(suffix)
+            return base if base in AGENT_NAMES else None
+    return None
+
+
+def note_owner(start: int) -> tuple[int, str]:
+    """(pid, name) of the process whose exit frees a note made by `start`'s child: the nearest agent
+    session among `start` and its ancestors (agents run each command in a shell that exits at once),
+    else `start` itself (a person's interactive shell)."""
+    own_name = "?"
+    for pid, comm, agent in _ancestry(start, 64):
+        if pid == start:
+            own_name = comm
+        if agent is not None:
+            return pid, agent
+    return start, own_name
+
+
+def _ancestry(pid: int, hops: int):
+    """(pid, comm, agent CLI name or None) of `pid` and its ancestors, nearest first, as far as /proc
+    tells (at most `hops`)."""
+    cur = pid
+    for _ in range(hops):
+        try:
+            with open(f"/proc/{cur}/stat") as f:
+                comm, ppid, _ = parse_stat(f.read())
+            with open(f"/proc/{cur}/cmdline", "rb") as f:
+                argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+        except (OSError, ValueError):
+            return
+        yield cur, comm, agent_name(comm, argv)
+        if ppid <= 1:
+            return
+        cur = ppid
+
+
+def process_chain(pid: int, hops: int = 6) -> str:
+    """Who is asking, as `res pid 812 < bash pid 811 < claude pid 4121`: the process and its
+    ancestors, up to the first agent CLI (or `hops` of them)."""
+    parts = []
+    for cur, comm, agent in _ancestry(pid, hops):
+        parts.append(f"{agent or comm} pid {cur}")
+        if agent is not None:
+            break
+    return " < ".join(parts) or f"pid {pid}"
+
+
+def start_time(pid: int) -> str | None:
+    """When `pid` started (clock ticks since boot, /proc/PID/stat field 22): with the pid, it names
+    one process for good (a pid is reused, the pair is not). None if there is no such process, or it
+    has ended and only waits to be reaped (a zombie runs nothing and holds nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+        rest = text[text.rindex(")") + 2:].split()
+        return None if rest[0] in ("Z", "X") else rest[19]
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """A process `pid` runs (a zombie only waits to be reaped: it runs nothing, holds nothing)."""
+    return start_time(pid) is not None
+
+
+def processes() -> dict[int, Proc]:
+    """Every process that can be read now (ones that end while being read are skipped)."""
+    out: dict[int, Proc] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                name, ppid, state = parse_stat(f.read())
+            uid = entry.stat().st_uid
+        except (OSError, ValueError):
+            continue
+        pid = int(entry.name)
+        if state in ("Z", "X"):
+            continue  # ended, only not reaped yet: nothing to move
+        out[pid] = Proc(pid, ppid, name, uid, state)
+    return out
+
+
+def descendants(procs: dict[int, Proc], pid: int) -> list[int]:
+    """Every descendant of `pid` in the table, parents before children."""
+    children: dict[int, list[int]] = {}
+    for p in procs.values():
+        children.setdefault(p.ppid, []).append(p.pid)
+    out, todo = [], list(sorted(children.get(pid, [])))
+    while todo:
+        child = todo.pop(0)
+        out.append(child)
+        todo.extend(sorted(children.get(child, [])))
+    return out
+
+
+def has_ancestor_named(procs: dict[int, Proc], pid: int, name: str) -> bool:
+    """Whether any ancestor of `pid` (as far as the table knows) has process name `name`."""
+    seen, cur = set(), procs[pid].ppid if pid in procs else 0
+    while cur in procs and cur not in seen:
+        if procs[cur].name == name:
+            return True
+        seen.add(cur)
+        cur = procs[cur].ppid
+    return False
+
+
+def cgroup_of(pid: int) -> str | None:
+    """The systemd cgroup of `pid` (see cgroup.process_unit_cgroup); None if it is gone."""
+    from reconciler.observed.cgroup import process_unit_cgroup
+
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            return process_unit_cgroup(f.read())
+    except OSError:
+        return None

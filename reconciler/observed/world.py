@@ -1,0 +1,213 @@
+"""Observe the live machine (DESIGN §2 step 3): memory, CPUs, note owners, and jobs via the runtime."""
+from __future__ import annotations
+
+import os
+
+from reconciler.core.models import LIVE, JobRecord, Phase, World
+from reconciler.runtime import Runtime, RuntimeUnavailable
+
+GIB_KB = 1024 * 1024
+
+
+def meminfo() -> tuple[float, float]:
+    """(MemTotal, MemAvailable) in GB from /proc/meminfo."""
+    values = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("MemTotal", "MemAvailable"):
+                values[key] = int(rest.split()[0]) / GIB_KB
+    return values["MemTotal"], values["MemAvailable"]
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def gone_holders(holders: set[str], host: str) -> list[str]:
+    """The attachment holders (`host/pid/nonce[/start]`) on this host whose process is gone: its pid
+    is not alive, or is another process (another start time). A holder elsewhere is never judged."""
+    from reconciler.observed.procs import start_time
+
+    out = []
+    for holder in holders:
+        parts = holder.split("/")
+        if len(parts) < 3 or parts[0] != host or not parts[1].isdigit():
+            continue
+        started = start_time(int(parts[1]))
+        if started is None or (len(parts) >= 4 and parts[3] != "?" and parts[3] != started):
+            out.append(holder)
+    return sorted(out)
+
+
+def _is_file(path) -> bool:
+    """A regular file (not a symlink someone planted) is there."""
+    import stat
+
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], paths=None,
+                        unknown: list[str] | None = None) -> World:
+    """`unknown`: queue entries state.db has no record of; their units and logs are looked for too
+    (after state.db was lost, they say which of them ran before)."""
+    import socket
+
+    from reconciler.observed.procs import alive
+
+    total, available = meminfo()
+    owners = {r.request.owner_pid for r in records.values()
+              if r.request.kind == "note" and r.phase == Phase.running and r.request.owner_pid}
+    world = World(mem_total_gb=round(total, 3), mem_available_gb=round(available, 3), nproc=cpu_count(),
+                  live_pids=sorted(p for p in owners if alive(p)),
+                  gone_holders=gone_holders({r.attached_by for r in records.values()
+                                             if r.phase in LIVE and r.attached_by}, socket.gethostname()))
+    wanted = [r.id for r in records.values() if r.phase in LIVE and r.request.kind == "job"]
+    if paths is not None and unknown:
+        world.ran_before = sorted(i for i in unknown if _is_file(paths.log(i)))
+    if runtime is None:
+        world.ok, world.errors = False, ["no runtime connected"]
+        return world
+    try:
+        world.jobs = await runtime.observe(wanted + [i for i in world.ran_before if i not in wanted])
+    except RuntimeUnavailable as e:
+        world.ok, world.errors = False, [str(e)]
+    if paths is not None:
+        for job_id in wanted:  # how much each running job has written: the log size limit
+            obs = world.jobs.get(job_id)
+            if obs is not None:
+                try:
+                    obs.log_bytes = os.lstat(paths.log(job_id)).st_size
+                except OSError:
+                    pass
+    return world
+
+
+# ---------------------------------------------------------------- the user's side (issue 4)
+
+DESKTOP_SLICES = ("session.slice", "background.slice")  # app.slice holds systemd-run services too
+
+
+def tmp_tmpfs_used_gb(mounts_text: str | None = None) -> float | None:
+    """/tmp in use when /tmp is a tmpfs (it is then RAM); None when it is not one."""
+    if mounts_text is None:
+        try:
+            with open("/proc/self/mounts") as f:
+                mounts_text = f.read()
+        except OSError:
+            return None
+    fstype = None
+    for line in mounts_text.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[1] == "/tmp":
+            fstype = fields[2]  # the last mount on /tmp is the one in effect
+    if fstype != "tmpfs":
+        return None
+    try:
+        st = os.statvfs("/tmp")
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize / GIB_KB / 1024
+
+
+def stray_services(transient_dir: str, ours: tuple[str, ...]) -> list[str]:
+    """Transient services (systemd-run without --scope) outside the agents slices, desktop ones
+    (app-*, or in the desktop's slices) excepted. Read from the manager's transient unit files:
+    one directory listing, no D-Bus call per unit."""
+    out = []
+    try:
+        entries = sorted(os.listdir(transient_dir))
+    except OSError:
+        return out
+    for name in entries:
+        if not name.endswith(".service") or name.startswith("app-"):
+            continue
+        slice_name = "app.slice"  # systemd's default slice for user services
+        complete = False
+        try:
+            with open(os.path.join(transient_dir, name)) as f:
+                for line in f:
+                    if line.startswith("Slice="):
+                        slice_name = line[6:].strip()
+                    elif line.startswith("ExecStart="):
+                        complete = True
+        except OSError:
+            continue
+        if not complete:
+            continue  # being written (systemd appends setting by setting): judged on a later pass
+        if slice_name in ours or slice_name in DESKTOP_SLICES or slice_name.startswith("app-"):
+            continue
+        out.append(name)
+    return out
+
+
+def unit_of_cgroup(cgroup_path: str, manager_cgroup: str) -> str:
+    """The unit a cgroup belongs to: its first component that is not a slice, below the user
+    manager's own cgroup when it is under it (`/app.slice/vte-spawn-1.scope/x` → vte-spawn-1.scope;
+    a login's `/user.slice/user-1000.slice/session-2.scope` → session-2.scope)."""
+    base = manager_cgroup.rstrip("/")
+    rel = cgroup_path[len(base):] if base and cgroup_path.startswith(base + "/") else cgroup_path
+    for part in rel.split("/"):
+        if part and not part.endswith(".slice"):
+            return part
+    return ""
+
+
+async def observe_user_side(runtime, world: World, policy) -> list[str]:
+    """The agents slice, the agent sessions, /tmp and stray transient services, into `world`. What
+    cannot be observed stays None, and nothing is then changed for it; returns what went wrong."""
+    from reconciler.observed import cgroup
+    from reconciler.core.models import SessionObs, SliceObs
+    from reconciler.observed.procs import SESSION_NAME, cgroup_of, descendants, has_ancestor_named, processes
+    from reconciler.core.sessions import movable_from
+
+    world.tmp_tmpfs_used_gb = tmp_tmpfs_used_gb()
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime_dir:
+        world.stray_services = stray_services(os.path.join(runtime_dir, "systemd", "transient"),
+                                              (policy.agents_slice, policy.jobs_slice))
+    if runtime is None or not hasattr(runtime, "unit_properties"):
+        return []
+    slice_cg = cgroup.slice_cgroup(runtime.manager_cgroup, policy.agents_slice)
+    try:
+        props = await runtime.unit_properties(policy.agents_slice, "Slice")
+    except Exception as e:  # noqa: BLE001 - unobserved: nothing is set this pass
+        return [f"could not observe the agents slice {policy.agents_slice}: {' '.join(str(e).split())}"]
+    used = cgroup.memory_used_bytes(slice_cg) or 0
+    cache = cgroup.memory_file_cache_bytes(slice_cg) or 0
+    world.agents_slice = SliceObs(name=policy.agents_slice, cpu_weight=props.get("CPUWeight"),
+                                  io_weight=props.get("IOWeight"), memory_high=props.get("MemoryHigh"),
+                                  mem_used_gb=round(used / GIB_KB / 1024, 3), mem_file_gb=round(cache / GIB_KB / 1024, 3))
+
+    me = os.getuid()
+    procs = processes()
+    sessions = []
+    for p in procs.values():
+        if p.name != SESSION_NAME or p.uid != me or has_ancestor_named(procs, p.pid, SESSION_NAME):
+            continue  # not a session, not ours, or a process inside a session (it goes where that goes)
+        cg = cgroup_of(p.pid)
+        if cg is None:
+            continue
+        unit = unit_of_cgroup(cg, runtime.manager_cgroup)
+        # Only children in the session's own cgroup go with it: one the agent put in a unit of its
+        # own (systemd-run --scope -p MemoryMax=…) keeps that unit and its limits.
+        kids = [k for k in descendants(procs, p.pid) if procs[k].uid == me and cgroup_of(k) == cg]
+        s = SessionObs(pid=p.pid, in_slice=cg.startswith(slice_cg.rstrip("/") + "/"), unit=unit,
+                       movable=movable_from(unit), children=kids)
+        if s.in_slice:
+            first = cg[len(slice_cg.rstrip("/")) + 1:].split("/")[0]
+            if first.endswith(".scope"):
+                s.scope = first
+                try:
+                    s.scope_memory_high = (await runtime.unit_properties(first, "Scope")).get("MemoryHigh")
+                except Exception:  # noqa: BLE001 - the session ended meanwhile: the next pass sees
+                    continue
+        sessions.append(s)
+    world.sessions = sessions
+    return []

@@ -1,0 +1,495 @@
+"""The record store (DESIGN §2): `state.db`, SQLite in WAL mode, written only by the reconciler.
+
+Tables:
+  jobs     one row per request the reconciler knows: the whole models.JobRecord as JSON, plus the
+           columns queries and compare-and-set need (phase, attachment holder, lease, times, id number)
+  history  finished records pruned out of `jobs` (same shape), for `res hist`
+  meta     key/value text: the schema version, the last good desired snapshot, counters, ...
+
+Every write is a transaction (`BEGIN IMMEDIATE`, so two processes never deadlock upgrading a read to a
+write); `put` is a compare-and-set on the stored phase and/or attachment holder, so a pass that was cut
+off and is run again, or a second instance that lost its hold, cannot overwrite newer state. Readers
+(`res status`, any CLI call) open the file read-only (`mode=ro`): that never creates the database,
+never changes its bytes, and never waits for the writer (WAL).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from urllib.parse import quote
+
+from reconciler.config.paths import Paths
+
+if TYPE_CHECKING:
+    from reconciler.core.models import JobRecord, Phase
+
+SCHEMA_VERSION = 2  # 2: records carry no secret-looking environment (scrubbed on upgrade)
+BUSY_TIMEOUT_S = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id          TEXT PRIMARY KEY,
+    num         INTEGER NOT NULL,          -- 12 for r-12: the order requests were made in
+    phase       TEXT NOT NULL,
+    holder      TEXT,                      -- attached_by: the instance streaming the job
+    lease_until REAL,
+    ended       REAL,
+    updated     REAL NOT NULL DEFAULT 0,
+    record      TEXT NOT NULL              -- models.JobRecord, model_dump_json()
+);
+CREATE INDEX IF NOT EXISTS jobs_phase ON jobs (phase);
+CREATE INDEX IF NOT EXISTS jobs_num ON jobs (num);
+CREATE TABLE IF NOT EXISTS history (
+    id          TEXT PRIMARY KEY,
+    num         INTEGER NOT NULL,
+    phase       TEXT NOT NULL,
+    ended       REAL,
+    record      TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS history_ended ON history (ended);
+CREATE INDEX IF NOT EXISTS history_num ON history (num);
+CREATE TABLE IF NOT EXISTS meta (
+    key         TEXT PRIMARY KEY,
+    value       TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS changes (
+    at          REAL NOT NULL,             -- when the change was made (res) or noticed (outside res)
+    file        TEXT NOT NULL,             -- policy.toml, game.toml, queue.toml
+    how         TEXT NOT NULL,             -- "res": through the writer, "outside": not
+    who         TEXT NOT NULL DEFAULT '',  -- the calling process chain, for changes through res
+    summary     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS changes_at ON changes (at);
+"""
+
+_TERMINAL = ("done", "refused", "cancelled")  # models.TERMINAL, kept here as text for SQL
+
+
+class StoreError(Exception):
+    """state.db cannot be used; one line naming the file."""
+
+
+class StoreReplaced(StoreError):
+    """state.db was removed, replaced or emptied under an open connection: whatever this process would
+    write would be lost, and what it would read is no longer true. It must stop acting."""
+
+
+class _Sentinel:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+ANY = _Sentinel("ANY")  # expect_holder default: do not compare the holder
+ABSENT = _Sentinel("ABSENT")  # expect_phase=ABSENT: write only if there is no record yet
+
+
+def _num(job_id: str) -> int:
+    try:
+        return int(job_id[2:]) if job_id.startswith("r-") else 0
+    except ValueError:
+        return 0
+
+
+class Store:
+    """state.db. Open with `Store.open(paths, readonly=False)`; close with `.close()` or `with`.
+
+        records(phases=None) -> dict[str, JobRecord]       (by id, in id order)
+        get(id) -> JobRecord | None
+        put(record, expect_phase=None, expect_holder=ANY) -> bool
+        delete(id, expect_phase=None) -> bool
+        transaction()                                       (context manager; nests)
+        get_meta(key, default=None) -> str | None ; set_meta(key, value: str)
+        prune(before=None, ids=None) -> list[str]
+        history(limit=None) -> list[JobRecord]              (latest ended first)
+        max_number() -> int                                 (highest id number ever recorded)
+    """
+
+    def __init__(self, conn: sqlite3.Connection | None, path: Path, readonly: bool):
+        self._conn = conn
+        self.path = path
+        self.readonly = readonly
+        # Rows that records() could not read (a corrupt or hand-written row): id -> why. Skipped, so
+        # that one bad row never blocks every command; a pass reports them and admits nothing for them.
+        self.bad: dict[str, str] = {}
+        self.identity: tuple[int, int] | None = None  # (device, inode) of the file opened
+        self._depth = 0
+        self._lock = threading.RLock()
+
+    # ---------------------------------------------------------- open / close
+
+    @classmethod
+    def open(cls, paths: Paths, readonly: bool = False, timeout: float = BUSY_TIMEOUT_S) -> "Store":
+        """Open state.db. `readonly`: never creates the file or changes its bytes; a missing database
+        is an empty store. Otherwise the state tree and the database are created (0700 / 0600)."""
+        path = paths.db
+        if os.path.islink(path):
+            raise StoreError(f"{path}: is a symlink; refusing to use it")
+        if readonly:
+            if not path.exists():
+                return cls(None, path, True)
+            try:
+                conn = sqlite3.connect(
+                    f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
+                )
+                conn.execute("PRAGMA query_only = ON")
+            except sqlite3.Error as e:
+                raise StoreError(f"{path}: {e}") from None
+            store = cls(conn, path, True)
+            store._check_version()
+            return store
+
+        try:
+            paths.ensure()
+            # Create the file ourselves: 0600 and never through a symlink. SQLite gives the -wal and
+            # -shm files the database file's mode.
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            os.close(fd)
+        except OSError as e:
+            raise StoreError(f"{path}: {' '.join(str(e.strerror or e).split())}") from None
+        old = os.umask(0o077)
+        try:
+            conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
+            # WAL: readers (every CLI call) never block the reconciler and never see half a
+            # transaction. synchronous=NORMAL: in WAL mode a commit survives any crash of the process
+            # (SIGKILL included: the fault tier) and the database is never corrupted; only an OS
+            # crash or power cut can lose the last commits, and that also ends every job unit, while
+            # what recorded them (log offset and spend in one transaction, exit records on disk) rolls
+            # back together and is re-read. FULL would add an fsync to every commit (every lease
+            # renewal) for no decision that could go wrong.
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            store = cls(conn, path, False)
+            with store.transaction():
+                for statement in _SCHEMA.split(";"):  # (executescript would COMMIT first)
+                    if statement.strip():
+                        conn.execute(statement)
+                got = store._meta_raw("schema_version")
+                if got is None:
+                    conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('db_id', ?)", (os.urandom(8).hex(),))
+                elif int(got) < 2:
+                    _scrub_secrets(conn)
+                    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            store._check_version()
+            st = os.stat(path)
+            store.identity = (st.st_dev, st.st_ino)
+        except sqlite3.Error as e:
+            raise StoreError(f"{path}: {e}") from None
+        finally:
+            os.umask(old)
+        return store
+
+    def check_same(self) -> None:
+        """StoreReplaced unless the file at the path is still the one this connection writes to."""
+        if self.identity is None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StoreReplaced(f"{self.path}: removed while res had it open; stopping: nothing more is "
+                                "started, stopped or recorded by this process") from None
+        if (st.st_dev, st.st_ino) != self.identity or st.st_size == 0:
+            raise StoreReplaced(f"{self.path}: replaced or emptied while res had it open; stopping: nothing more "
+                                "is started, stopped or recorded by this process")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_version(self) -> None:
+        got = self._meta_raw("schema_version")
+        if got is not None and int(got) > SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: schema version {got} is newer than this res understands ({SCHEMA_VERSION})")
+
+    # ---------------------------------------------------------- low level
+
+    def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
+        """Rows of a read; a read-only view of a database that is missing or not yet set up is empty."""
+        if self._conn is None:
+            return []
+        with self._lock:
+            try:
+                return self._conn.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as e:
+                if self.readonly and "no such table" in str(e):
+                    return []
+                raise StoreError(f"{self.path}: {e}") from None
+            except sqlite3.Error as e:
+                raise StoreError(f"{self.path}: {e}") from None
+
+    def _writable(self) -> sqlite3.Connection:
+        if self.readonly or self._conn is None:
+            raise StoreError(f"{self.path}: opened read-only")
+        return self._conn
+
+    def _meta_raw(self, key: str) -> str | None:
+        rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    @staticmethod
+    def _load(job_id: str, raw: str) -> "JobRecord":
+        from pydantic import ValidationError
+
+        from reconciler.core.models import JobRecord
+
+        try:
+            return JobRecord.model_validate_json(raw)
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise StoreError(f"record {job_id}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+        except (ValueError, TypeError) as e:  # not even JSON
+            raise StoreError(f"record {job_id}: {' '.join(str(e).split())[:200]}") from None
+
+    # ---------------------------------------------------------- transactions
+
+    @contextmanager
+    def transaction(self) -> Iterator["Store"]:
+        """One write transaction (BEGIN IMMEDIATE: the write lock is taken at once, waiting up to the
+        busy timeout for another process). Nested calls join the outer transaction. An exception
+        rolls everything back."""
+        conn = self._writable()
+        with self._lock:
+            if self._depth:
+                self._depth += 1
+                try:
+                    yield self
+                finally:
+                    self._depth -= 1
+                return
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                raise StoreError(f"{self.path}: {e}") from None
+            self._depth = 1
+            try:
+                yield self
+            except BaseException:
+                self._depth = 0
+                _rollback(conn)
+                raise
+            self._depth = 0
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as e:
+                _rollback(conn)
+                raise StoreError(f"{self.path}: {e}") from None
+
+    # ---------------------------------------------------------- records
+
+    def records(self, phases: Iterable["Phase | str"] | None = None) -> dict[str, "JobRecord"]:
+        """All records by id (in id order), or only those in `phases`."""
+        if phases is None:
+            rows = self._rows("SELECT id, record FROM jobs ORDER BY num")
+        else:
+            wanted = [getattr(p, "value", p) for p in phases]
+            if not wanted:
+                return {}
+            marks = ",".join("?" * len(wanted))
+            rows = self._rows(f"SELECT id, record FROM jobs WHERE phase IN ({marks}) ORDER BY num", tuple(wanted))
+        out = {}
+        for job_id, raw in rows:
+            try:
+                out[job_id] = self._load(job_id, raw)
+            except StoreError as e:
+                self.bad[job_id] = str(e)
+            else:
+                self.bad.pop(job_id, None)
+        return out
+
+    def get(self, job_id: str) -> "JobRecord | None":
+        rows = self._rows("SELECT record FROM jobs WHERE id = ?", (job_id,))
+        return self._load(job_id, rows[0][0]) if rows else None
+
+    def put(self, record: "JobRecord", expect_phase: Any = None, expect_holder: Any = ANY) -> bool:
+        """Write `record` (insert or replace) in one transaction, if the stored row still is what the
+        caller last saw; returns False (and writes nothing) if not:
+
+        * expect_phase: None: any; ABSENT: only if there is no record yet; a Phase (or a collection of
+          phases): the stored record must exist and be in it;
+        * expect_holder: ANY (default): any; a string or None: the stored `attached_by` must equal it
+          (a missing record counts as held by None).
+        """
+        conn = self._writable()
+        data = record.model_dump_json()
+        job_id = record.request.id
+        with self.transaction():
+            row = conn.execute("SELECT phase, holder FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if not _expected(row, expect_phase, expect_holder):
+                return False
+            conn.execute(
+                "INSERT INTO jobs (id, num, phase, holder, lease_until, ended, updated, record)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (id) DO UPDATE SET num = excluded.num, phase = excluded.phase,"
+                " holder = excluded.holder, lease_until = excluded.lease_until, ended = excluded.ended,"
+                " updated = excluded.updated, record = excluded.record",
+                (
+                    job_id,
+                    _num(job_id),
+                    record.phase.value,
+                    record.attached_by,
+                    record.lease_until,
+                    record.ended,
+                    record.updated,
+                    data,
+                ),
+            )
+        return True
+
+    def delete(self, job_id: str, expect_phase: Any = None) -> bool:
+        """Remove a record (not into history). Same expect_phase rules as `put`; False if nothing
+        was removed."""
+        conn = self._writable()
+        with self.transaction():
+            row = conn.execute("SELECT phase, holder FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None or not _expected(row, expect_phase, ANY):
+                return False
+            conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+        return True
+
+    def prune(self, before: float | None = None, ids: Iterable[str] | None = None) -> list[str]:
+        """Move finished records (done, refused, cancelled) from `jobs` into `history`, in one
+        transaction: those that ended before `before` (a record without an end time counts by its
+        last update), and/or those with these `ids` (the planner's per-id `prune` actions); a record
+        that is not finished is never moved. Returns the ids moved. Idempotent."""
+        if before is None and ids is None:
+            raise ValueError("prune needs `before` or `ids`")
+        conn = self._writable()
+        where = [f"phase IN ({','.join('?' * len(_TERMINAL))})"]
+        args: list[Any] = list(_TERMINAL)
+        if before is not None:
+            where.append("COALESCE(ended, updated) < ?")
+            args.append(before)
+        if ids is not None:
+            wanted = list(dict.fromkeys(ids))
+            if not wanted:
+                return []
+            where.append(f"id IN ({','.join('?' * len(wanted))})")
+            args.extend(wanted)
+        with self.transaction():
+            rows = conn.execute(
+                f"SELECT id, num, phase, COALESCE(ended, updated), record FROM jobs WHERE {' AND '.join(where)} ORDER BY num",
+                args,
+            ).fetchall()
+            conn.executemany(
+                "INSERT OR REPLACE INTO history (id, num, phase, ended, record) VALUES (?, ?, ?, ?, ?)", rows
+            )
+            conn.executemany("DELETE FROM jobs WHERE id = ?", [(r[0],) for r in rows])
+        return [r[0] for r in rows]
+
+    def history(self, limit: int | None = None) -> list["JobRecord"]:
+        """Pruned records, the latest ended first."""
+        sql = "SELECT id, record FROM history ORDER BY ended DESC, num DESC"
+        args: tuple = ()
+        if limit is not None:
+            sql += " LIMIT ?"
+            args = (int(limit),)
+        return [self._load(job_id, raw) for job_id, raw in self._rows(sql, args)]
+
+    def max_number(self) -> int:
+        """The highest id number ever recorded (live or history); 0 if none."""
+        rows = self._rows("SELECT MAX(m) FROM (SELECT MAX(num) AS m FROM jobs UNION ALL SELECT MAX(num) FROM history)")
+        return int(rows[0][0]) if rows and rows[0][0] is not None else 0
+
+    # ---------------------------------------------------------- meta
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        got = self._meta_raw(key)
+        return default if got is None else got
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Store text (JSON is the caller's to encode, e.g. Desired.model_dump_json())."""
+        if not isinstance(value, str):
+            raise TypeError("meta values are text")
+        conn = self._writable()
+        with self.transaction():
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def add_changes(self, rows: Iterable[tuple[float, str, str, str, str]]) -> None:
+        """(at, file, how, who, summary) rows: changes to the user's own files (DESIGN §5.7)."""
+        conn = self._writable()
+        with self.transaction():
+            conn.executemany("INSERT INTO changes (at, file, how, who, summary) VALUES (?, ?, ?, ?, ?)", list(rows))
+            conn.execute("DELETE FROM changes WHERE rowid NOT IN (SELECT rowid FROM changes ORDER BY at DESC LIMIT 10000)")
+
+    def changes(self, since: float = 0.0, files: Iterable[str] | None = None) -> list[tuple[float, str, str, str, str]]:
+        """Changes noted at or after `since`, oldest first."""
+        rows = self._rows("SELECT at, file, how, who, summary FROM changes WHERE at >= ? ORDER BY at, rowid", (since,))
+        wanted = set(files) if files is not None else None
+        return [r for r in rows if wanted is None or r[1] in wanted]
+
+    def get_meta_json(self, key: str, default: Any = None) -> Any:
+        got = self._meta_raw(key)
+        return default if got is None else json.loads(got)
+
+    def set_meta_json(self, key: str, value: Any) -> None:
+        self.set_meta(key, json.dumps(value, separators=(",", ":"), sort_keys=True))
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back, where SQLite has not already (a full disk ends the transaction by itself)."""
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
+
+
+def _scrub_secrets(conn: sqlite3.Connection) -> None:
+    """Remove secret-looking variables (environ.is_secret) from every record's request, in `jobs` and
+    `history`: what an older res wrote before its filter knew them."""
+    from reconciler.config.environ import is_secret
+
+    for table in ("jobs", "history"):
+        for job_id, raw in conn.execute(f"SELECT id, record FROM {table}").fetchall():
+            try:
+                data = json.loads(raw)
+                env = data["request"]["env"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            if isinstance(env, dict) and any(is_secret(str(k), str(v)) for k, v in env.items()):
+                data["request"]["env"] = {k: v for k, v in env.items() if not is_secret(str(k), str(v))}
+                conn.execute(f"UPDATE {table} SET record = ? WHERE id = ?", (json.dumps(data), job_id))
+
+
+def _expected(row: tuple | None, expect_phase: Any, expect_holder: Any) -> bool:
+    if expect_phase is ABSENT:
+        if row is not None:
+            return False
+    elif expect_phase is not None:
+        if row is None:
+            return False
+        if isinstance(expect_phase, (str, bytes)) or hasattr(expect_phase, "value"):
+            wanted = {getattr(expect_phase, "value", expect_phase)}
+        else:
+            wanted = {getattr(p, "value", p) for p in expect_phase}
+        if row[0] not in wanted:
+            return False
+    if expect_holder is not ANY:
+        holder = row[1] if row is not None else None
+        if holder != expect_holder:
+            return False
+    return True
+
+
+def max_number(paths: Paths) -> int:
+    """The highest id number state.db has recorded (0 if there is no database). Read-only."""
+    with Store.open(paths, readonly=True, timeout=5.0) as store:
+        return store.max_number()

@@ -1,0 +1,214 @@
+"""Text for people and agents: the busy line, outcome lines, the plan (DESIGN §5.2, §7). Pure.
+
+Agents parse these lines: each is one line, stable and complete.
+"""
+from __future__ import annotations
+
+from reconciler.core.models import Action, Plan, World
+from reconciler.core.quantities import fmt_clock, fmt_cpus, fmt_gb, one_line, quoted
+
+
+def _until(h: dict) -> str:
+    if h["overdue"] or h["until"] is None:
+        return "(overdue)"
+    return f"until ~{fmt_clock(h['until'])}"
+
+
+def _who(h: dict) -> str:
+    project = f"{one_line(h['project'], 30)} " if h["project"] else ""
+    return f"{project}{quoted(h['title'], 40)} ({h['id']}) {_until(h)}"
+
+
+def _retry_text(d: dict) -> str:
+    if d["retry"] == "after":
+        return f"retry after ~{fmt_clock(d['retry_at'])} or work on something else"
+    if d["retry"] == "soon":
+        return "retry in a few minutes or work on something else"
+    return "retry later or work on something else"
+
+
+def _amounts(short: list[str], gb: float, cpus: float) -> str:
+    """`2.0 GB`, `1 cpu`, or `2.0 GB and 1 cpu`: the resources in `short`, by these amounts."""
+    return " and ".join(fmt_gb(gb) if r == "memory" else fmt_cpus(cpus) for r in short)
+
+
+def reason_line(d: dict) -> str:
+    """The one line of a structured reason (capacity.*_detail)."""
+    if d["code"] == "never_fits":
+        if d["resource"] == "memory":
+            return f"{_g(d['asked'])} GB can never fit (max {_g(d['max'])} GB)"
+        return f"{fmt_cpus(d['asked'])} can never fit (max {fmt_cpus(d['max'])})"
+    if d["code"] == "pricing":
+        return f"{d['error']}; no agent session starts until it is fixed"
+    resource = d["resource"]
+    if resource == "lock":
+        return f"busy: lock {quoted(d['lock'], 40)} held by {_who(d['holders'][0])}; {_retry_text(d)}"
+    if resource == "sessions":
+        hs = d["holders"]
+        who = ", ".join(_who(h) for h in hs[:5]) + (f", and {len(hs) - 5} more" if len(hs) > 5 else "")
+        return f"busy: {d['running']} agent sessions running (max {d['limit']}): {who}; {_retry_text(d)}"
+    if resource == "daily_cost":
+        return (f"busy: agent sessions spent ${d['spent_usd']:.2f} today, daily_cost_usd is ${d['limit_usd']:.2f}; "
+                "new sessions start again tomorrow, or raise daily_cost_usd")
+    return busy_line(d)
+
+
+def busy_line(d: dict) -> str:
+    """`busy: 7.5 GB held by proj-a "dotnet e2e" (r-4) until ~14:40; 2.1 GB free for agents; retry after
+    ~14:40 or work on something else` — holders named earliest ETA first, in the resource that is short."""
+    short = d["short"]
+    parts = []
+    if d["holders"]:
+        first, *rest = d["holders"]
+        held = f"{_amounts(short[:1], first['gb'], first['cpus'])} held by {_who(first)}"
+        held += "".join(f", {_amounts(short[:1], h['gb'], h['cpus'])} by {_who(h)}" for h in rest)
+        parts.append(held)
+    head = d.get("head")
+    if head:
+        waits = head["waits_for"].split("+")
+        parts.append(f"queue head {head['id']} {quoted(head['title'], 40)} waits for "
+                     f"{_amounts(waits, head['gb'], head['cpus'])} first")
+    free = f"{_amounts(short, max(d['free_gb'], 0), max(d['free_cpus'], 0))} free for agents"
+    if not d["holders"]:
+        free += f", {_amounts(short, d['asked_gb'], d['asked_cpus'])} asked; the rest is in use outside res or kept as the user's reserve"
+    parts.append(free)
+    parts.append(_retry_text(d))
+    return "busy: " + "; ".join(parts)
+
+
+def queued_line(d: dict) -> str:
+    """`position 2; est. start ~14:40; lock 'e2e' held by r-1`: a waiting queue entry (plan.wait_detail)."""
+    if d["waits_for"] in ("sessions", "daily_cost", "pricing"):
+        why = reason_line(d["block"]).removeprefix("busy: ") if d.get("block") else "behind an earlier session that waits"
+        return f"position {d['position']}; {why}"
+    eta = f"est. start ~{fmt_clock(d['est_start'])}" if d["est_start"] is not None else "est. start unknown"
+    text = f"position {d['position']}; {eta}"
+    if d["waits_for"] == "lock":
+        text += f"; lock {d['lock']!r} held by {d['lock_holder']}"
+    elif d["waits_for"] == "queue_head":
+        text += f"; behind queue head {d['head']}"
+    return text
+
+
+def _g(gb: float) -> str:
+    return f"{gb:.0f}" if float(gb).is_integer() else f"{gb:.1f}"
+
+
+# ---------------------------------------------------------------- the plan (DESIGN §7)
+
+_SYMBOL = {
+    "start": "+ start",
+    "grant": "+ note",
+    "refuse": "x refuse",
+    "stop": "- stop",
+    "settle": "✓ settle",
+    "requeue": "⟲ requeue",
+    "reattach": "↻ reattach",
+    "expire": "- expire",
+    "cancel": "- cancel",
+    "set": "~ set",
+    "adopt": "~ adopt",
+    "end_game": "~ game off",
+    "restore": "~ restore",
+    "recover": "↻ recover",
+    "hold": "x hold",
+    "enqueue": "· queue",
+    "running": "· running",
+    "retire": "· retire",
+    "prune": "· prune",
+}
+_SUMMARY = [("start", "to start"), ("grant", "to note"), ("refuse", "to refuse"), ("stop", "to stop"),
+            ("set", "to change"), ("adopt", "to adopt"), ("end_game", "to end game mode"), ("restore", "to write back"), ("recover", "to recover"), ("hold", "held (not written by res)"), ("reattach", "to reattach"), ("requeue", "to requeue"), ("settle", "to settle"),
+            ("expire", "to expire"), ("cancel", "to cancel")]
+
+
+UNHELD = "nobody attached"  # a reattach of a job whose holder gave it up cleanly: bookkeeping
+
+
+def _bookkeeping(a: Action) -> bool:
+    return a.kind in ("enqueue", "running", "retire", "prune") or (a.kind == "reattach" and a.reason == UNHELD)
+
+
+def plan_line(a: Action) -> str:
+    if a.kind in ("set", "adopt", "end_game"):  # units and files, not jobs: the name, then what changes
+        return f"  {_SYMBOL[a.kind]:<11}{a.id:<33}{one_line(a.reason, 200)}".rstrip()
+    symbol = "· attach" if a.kind == "reattach" and a.reason == UNHELD else _SYMBOL.get(a.kind, a.kind)
+    head = f"  {symbol:<11}{a.id:<6}"
+    what = quoted(a.title, 24) if a.title else ""
+    size = f"{a.mem_gb:.1f} GB  {fmt_cpus(a.cpus):<7}" if a.kind in ("start", "grant", "refuse", "enqueue") else ""
+    reason = one_line(a.reason, 200)
+    return f"{head}{what:<26} {size:<17}{reason}".rstrip()
+
+
+def render_plan(plan: Plan) -> str:
+    lines = [f"res: {n}" for n in plan.notices]
+    lines += [plan_line(a) for a in plan.actions if a.kind != "wait"]
+    counts = {k: sum(1 for a in plan.of(k) if not _bookkeeping(a)) for k, _ in _SUMMARY}
+    said = [f"{counts[k]} {label}" for k, label in _SUMMARY if counts[k]]
+    bookkeeping = sum(1 for a in plan.actions if _bookkeeping(a))
+    waits = plan.of("wait")
+    waiting = ""
+    if waits:
+        n = len(waits)
+        waiting = f"{n} queued entr{'y waits' if n == 1 else 'ies wait'} ({waits[0].id}: {one_line(waits[0].reason, 120)})"
+    if said:
+        lines.append("Plan: " + ", ".join(said) + "." + (f" {waiting}." if waiting else ""))
+    elif bookkeeping:
+        lines.append(f"No changes to jobs; {bookkeeping} bookkeeping step{'s' if bookkeeping > 1 else ''} (·)"
+                     + (f"; {waiting}." if waiting else "."))
+    elif waiting:
+        lines.append(f"No changes; {waiting}.")
+    else:
+        lines.append("No changes. The world matches the desired state.")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- `res status`: the user's side
+
+THROTTLE_USED = 0.85  # of the job's own --mem
+THROTTLE_PRESSURE = 20.0  # memory.pressure some avg60, percent
+TMPFS_SHARE = 0.25  # of RAM
+
+
+def agents_memory_line(world: World) -> str | None:
+    """What agents use outside their jobs' reservations: the slice's memory minus the jobs', and how
+    much of that is page cache the kernel takes back when it needs to."""
+    s = world.agents_slice
+    if s is None:
+        return None
+    jobs = sum(o.mem_used_gb for o in world.jobs.values())
+    free_of_jobs = max(s.mem_used_gb - jobs, 0.0)
+    cache = min(s.mem_file_gb, free_of_jobs)
+    return (f"agents slice uses {fmt_gb(s.mem_used_gb)}: jobs {fmt_gb(jobs)}, unreserved {fmt_gb(free_of_jobs)} "
+            f"(of which {fmt_gb(cache)} reclaimable cache)")
+
+
+def status_warnings(world: World, records, policy) -> list[str]:
+    """One line per thing the user may want to act on; none of them stops anything."""
+    out = []
+    for rec in sorted(records, key=lambda r: r.request.number):
+        o = world.jobs.get(rec.id)
+        if o is None or o.pressure_avg60 is None:
+            continue
+        if o.mem_used_gb >= THROTTLE_USED * rec.request.mem_gb and o.pressure_avg60 >= THROTTLE_PRESSURE:
+            out.append(f"{rec.id} {quoted(rec.request.title, 30)} is throttled at its own limit "
+                       f"({fmt_gb(o.mem_used_gb)} of {fmt_gb(rec.request.mem_gb)}, memory pressure {o.pressure_avg60:.0f}%); "
+                       f"it would run faster with more --mem")
+    if world.tmp_tmpfs_used_gb is not None and world.mem_total_gb and \
+            world.tmp_tmpfs_used_gb > TMPFS_SHARE * world.mem_total_gb:
+        out.append(f"/tmp is a tmpfs holding {fmt_gb(world.tmp_tmpfs_used_gb)} "
+                   f"({world.tmp_tmpfs_used_gb / world.mem_total_gb:.0%} of RAM); see res clean")
+    outside = sorted(s.pid for s in world.sessions or [] if not s.in_slice and s.movable)
+    for s in sorted(world.sessions or [], key=lambda s: s.pid):
+        if not s.in_slice and not s.movable:
+            out.append(f"claude pid {s.pid} runs in {s.unit or '?'}, outside {policy.agents_slice} "
+                       f"(left there: res moves sessions out of scopes only)")
+    if outside:
+        n = len(outside)
+        out.append(f"{n} claude session{'s' if n > 1 else ''} outside {policy.agents_slice} "
+                   f"(pid {', '.join(map(str, outside[:5]))}{', …' if n > 5 else ''}); res adopt moves them")
+    if world.stray_services:
+        names = world.stray_services
+        out.append(f"transient service{'s' if len(names) > 1 else ''} outside the agents slices: "
+                   f"{', '.join(names[:5])}{', …' if len(names) > 5 else ''} (agents: use res run)")
+    return out
