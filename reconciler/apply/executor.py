@@ -11,7 +11,7 @@ import stat
 
 from reconciler.config.environ import public_env, resolve_program
 from reconciler.core.models import Action, JobRecord, Phase, Request
-from reconciler.core.plan import agent_why
+from reconciler.core.plan import agent_outcome
 from reconciler.config.paths import Paths
 from reconciler.runtime import JobSpec, Runtime, RuntimeUnavailable
 
@@ -202,15 +202,19 @@ class Executor:
     async def _settle(self, a, req, rec, now):
         """Once: the rest of the log into the digest, then rc, peak, why and spend in one write, a
         compare-and-set on this instance's hold."""
-        why, code = a.why, (a.detail or {}).get("code", "exited")
+        why, outcome = a.why, a.detail or {"code": "exited"}
         if self.streamer is not None:
             read = self.streamer.final(rec, a.rc, now)
             if read is None:
                 return  # the read failed and was recorded; a later pass settles it
             rec = read
-            why, code = agent_why(rec, why, code)
+            verdict = agent_outcome(rec, outcome)
+            if verdict is not outcome:
+                from reconciler.render.reasons import outcome_why
+
+                why, outcome = outcome_why(verdict), verdict
         done = rec.model_copy(update={"phase": Phase.done, "rc": a.rc, "peak_gb": a.peak_gb, "why": why,
-                                      "detail": {"code": code},
+                                      "detail": {"code": outcome["code"]},
                                       "ended": a.at or now, "attached_by": None, "lease_until": None, "updated": now})
         if self.store.put(done, expect_phase=rec.phase, expect_holder=rec.attached_by):
             await self._forget(rec.id)

@@ -1,4 +1,4 @@
-"""`res adopt` and `res shell-init` (issue 4, item 4). Adoption itself is a plan action (sessions.py
+"""`res adopt` and `res shell-init`. Adoption itself is a plan action (core/sessions.py
 decides, the executor moves): `res adopt` asks for a pass now and reports what it did to sessions."""
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ def shell_init(policy) -> str:
 def adopt_report(plan, agents_slice: str) -> tuple[int, list[str]]:
     """One line per session moved or resized, one `res:` line per action that failed (retried next
     pass) and per other notice of the pass."""
+    from reconciler.render.reasons import session_moved
+
     failed = {n.split(" ", 2)[1]: n for n in plan.notices if n.startswith(("adopt ", "set "))}
     lines, code, reported = [], 0, set()
     for a in plan.actions:
@@ -23,7 +25,7 @@ def adopt_report(plan, agents_slice: str) -> tuple[int, list[str]]:
             if a.id in failed:
                 continue
             if a.kind == "adopt":
-                lines.append(f"adopted {a.reason.rsplit(', outside', 1)[0]} into {a.id}")
+                lines.append(f"adopted {session_moved(a.detail)} into {a.id}")
             else:
                 lines.append(f"{a.id}: {a.reason}")
     for n in plan.notices:

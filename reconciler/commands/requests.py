@@ -22,8 +22,9 @@ def _detail(plan: Plan | None, job_id: str, kinds: tuple[str, ...]) -> dict | No
 
 def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | None:
     """(exit code, line, the entry as data) once the request is decided, None while it is not yet."""
-    from reconciler.render.lines import queued_line
     from reconciler.commands.status import entry_json
+    from reconciler.config.zone import zone_of
+    from reconciler.render.reasons import queued_line
 
     rec = engine.store.get(job_id)
     if rec is None:
@@ -35,16 +36,17 @@ def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | N
     if rec.phase == Phase.queued and detail is None and plan is not None and plan.for_id(job_id):
         return None  # requeued by this very pass (its starter died): the next pass decides it
     data = entry_json(rec, engine.paths, detail)
+    zone = zone_of(engine.policy)
     if rec.phase == Phase.refused:
         why = rec.why or "refused"
         busy = (rec.detail or {}).get("code") == "busy"
         return (3, why, data) if busy else (1, f"res: {why}", data)
     if rec.phase in LIVE:
         if req.kind == "note":
-            return 0, f"{job_id} noted: {fmt_gb(req.mem_gb)} until ~{fmt_clock(rec.expires())}{_owner(req)}; free it: res release {job_id}", data
-        return 0, f"{job_id} started; log {engine.paths.log(job_id)}; ETA ~{fmt_clock(rec.eta())}", data
+            return 0, f"{job_id} noted: {fmt_gb(req.mem_gb)} until ~{fmt_clock(rec.expires(), zone)}{_owner(req)}; free it: res release {job_id}", data
+        return 0, f"{job_id} started; log {engine.paths.log(job_id)}; ETA ~{fmt_clock(rec.eta(), zone)}", data
     if rec.phase == Phase.queued:
-        reason = queued_line(detail) if detail else "waiting"
+        reason = queued_line(detail, zone) if detail else "waiting"
         return 0, f"{job_id} queued, {reason}; cancel: res release {job_id}", data
     if rec.phase == Phase.done:
         from reconciler.commands.status import done_line

@@ -9,17 +9,18 @@ from reconciler.desired.changes import SHOWN_FOR_S, change_line, recorded_and_pe
 from reconciler.core.plan import spent_today
 from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase
 from reconciler.config.paths import Paths
-from reconciler.core.quantities import escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
+from reconciler.config.zone import zone_of
+from reconciler.core.quantities import Zone, escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
 
 
 def _snapshot(store) -> dict:
     return store.get_meta_json("last_tick", {})
 
 
-def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths) -> dict:
+def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -> dict:
     """One job as data: what `status --json` prints and the text lines are made of. A queued entry
     carries what the last pass said of it (position, est. start, what it waits for)."""
-    from reconciler.render.lines import queued_line
+    from reconciler.render.reasons import queued_line
 
     req = rec.request
     queued = (snap.get("queue") or {}).get(rec.id) if rec.phase == Phase.queued else None
@@ -41,7 +42,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths) -> dict:
         "iterations": d.iterations if d else 0, "lines": d.lines if d else 0,
         "log_offset": rec.log_offset, "attach_failures": rec.attach_failures, "last_error": rec.last_error,
         "reason": reason_of(rec, queued), "position": (queued or {}).get("position"),
-        "est_start": (queued or {}).get("est_start"), "waits": queued_line(queued) if queued else None,
+        "est_start": (queued or {}).get("est_start"), "waits": queued_line(queued, zone) if queued else None,
     }
 
 
@@ -84,24 +85,26 @@ def ended_unsettled(rec: JobRecord, paths: Paths) -> JobRecord | None:
     if rec.phase not in LIVE or rec.request.kind != "job" or not rec.unit or _unit_loaded(paths, rec.unit) is not False:
         return None  # its unit may still run: an exit record written by the job itself must not count
     from reconciler.core.plan import settle_outcome
+    from reconciler.render.reasons import outcome_why
     from reconciler.runtime import read_exit_record
 
     ex = read_exit_record(paths.exit_record(rec.id))
     if ex is None or (rec.invocation and ex.invocation != rec.invocation):
         return None
-    rc, why, peak, code = settle_outcome(rec, ex)
+    rc, peak, outcome = settle_outcome(rec, ex)
     return rec.model_copy(update={"phase": Phase.exited, "rc": rc, "peak_gb": peak, "ended": ex.at or None,
-                                  "why": f"{why} (not settled yet: no pass since it ended)", "detail": {"code": code}})
+                                  "why": f"{outcome_why(outcome)} (not settled yet: no pass since it ended)",
+                                  "detail": {"code": outcome["code"]}})
 
 
 def _size(gb: float | None) -> str:
     return "-" if gb is None else fmt_gb(gb)
 
 
-def _line(v: dict) -> str:
+def _line(v: dict, zone: Zone) -> str:
     """One entry under HEADER: what it asked for, uses and used, and what a reader decides on: when
     it ends, why it waits (position, est. start, what blocks it), or how it ended."""
-    started = fmt_clock(v["started"]) if v["started"] else "-"
+    started = fmt_clock(v["started"], zone) if v["started"] else "-"
     if v["state"] in ("done", "refused", "cancelled", "exited") and v["why"]:
         tail = f"rc={v['rc']}" if v["rc"] is not None else ""
         tail += f" {v['why']}" if v["why"] else ""
@@ -110,7 +113,7 @@ def _line(v: dict) -> str:
     elif v["state"] == "queued":
         tail = v["waits"] or "waiting (no pass has looked at it yet)"
     elif v["eta"]:
-        tail = f"ETA ~{fmt_clock(v['eta'])}"
+        tail = f"ETA ~{fmt_clock(v['eta'], zone)}"
     else:
         tail = "starting"
     if v["agent"] != "none":
@@ -146,11 +149,11 @@ def notices(paths: Paths, snap: dict) -> list[str]:
     return queue_problems(paths) + out
 
 
-def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord], now: float) -> dict:
+def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord], now: float, zone: Zone) -> dict:
     """Game mode, the agents' unreserved memory and the warnings, from the last pass's world."""
     from reconciler.core.capacity import HOLDING, reserve_warnings
-    from reconciler.core.game import game_lines
     from reconciler.core.models import World
+    from reconciler.render.game import game_lines
     from reconciler.render.lines import agents_memory_line, status_warnings
 
     world = World.model_validate(world_data) if world_data else None
@@ -158,7 +161,7 @@ def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord
     return {
         "game": {"on": game.active(now), "until": game.until if game.active(now) else None,
                  "left_s": round(game.until - now) if game.active(now) and game.until else None,
-                 "lines": game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now)},
+                 "lines": game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now, zone)},
         "agents_memory": agents_memory_line(world) if world else None,
         "agents_slice": world.agents_slice.model_dump() if world and world.agents_slice else None,
         "warnings": (status_warnings(world, live, policy) if world else []) + reserve_warnings(policy),
@@ -171,6 +174,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
     from reconciler.recorded.store import Store
 
     now = time.time()
+    zone = zone_of(policy)
     store = Store.open(paths, readonly=True)
     try:
         records = store.records()
@@ -183,7 +187,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
         rec = records.get(job_id)
         if rec is None:
             return f"res: no such entry: {job_id}", 1
-        v = job_view(rec, snap, now, paths)
+        v = job_view(rec, snap, now, paths, zone)
         if as_json:
             return json.dumps(v, indent=2), 0
         return "\n".join(f"{k}: {_field(val)}" for k, val in v.items()), 0
@@ -193,7 +197,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
     game = Game.model_validate(json.loads(last_good)["game"]) if last_good else Game()
     nproc = int(world.get("nproc") or 1)
     reserve_gb, reserve_cpus, game_on = reserves(policy, game, now, nproc)
-    spent = spent_today(records, now)
+    spent = spent_today(records, now, zone)
     budget = {"mem_gb": snap.get("budget_mem_gb"), "cpus": snap.get("budget_cpus"),
               "reserve_gb": reserve_gb, "reserve_cpus": reserve_cpus, "as_of": snap.get("at"),
               "mem_available_gb": world.get("mem_available_gb"),  # what the budget was taken from
@@ -201,14 +205,14 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
     grace = float("inf") if show_all else FINISHED_GRACE_S
     live = [r for r in sorted(records.values(), key=lambda r: r.request.number)
             if r.phase not in TERMINAL or (r.ended and now - r.ended < grace)]
-    views = [job_view(r, snap, now, paths) for r in live]
-    side = user_side(policy, game, world, records, now)
+    views = [job_view(r, snap, now, paths, zone) for r in live]
+    side = user_side(policy, game, world, records, now, zone)
     if as_json:
         changes = [{"at": at, "file": f, "how": how, "who": who, "summary": summary} for at, f, how, who, summary in recent]
         return json.dumps({"jobs": views, "budget": budget, "notices": warn, "held": snap.get("held", []),
                            "changes": changes, **side}, indent=2), 0
     hidden = sum(1 for r in records.values() if r.phase in TERMINAL) - sum(1 for v in views if v["state"] in ("done", "refused", "cancelled"))
-    lines = [HEADER] + [_line(v) for v in views] if views else ["no entries"]
+    lines = [HEADER] + [_line(v, zone) for v in views] if views else ["no entries"]
     if hidden:
         lines.append(f"({hidden} finished entr{'y' if hidden == 1 else 'ies'} not shown: res status --all, res hist)")
     if budget["mem_gb"] is None:
@@ -225,7 +229,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
         lines.append(side["agents_memory"])
     lines += [f"warning: {w}" for w in side["warnings"]]
     lines += [f"held: {h['id']} {quoted(h['title'], 40)} {one_line(h['reason'], 160)}" for h in snap.get("held", [])]
-    lines += [change_line(*row, clock=fmt_clock) for row in recent]
+    lines += [change_line(*row, clock=lambda at: fmt_clock(at, zone)) for row in recent]
     lines += [f"res: {' '.join(n.split())}" for n in warn]
     return "\n".join(lines), 0
 

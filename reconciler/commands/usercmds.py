@@ -13,8 +13,9 @@ def game_report(paths: Paths, policy, now: float) -> list[str]:
     pass recorded (state.db, read-only)."""
     from reconciler.core.capacity import HOLDING
     from reconciler.desired.writer import read_game
-    from reconciler.core.game import game_lines
+    from reconciler.config.zone import zone_of
     from reconciler.core.models import World
+    from reconciler.render.game import game_lines
     from reconciler.recorded.store import Store
 
     game, error = read_game(paths)
@@ -24,7 +25,7 @@ def game_report(paths: Paths, policy, now: float) -> list[str]:
         records = store.records()
         snap = store.get_meta_json("last_tick", {})
     world = World.model_validate(snap["world"]) if snap.get("world") else None
-    return game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now)
+    return game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now, zone_of(policy))
 
 
 def cmd_game(a, paths: Paths, policy, decide) -> tuple[int, list[str]]:
@@ -64,12 +65,13 @@ def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
     from reconciler.recorded.store import Store
 
     if getattr(a, "changes", False):
+        from reconciler.config.zone import system_zone
+        from reconciler.core.quantities import fmt_clock, fmt_day
         from reconciler.desired.changes import change_line, recorded_and_pending
-        from reconciler.core.quantities import fmt_clock
 
         with Store.open(paths, readonly=True) as store:
             rows = recorded_and_pending(paths, store)
-        day = lambda at: time.strftime("%m-%d ", time.localtime(at)) + fmt_clock(at)  # noqa: E731
+        day = lambda at: f"{fmt_day(at, system_zone)} {fmt_clock(at, system_zone)}"  # noqa: E731
         return 0, [change_line(*row, clock=day) for row in rows[-200:]] or ["no changes recorded"]
     with Store.open(paths, readonly=True) as store:
         records = finished_runs(store)

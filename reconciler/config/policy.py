@@ -87,6 +87,15 @@ class Policy(BaseSettings):
     attach_renew_s: float = Field(ge=0.1, le=86400)
     sweep_s: float = Field(ge=0.05, le=3600)
     answer_timeout_s: float = Field(ge=1, le=3600)
+    time_zone: str = Field(max_length=100)
+
+    @field_validator("time_zone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        from reconciler.config.zone import zone_named
+
+        zone_named(v)  # a name no tzdata knows is named now, not at the first clock time shown
+        return v
 
     @field_validator("max_duration", mode="before")
     @classmethod

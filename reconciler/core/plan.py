@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import math
 import signal
-import time
 
 from reconciler.core.capacity import (HOLDING, Capacity, QueueForecast, busy_detail, capacity, daily_detail, holder_of, lock_detail,
                        never_detail, sessions_detail, short_of)
 from reconciler.core.models import LIVE, TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, Plan, Request, World
 from reconciler.core.game import game_actions
-from reconciler.render.lines import UNHELD, queued_line, reason_line
 from reconciler.core.sessions import session_actions
-from reconciler.core.quantities import GIB, fmt_clock, fmt_gb, fmt_span, fmt_usd_pair
+from reconciler.core.quantities import GIB, UTC, Zone, local_midnight
 
 PRUNE_AFTER_S = 24 * 3600
 OUTSIDE_STOP = ("TERM", "INT", "HUP")  # the signals of a stop request (systemctl stop, kill, ^C)
@@ -66,10 +64,14 @@ ALIVE = ("active", "activating", "deactivating")
 
 
 def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy,
-         me: str | None = None, pricing_error: str | None = None) -> Plan:
+         me: str | None = None, pricing_error: str | None = None, zone: Zone = UTC) -> Plan:
     """`me`: the attachment holder id of the reconciler that will apply the plan (None: a dry run,
     which claims nothing). `pricing_error`: the pricing table could not be read; no agent session
-    may start (a broken table is never a silently weaker cap)."""
+    may start (a broken table is never a silently weaker cap). `zone`: where the day of
+    daily_cost_usd begins.
+
+    Each action carries its reason as data (`detail`, with a stable `code`); its text is made at the
+    edge (render.reasons.explain)."""
     out = Plan()
     if not desired.queue_ok:
         out.notices.append(f"{desired.queue_error}; starting and stopping nothing because of it")
@@ -90,7 +92,7 @@ def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
     cap = capacity(policy, desired.game, world, holding, now)
     out.budget_mem_gb, out.budget_cpus = cap.mem_gb, cap.cpus
     if desired.queue_ok and world.ok:
-        spent = spent_today(records, now)
+        spent = spent_today(records, now, zone)
         out.actions.extend(_admit(desired, records, cap, now, policy, spent, pricing_error, world))
     # The user's side: game mode on the agents slice, sessions kept in it (each only if observed).
     out.actions.extend(game_actions(desired, world, now, policy))
@@ -108,32 +110,30 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
     if rec.phase in TERMINAL:
         acts = []
         if desired.queue_ok and rec.id in wanted:
-            acts.append(_act(kind="retire", id=rec.id, reason=f"{rec.phase.value}; removing it from the queue file", **tag))
+            acts.append(_act(kind="retire", id=rec.id, detail={"code": "retire", "phase": rec.phase.value}, **tag))
         elif rec.ended is not None and now - rec.ended > PRUNE_AFTER_S:
-            acts.append(_act(kind="prune", id=rec.id, reason="finished over 24 h ago; into history", **tag))
+            acts.append(_act(kind="prune", id=rec.id, detail={"code": "prune"}, **tag))
         return acts
 
     if req.kind == "note":
         if rec.phase != Phase.running:
             return []
         if req.owner_pid is not None and world.ok and req.owner_pid not in world.live_pids:
-            return [_act(kind="expire", id=rec.id, reason=f"owner pid {req.owner_pid} is gone",
-                         detail={"code": "owner_gone"}, **tag)]
+            return [_act(kind="expire", id=rec.id, detail={"code": "owner_gone", "pid": req.owner_pid}, **tag)]
         expires = rec.expires()
         if expires is not None and now >= expires:
-            return [_act(kind="expire", id=rec.id, reason=f"expired at {fmt_clock(expires)}",
-                         detail={"code": "expired"}, **tag)]
+            return [_act(kind="expire", id=rec.id, detail={"code": "expired", "at": expires}, **tag)]
         if desired.queue_ok and rec.id not in wanted:
             if not rec.released:
                 return [_restore(rec, tag)]
-            return [_act(kind="expire", id=rec.id, reason="released", detail={"code": "released"}, **tag)]
+            return [_act(kind="expire", id=rec.id, detail={"code": "released"}, **tag)]
         return []
 
     if rec.phase == Phase.queued:
         if desired.queue_ok and rec.id not in wanted:
             if not rec.released:
                 return [_restore(rec, tag)]
-            return [_act(kind="cancel", id=rec.id, reason="removed from the queue", **tag)]
+            return [_act(kind="cancel", id=rec.id, detail={"code": "cancelled"}, **tag)]
         return []
 
     # starting / running / exited: only what could be observed is acted on, and only by the
@@ -154,56 +154,56 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
         if ex is not None:
             pass  # it started and already ended: settled below
         elif alive:
-            return [_act(kind="running", id=rec.id, reason="unit seen started", **tag)]
+            return [_act(kind="running", id=rec.id, detail={"code": "started"}, **tag)]
         elif rec.attached_by in world.gone_holders:
-            return [_act(kind="requeue", id=rec.id, reason=f"never started; {_holder(rec)} is gone", **tag)]
+            return [_act(kind="requeue", id=rec.id, detail={"code": "holder_gone", "holder": holder_name(rec.attached_by)},
+                         **tag)]
         elif rec.lease_until is not None and now > rec.lease_until:
-            return [_act(kind="requeue", id=rec.id, reason="never started; lease expired", **tag)]
+            return [_act(kind="requeue", id=rec.id, detail={"code": "lease_lapsed"}, **tag)]
         else:
             return []
     acts = []
     if me is not None and rec.attached_by != me:
-        acts.append(_act(kind="reattach", id=rec.id, reason=_lapsed(rec, now, world.gone_holders), **tag))
+        acts.append(_act(kind="reattach", id=rec.id, detail=_lapsed(rec, now, world.gone_holders), **tag))
     if ex is not None:
-        rc, why, peak, code = settle_outcome(rec, ex)
-        acts.append(_act(kind="settle", id=rec.id, rc=rc, why=why, peak_gb=peak, at=ex.at or None,
-                         reason=settle_text(rec, rc, peak, why, ex.at), detail={"code": code}, **tag))
+        rc, peak, outcome = settle_outcome(rec, ex)
+        took = ex.at - rec.started if rec.started and ex.at else None
+        acts.append(_act(kind="settle", id=rec.id, rc=rc, peak_gb=peak, at=ex.at or None,
+                         detail={**outcome, "rc": rc, "peak_gb": peak, "took_s": took}, **tag))
     elif not alive:
-        why = ("lost: its exit record is another run's (not written by its unit)" if foreign
-               else "lost: the unit vanished without an exit record")
-        acts.append(_act(kind="settle", id=rec.id, rc=None, why=why, peak_gb=None, reason=why,
-                         detail={"code": "lost"}, **tag))
+        acts.append(_act(kind="settle", id=rec.id, rc=None, peak_gb=None,
+                         detail={"code": "lost", "lost": "foreign_exit" if foreign else "vanished"}, **tag))
     elif rec.stop_reason is None:
         if desired.queue_ok and rec.id not in wanted:
             if rec.released:
-                acts.append(_act(kind="stop", id=rec.id, reason="released", detail={"code": "released"}, **tag))
+                acts.append(_act(kind="stop", id=rec.id, detail={"code": "released"}, **tag))
             else:
                 acts.append(_restore(rec, tag))
         elif (trip := budget_trip(rec, policy, now, obs.log_bytes if obs is not None else None)) is not None:
-            acts.append(_act(kind="stop", id=rec.id, reason=trip[1], detail={"code": trip[0]}, **tag))
+            acts.append(_act(kind="stop", id=rec.id, detail=trip, **tag))
     return acts
 
 
 def _restore(rec: JobRecord, tag: dict) -> Action:
     """An entry that left queue.toml without `res release` (the file deleted or laid down again, an
     edit by hand): not the user's word to stop it. It is written back, and the job goes on."""
-    return _act(kind="restore", id=rec.id, reason="gone from queue.toml without res release: written back "
-                f"(res release {rec.id}{' --stop' if rec.request.kind == 'job' and rec.phase != Phase.queued else ''} ends it)",
-                **tag)
+    stop = rec.request.kind == "job" and rec.phase != Phase.queued
+    return _act(kind="restore", id=rec.id, detail={"code": "restore", "stop": stop}, **tag)
 
 
-def _holder(rec: JobRecord) -> str:
-    return "/".join((rec.attached_by or "?").split("/")[:2])
+def holder_name(holder_id: str | None) -> str:
+    """`host/pid` of an attachment holder id (`host/pid/nonce/start`)."""
+    return "/".join((holder_id or "?").split("/")[:2])
 
 
-def _lapsed(rec: JobRecord, now: float, gone: list[str]) -> str:
+def _lapsed(rec: JobRecord, now: float, gone: list[str]) -> dict:
     if rec.attached_by is None:
-        return UNHELD
-    holder = _holder(rec)
+        return {"code": "unheld"}
+    holder = holder_name(rec.attached_by)
     if rec.attached_by in gone:
-        return f"{holder} is gone"
-    ago = fmt_span(now - rec.lease_until) if rec.lease_until else "?"
-    return f"lease of {holder} expired {ago} ago"
+        return {"code": "holder_gone", "holder": holder}
+    ago = now - rec.lease_until if rec.lease_until else None
+    return {"code": "lease_lapsed", "holder": holder, "ago_s": ago}
 
 
 def effective_limits(req: Request, policy) -> tuple[float, int, int]:
@@ -218,31 +218,31 @@ def effective_limits(req: Request, policy) -> tuple[float, int, int]:
             pick(req.max_iterations, policy.max_iterations))
 
 
-def budget_trip(rec: JobRecord, policy, now: float, log_bytes: int | None = None) -> tuple[str, str] | None:
-    """(code, why) of a job over one of its budgets (DESIGN §5.5), or None. Codes: `attach_failed`,
-    `log_limit`, `budget`."""
+def budget_trip(rec: JobRecord, policy, now: float, log_bytes: int | None = None) -> dict | None:
+    """The reason (a detail) a job is over one of its budgets (DESIGN §5.5), or None. Codes:
+    `attach_failed`, `log_limit`, `budget` (with `budget`: cost, duration or iterations)."""
     if rec.attach_failures >= ATTACH_FAILURES_MAX:
-        return "attach_failed", f"attachment failed {rec.attach_failures} times in a row: {rec.last_error or 'unknown error'}"
+        return {"code": "attach_failed", "failures": rec.attach_failures, "error": rec.last_error}
     limit_gb = getattr(policy, "max_log_gb", 0) if policy is not None else 0
     if limit_gb and log_bytes is not None and log_bytes > limit_gb * GIB:
-        return "log_limit", f"log over {limit_gb:g} GB ({fmt_gb(log_bytes / GIB)} written; policy max_log_gb)"
+        return {"code": "log_limit", "limit_gb": limit_gb, "written_gb": log_bytes / GIB}
     max_cost, max_duration, max_iterations = effective_limits(rec.request, policy)
     spend = rec.spend_usd
     if max_cost and spend > max_cost:
-        shown, cap = fmt_usd_pair(spend, max_cost)
-        return "budget", f"budget: cost {shown} > {cap}"
+        return {"code": "budget", "budget": "cost", "used": spend, "limit": max_cost}
     if max_duration and rec.started is not None and now - rec.started > max_duration:
-        return "budget", f"budget: duration {fmt_span(now - rec.started)} > {fmt_span(max_duration)}"
+        return {"code": "budget", "budget": "duration", "used": now - rec.started, "limit": max_duration}
     iterations = rec.digest.iterations if rec.digest else 0
     if max_iterations and iterations > max_iterations:
-        return "budget", f"budget: iterations {iterations} > {max_iterations}"
+        return {"code": "budget", "budget": "iterations", "used": iterations, "limit": max_iterations}
     return None
 
 
-def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, str, float | None, str]:
-    """(rc, why, peak GB, code) of an ended job, from the exit record its unit wrote. Codes (stable,
-    docs/agent-interface.md): the stop's own (`released`, `budget`, `attach_failed`), `memory_limit`,
-    `exec_failed`, `exited`, `stopped_outside`, `signal`."""
+def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, float | None, dict]:
+    """(rc, peak GB, outcome) of an ended job, from the exit record its unit wrote. The outcome's
+    codes (stable, docs/agent-interface.md): the stop's own (`released`, `budget`, `attach_failed`,
+    … with its text as recorded when it was stopped), `memory_limit`, `exec_failed`, `exited`,
+    `stopped_outside`, `signal`."""
     req = rec.request
     peak = round(ex.peak_gb, 3) if ex.peak_gb is not None else None
     if ex.code == "exited":
@@ -254,41 +254,36 @@ def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, str, float 
             rc = None
     oom = ex.result == "oom-kill" or (ex.oom_kills > 0 and ex.code != "exited")
     if rec.stop_reason:
-        code, why = rec.stop_code or "stopped", rec.stop_reason
+        outcome = {"code": rec.stop_code or "stopped", "stop_reason": rec.stop_reason}
     elif rec.attach_failures >= ATTACH_FAILURES_MAX:
-        code, why = budget_trip(rec, None, 0)
+        outcome = budget_trip(rec, None, 0)
     elif oom:
-        code = "memory_limit"
-        why = memory_limit_why(req.mem_gb, peak)
+        outcome = {"code": "memory_limit", "mem_gb": req.mem_gb, "peak_gb": peak, "try_mem": suggest_mem(req.mem_gb)}
     elif ex.code == "exited" and rc == 203:
-        code, why = "exec_failed", "could not execute the command (not found or not executable)"
+        outcome = {"code": "exec_failed"}
     elif ex.code == "exited":
-        code, why = "exited", ("exited 0" if rc == 0 else f"exit code {rc}")
+        outcome = {"code": "exited", "rc": rc}
     elif ex.status in OUTSIDE_STOP:
         # res asked for no stop (no stop_reason): someone else did, e.g. `systemctl --user stop`.
-        code, why = "stopped_outside", f"stopped from outside res (signal {ex.status})"
+        outcome = {"code": "stopped_outside", "signal": ex.status}
     else:
-        code, why = "signal", f"killed by signal {ex.status}"
-    return rc, why, peak, code
+        outcome = {"code": "signal", "signal": ex.status}
+    return rc, peak, outcome
 
 
-def memory_limit_why(mem_gb: float, peak: float | None) -> str:
-    return (f"killed at its memory limit ({fmt_gb(mem_gb)}" + (f", peak {fmt_gb(peak)}" if peak is not None else "")
-            + f"); raise --mem (try --mem {suggest_mem(mem_gb)})")
-
-
-def agent_why(rec: JobRecord, why: str, code: str) -> tuple[str, str]:
-    """(why, code) with an agent session's own verdict, once its output is read to the end: a failure
+def agent_outcome(rec: JobRecord, outcome: dict) -> dict:
+    """The outcome with an agent session's own verdict, once its output is read to the end: a failure
     it reported (a result event, or an error signal without one) is the reason, unless we stopped it
     ourselves or the kernel killed it at its memory limit. An outcome the digest took from the exit
-    code alone says nothing the exit's own why (exit code, signal, stopped from outside) does not say
-    better."""
+    code alone says nothing the exit's own outcome (exit code, signal, stopped from outside) does not
+    say better."""
     d = rec.digest
-    if not rec.request.session or d is None or d.outcome != "failure" or rec.stop_reason or code == "memory_limit":
-        return why, code
+    if not rec.request.session or d is None or d.outcome != "failure" or rec.stop_reason \
+            or outcome.get("code") == "memory_limit":
+        return outcome
     if not d.result_seen and not d.failure_signal:
-        return why, code
-    return f"agent failed: {d.failure_reason or 'reported an error'}", "agent_failed"
+        return outcome
+    return {"code": "agent_failed", "failure": d.failure_reason}
 
 
 def suggest_mem(mem_gb: float) -> str:
@@ -299,24 +294,12 @@ def suggest_mem(mem_gb: float) -> str:
     return f"{math.ceil(want)}G"
 
 
-def settle_text(rec: JobRecord, rc: int | None, peak: float | None, why: str, at: float) -> str:
-    took = f" in {fmt_span(at - rec.started)}" if rec.started and at else ""
-    peak_s = f" peak {fmt_gb(peak)}" if peak is not None else ""
-    return f"rc={rc if rc is not None else '?'}{peak_s}{took}; {why}"
-
-
 # ---------------------------------------------------------------- admission (DESIGN §5.2)
 
 
-def day_start(now: float) -> float:
-    """Local midnight before `now` (a conversion, not a clock read)."""
-    t = time.localtime(now)
-    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))
-
-
-def spent_today(records: dict[str, JobRecord], now: float) -> float:
-    """Settled spend of sessions that ended today plus what running ones have spent so far."""
-    midnight = day_start(now)
+def spent_today(records: dict[str, JobRecord], now: float, zone: Zone = UTC) -> float:
+    """Settled spend of sessions that ended today (in `zone`) plus what running ones have spent so far."""
+    midnight = local_midnight(now, zone)
     return sum(r.spend_usd for r in records.values()
                if r.phase in LIVE or (r.phase == Phase.done and (r.ended or 0) >= midnight))
 
@@ -335,7 +318,7 @@ def _session_block(req: Request, cap: Capacity, policy, spent: float, pricing_er
 
 
 def _refuse(req: Request, detail: dict, never: bool = False, **tag) -> Action:
-    return _act(kind="refuse", id=req.id, never=never, reason=reason_line(detail), detail=detail, **tag)
+    return _act(kind="refuse", id=req.id, never=never, detail=detail, **tag)
 
 
 def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: float, policy,
@@ -349,9 +332,9 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
     forecast: QueueForecast | None = None  # made once the first entry waits
     position = 0  # of a queued entry among those that stay queued
 
-    def start(req: Request, why: str, **tag) -> None:
+    def start(req: Request, head: bool, **tag) -> None:
         nonlocal starts
-        acts.append(_act(kind="start", id=req.id, reason=f"{why} ({fmt_gb(cap.mem_gb)} free)", **tag))
+        acts.append(_act(kind="start", id=req.id, detail={"code": "fits", "head": head, "free_gb": cap.mem_gb}, **tag))
         cap.take(req, _new_holder(req, now))
         starts += 1
         if req.lock:
@@ -367,18 +350,14 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             continue
         tag = dict(title=req.title, mem_gb=req.mem_gb, cpus=req.cpus)
         if req.id in hand_added and rec is None:
-            acts.append(_act(kind="hold", id=req.id, detail={"code": "hand_added"}, reason=(
-                f"added to queue.toml outside res (not by res run): never started; res release {req.id} drops it"),
-                **tag))
+            acts.append(_act(kind="hold", id=req.id, detail={"code": "hand_added"}, **tag))
             continue
         if rec is None and req.id in ran_before:
             # state.db does not know it, but its log (and maybe its unit) does: it ran before (state.db
             # was lost or replaced). Taken back as what it is, never started a second time.
             obs = world.jobs.get(req.id)
             there = obs is not None and (obs.state in ALIVE or obs.exit is not None)
-            acts.append(_act(kind="recover", id=req.id, detail={"code": "unit" if there else "lost"}, reason=(
-                "state.db has no record of it, its unit is there: taken back" if there else
-                "state.db has no record of it, but it ran before (its log is there): not started again"), **tag))
+            acts.append(_act(kind="recover", id=req.id, detail={"code": "unit" if there else "lost"}, **tag))
             if there:
                 cap.take(req, _new_holder(req, now))
             continue
@@ -399,10 +378,10 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             elif not cap.fits(req):
                 acts.append(_refuse(req, busy_detail(req, cap, now), **tag))
             elif req.kind == "note":
-                acts.append(_act(kind="grant", id=req.id, reason=f"fits ({fmt_gb(cap.mem_gb)} free)", **tag))
+                acts.append(_act(kind="grant", id=req.id, detail={"code": "fits", "free_gb": cap.mem_gb}, **tag))
                 cap.take(req, _new_holder(req, now))
             elif starts < policy.max_starts_per_tick:
-                start(req, "fits", **tag)
+                start(req, False, **tag)
             # else: over this pass's start cap; decided next pass
             continue
 
@@ -425,7 +404,7 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
                                          "block": blocked[0] if blocked else None}, **tag))
             continue
         if head is None and cap.fits(req) and starts < policy.max_starts_per_tick:
-            start(req, "queue head, fits" if position == 1 else "fits", **tag)
+            start(req, position == 1, **tag)
             position -= 1  # it did not stay queued
             continue
         if head is None:
@@ -445,7 +424,7 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
 
 def _wait(req: Request, rec: JobRecord | None, detail: dict, **tag) -> list[Action]:
     kind = "enqueue" if rec is None else "wait"
-    return [_act(kind=kind, id=req.id, reason=queued_line(detail), detail=detail, **tag)]
+    return [_act(kind=kind, id=req.id, detail=detail, **tag)]
 
 
 def _new_holder(req: Request, now: float):

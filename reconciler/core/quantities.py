@@ -1,9 +1,19 @@
-"""Sizes, durations and clock-time text. Pure and import-light: used on the hot path (`res run`)."""
+"""Sizes, durations and clock-time text. Pure and import-light: used on the hot path (`res run`).
+
+Clock times are shown in a zone the caller passes in (`Zone`: epoch seconds -> seconds east of UTC),
+never the zone of the machine the code runs on, so a replayed decision reads the same anywhere.
+"""
 from __future__ import annotations
 
 import math
 import re
-import time
+from typing import Callable
+
+Zone = Callable[[float], int]  # epoch seconds -> the zone's offset from UTC then, in seconds (east +)
+
+
+def UTC(ts: float) -> int:  # noqa: N802 (a zone, named as zones are)
+    return 0
 
 GIB = 1024**3
 # Anything bigger than this is a typo, not a request (64 TiB).
@@ -112,9 +122,31 @@ def fmt_cpus(cpus: float) -> str:
     return f"{n} cpu" if n == 1 else f"{n} cpus"
 
 
-def fmt_clock(ts: float) -> str:
-    """Local HH:MM of an epoch timestamp (a conversion, not a clock read)."""
-    return time.strftime("%H:%M", time.localtime(ts))
+def fmt_clock(ts: float, zone: Zone) -> str:
+    """HH:MM of an epoch timestamp in `zone` (a conversion, not a clock read)."""
+    minutes = int((ts + zone(ts)) // 60)
+    return f"{minutes // 60 % 24:02d}:{minutes % 60:02d}"
+
+
+def fmt_day(ts: float, zone: Zone) -> str:
+    """MM-DD of an epoch timestamp in `zone` (proleptic Gregorian, from the days since 1970)."""
+    days = int((ts + zone(ts)) // 86400)
+    # Howard Hinnant's civil_from_days
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return f"{month:02d}-{day:02d}"
+
+
+def local_midnight(ts: float, zone: Zone) -> float:
+    """The epoch second of the midnight before `ts` in `zone` (a DST change since then counted)."""
+    midnight = ts - (ts + zone(ts)) % 86400
+    return midnight + (zone(ts) - zone(midnight))
 
 
 def fmt_span(seconds: float) -> str:

@@ -1,12 +1,13 @@
-"""Agent sessions kept in their slice (issue 4, item 4): which running sessions to adopt into a
+"""Agent sessions kept in their slice: which running sessions to adopt into a
 scope, which scopes' MemoryHigh to set, and the shell alias for new ones. Pure."""
 from __future__ import annotations
 
 import shlex
 
 from reconciler.core.models import Action, World
-from reconciler.observed.procs import SESSION_NAME
-from reconciler.core.quantities import GIB, fmt_gb
+from reconciler.core.quantities import GIB
+
+SESSION_NAME = "claude"  # the process name of an agent session
 
 
 def scope_name(prefix: str, pid: int) -> str:
@@ -36,17 +37,16 @@ def session_actions(world: World, policy) -> list[Action]:
         if not s.in_slice:
             if not s.movable or not policy.adopt_sessions:
                 continue
-            kids = f" and {len(s.children)} child process{'es' if len(s.children) != 1 else ''}" if s.children else ""
             acts.append(Action(kind="adopt", id=scope_name(policy.unit_prefix, s.pid), pids=[s.pid, *s.children],
                                props={"MemoryHigh": high} if high else {},
-                               reason=f"claude pid {s.pid}{kids}, outside {policy.agents_slice}"))
+                               detail={"code": "outside_slice", "pid": s.pid, "children": len(s.children),
+                                       "slice": policy.agents_slice}))
             continue
         if s.scope is None:
             continue  # in the slice but not in a scope of its own (e.g. inside a job): not ours to size
         if high and s.scope_memory_high != high:
-            was = "max" if s.scope_memory_high is None or s.scope_memory_high >= 1 << 63 else fmt_gb(s.scope_memory_high / GIB)
             acts.append(Action(kind="set", id=s.scope, props={"MemoryHigh": high},
-                               reason=f"MemoryHigh {was} → {fmt_gb(policy.session_mem_gb)} (session_mem_gb)"))
+                               detail={"code": "session_memory", "was": s.scope_memory_high, "to_gb": policy.session_mem_gb}))
     return acts
 
 

@@ -14,7 +14,9 @@ from reconciler.config.locks import locked
 from reconciler.core.models import Desired, Game, Phase, Plan, Request, World
 from reconciler.observed.world import observe_user_side, observe_world
 from reconciler.config.paths import Paths
+from reconciler.config.zone import zone_of
 from reconciler.core.plan import plan
+from reconciler.render.reasons import explain
 
 log = logging.getLogger("res.tick")
 
@@ -211,7 +213,9 @@ class Engine:
             policy = self.policy
             if self.adopt_once:  # `res adopt`: this pass adopts even where the policy leaves it to the user
                 policy, self.adopt_once = policy.model_copy(update={"adopt_sessions": True}), False
-            p = plan(desired, records, world, now, policy, me=self.holder, pricing_error=self.streamer.pricing_error)
+            zone = zone_of(policy)
+            p = explain(plan(desired, records, world, now, policy, me=self.holder, pricing_error=self.streamer.pricing_error,
+                             zone=zone), zone)
             p.notices.extend(notices + side)
             self.blocked = ([desired.queue_error or "queue.toml cannot be read"] if not desired.queue_ok else []) + \
                 ([f"could not observe jobs ({'; '.join(world.errors)})"] if not world.ok else [])
@@ -337,7 +341,8 @@ async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Pla
             finally:
                 if connected:
                     await runtime.close()
-        p = plan(desired, records, world, time.time(), policy)
+        zone = zone_of(policy)
+        p = explain(plan(desired, records, world, time.time(), policy, zone=zone), zone)
         p.notices.extend(notices)
         return p, world
     finally:

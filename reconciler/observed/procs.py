@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-SESSION_NAME = "claude"  # the process name of an agent session
 # Agent command-line programs: a `res note` made under one of them lives as long as that session.
 AGENT_NAMES = frozenset({"claude", "codex", "gemini", "cursor-agent", "aider", "opencode", "goose", "amp",
                          "qwen", "crush", "copilot", "cline", "kiro-cli", "droid"})

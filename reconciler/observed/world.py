@@ -164,7 +164,8 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
     cannot be observed stays None, and nothing is then changed for it; returns what went wrong."""
     from reconciler.observed import cgroup
     from reconciler.core.models import SessionObs, SliceObs
-    from reconciler.observed.procs import SESSION_NAME, cgroup_of, descendants, has_ancestor_named, processes
+    from reconciler.core.sessions import SESSION_NAME
+    from reconciler.observed.procs import cgroup_of, descendants, has_ancestor_named, processes
     from reconciler.core.sessions import movable_from
 
     world.tmp_tmpfs_used_gb = tmp_tmpfs_used_gb()

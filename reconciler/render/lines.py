@@ -1,97 +1,12 @@
-"""Text for people and agents: the busy line, outcome lines, the plan (DESIGN §5.2, §7). Pure.
+"""Text for people and agents: the plan (DESIGN §7) and the warnings of `res status`. Pure.
 
-Agents parse these lines: each is one line, stable and complete.
+Agents parse these lines: each is one line, stable and complete. The reasons on the plan's actions
+are made in render/reasons.py.
 """
 from __future__ import annotations
 
 from reconciler.core.models import Action, Plan, World
-from reconciler.core.quantities import fmt_clock, fmt_cpus, fmt_gb, one_line, quoted
-
-
-def _until(h: dict) -> str:
-    if h["overdue"] or h["until"] is None:
-        return "(overdue)"
-    return f"until ~{fmt_clock(h['until'])}"
-
-
-def _who(h: dict) -> str:
-    project = f"{one_line(h['project'], 30)} " if h["project"] else ""
-    return f"{project}{quoted(h['title'], 40)} ({h['id']}) {_until(h)}"
-
-
-def _retry_text(d: dict) -> str:
-    if d["retry"] == "after":
-        return f"retry after ~{fmt_clock(d['retry_at'])} or work on something else"
-    if d["retry"] == "soon":
-        return "retry in a few minutes or work on something else"
-    return "retry later or work on something else"
-
-
-def _amounts(short: list[str], gb: float, cpus: float) -> str:
-    """`2.0 GB`, `1 cpu`, or `2.0 GB and 1 cpu`: the resources in `short`, by these amounts."""
-    return " and ".join(fmt_gb(gb) if r == "memory" else fmt_cpus(cpus) for r in short)
-
-
-def reason_line(d: dict) -> str:
-    """The one line of a structured reason (capacity.*_detail)."""
-    if d["code"] == "never_fits":
-        if d["resource"] == "memory":
-            return f"{_g(d['asked'])} GB can never fit (max {_g(d['max'])} GB)"
-        return f"{fmt_cpus(d['asked'])} can never fit (max {fmt_cpus(d['max'])})"
-    if d["code"] == "pricing":
-        return f"{d['error']}; no agent session starts until it is fixed"
-    resource = d["resource"]
-    if resource == "lock":
-        return f"busy: lock {quoted(d['lock'], 40)} held by {_who(d['holders'][0])}; {_retry_text(d)}"
-    if resource == "sessions":
-        hs = d["holders"]
-        who = ", ".join(_who(h) for h in hs[:5]) + (f", and {len(hs) - 5} more" if len(hs) > 5 else "")
-        return f"busy: {d['running']} agent sessions running (max {d['limit']}): {who}; {_retry_text(d)}"
-    if resource == "daily_cost":
-        return (f"busy: agent sessions spent ${d['spent_usd']:.2f} today, daily_cost_usd is ${d['limit_usd']:.2f}; "
-                "new sessions start again tomorrow, or raise daily_cost_usd")
-    return busy_line(d)
-
-
-def busy_line(d: dict) -> str:
-    """`busy: 7.5 GB held by proj-a "dotnet e2e" (r-4) until ~14:40; 2.1 GB free for agents; retry after
-    ~14:40 or work on something else` — holders named earliest ETA first, in the resource that is short."""
-    short = d["short"]
-    parts = []
-    if d["holders"]:
-        first, *rest = d["holders"]
-        held = f"{_amounts(short[:1], first['gb'], first['cpus'])} held by {_who(first)}"
-        held += "".join(f", {_amounts(short[:1], h['gb'], h['cpus'])} by {_who(h)}" for h in rest)
-        parts.append(held)
-    head = d.get("head")
-    if head:
-        waits = head["waits_for"].split("+")
-        parts.append(f"queue head {head['id']} {quoted(head['title'], 40)} waits for "
-                     f"{_amounts(waits, head['gb'], head['cpus'])} first")
-    free = f"{_amounts(short, max(d['free_gb'], 0), max(d['free_cpus'], 0))} free for agents"
-    if not d["holders"]:
-        free += f", {_amounts(short, d['asked_gb'], d['asked_cpus'])} asked; the rest is in use outside res or kept as the user's reserve"
-    parts.append(free)
-    parts.append(_retry_text(d))
-    return "busy: " + "; ".join(parts)
-
-
-def queued_line(d: dict) -> str:
-    """`position 2; est. start ~14:40; lock 'e2e' held by r-1`: a waiting queue entry (plan.wait_detail)."""
-    if d["waits_for"] in ("sessions", "daily_cost", "pricing"):
-        why = reason_line(d["block"]).removeprefix("busy: ") if d.get("block") else "behind an earlier session that waits"
-        return f"position {d['position']}; {why}"
-    eta = f"est. start ~{fmt_clock(d['est_start'])}" if d["est_start"] is not None else "est. start unknown"
-    text = f"position {d['position']}; {eta}"
-    if d["waits_for"] == "lock":
-        text += f"; lock {d['lock']!r} held by {d['lock_holder']}"
-    elif d["waits_for"] == "queue_head":
-        text += f"; behind queue head {d['head']}"
-    return text
-
-
-def _g(gb: float) -> str:
-    return f"{gb:.0f}" if float(gb).is_integer() else f"{gb:.1f}"
+from reconciler.core.quantities import fmt_cpus, fmt_gb, one_line, quoted
 
 
 # ---------------------------------------------------------------- the plan (DESIGN §7)
@@ -122,17 +37,19 @@ _SUMMARY = [("start", "to start"), ("grant", "to note"), ("refuse", "to refuse")
             ("expire", "to expire"), ("cancel", "to cancel")]
 
 
-UNHELD = "nobody attached"  # a reattach of a job whose holder gave it up cleanly: bookkeeping
+def _unheld(a: Action) -> bool:
+    """A reattach of a job whose holder gave it up cleanly: bookkeeping."""
+    return a.kind == "reattach" and (a.detail or {}).get("code") == "unheld"
 
 
 def _bookkeeping(a: Action) -> bool:
-    return a.kind in ("enqueue", "running", "retire", "prune") or (a.kind == "reattach" and a.reason == UNHELD)
+    return a.kind in ("enqueue", "running", "retire", "prune") or _unheld(a)
 
 
 def plan_line(a: Action) -> str:
     if a.kind in ("set", "adopt", "end_game"):  # units and files, not jobs: the name, then what changes
         return f"  {_SYMBOL[a.kind]:<11}{a.id:<33}{one_line(a.reason, 200)}".rstrip()
-    symbol = "· attach" if a.kind == "reattach" and a.reason == UNHELD else _SYMBOL.get(a.kind, a.kind)
+    symbol = "· attach" if _unheld(a) else _SYMBOL.get(a.kind, a.kind)
     head = f"  {symbol:<11}{a.id:<6}"
     what = quoted(a.title, 24) if a.title else ""
     size = f"{a.mem_gb:.1f} GB  {fmt_cpus(a.cpus):<7}" if a.kind in ("start", "grant", "refuse", "enqueue") else ""

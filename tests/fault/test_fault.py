@@ -441,9 +441,10 @@ def test_soak_random_sigkills_lose_nothing_and_count_nothing_twice(fres):
     want = sum(cost if cost is not None else token_cost(n) for n, cost in plan)
     assert abs(spend - want) < 1e-4, (spend, want)
     # today's spend (since local midnight: a run may cross it) is that of the sessions that ended today
-    from reconciler.core.plan import day_start
+    from reconciler.config.zone import system_zone
+    from reconciler.core.quantities import local_midnight
 
-    midnight = day_start(time.time())
+    midnight = local_midnight(time.time(), system_zone)
     today = sum(j["spend_usd"] for j in final.values() if (j["ended"] or 0) >= midnight)
     assert abs(res.status_all()["budget"]["spend_today_usd"] - today) < 1e-4
     print(f"\n[7] soak (seed {seed}): {total} jobs, {kills} SIGKILLs ({kinds.count('serve')} serve, "

@@ -2,9 +2,10 @@
 from types import SimpleNamespace
 
 from reconciler.core.capacity import capacity
-from reconciler.core.game import on_line, shortfall_line, slice_diff, slice_target
+from reconciler.core.game import slice_target
 from reconciler.core.models import Game, JobObs, JobRecord, Phase, Request, World
-from reconciler.core.quantities import GIB, fmt_clock
+from reconciler.core.quantities import GIB, UTC, fmt_clock
+from reconciler.render.game import on_line, shortfall_line, slice_diff
 
 NOW = 1_780_000_000.0
 POLICY = SimpleNamespace(user_reserve_gb=6, user_reserve_cpus=0, game_reserve_gb=12, game_reserve_cpus=0,
@@ -33,7 +34,7 @@ def test_slice_diff_names_what_changes():
 
 
 def test_on_line():
-    assert on_line(NOW + 4 * 3600, NOW) == f"game on until {fmt_clock(NOW + 4 * 3600)} (4h); CPU/IO now yours"
+    assert on_line(NOW + 4 * 3600, NOW, UTC) == f"game on until {fmt_clock(NOW + 4 * 3600, UTC)} (4h); CPU/IO now yours"
 
 
 def test_shortfall_names_the_holders_and_when_the_reserve_is_free():
@@ -43,7 +44,7 @@ def test_shortfall_names_the_holders_and_when_the_reserve_is_free():
     on = Game(on=True, until=NOW + 3600)
     # 17 available − 12 game reserve − 2 headroom − (8 − 2) unused of r-4 = −3
     cap = capacity(POLICY, on, world.model_copy(update={"mem_available_gb": 17.0}), [rec], NOW)
-    eta = fmt_clock(NOW - 600 + 3600)
-    assert shortfall_line(cap, NOW) == (f'reserve short by 3.0 GB: held by "dotnet e2e" (r-4) until ~{eta}; '
+    eta = fmt_clock(NOW - 600 + 3600, UTC)
+    assert shortfall_line(cap, NOW, UTC) == (f'reserve short by 3.0 GB: held by "dotnet e2e" (r-4) until ~{eta}; '
                                         f"full reserve expected free ~{eta}")
-    assert shortfall_line(capacity(POLICY, on, world.model_copy(update={"mem_available_gb": 30.0}), [rec], NOW), NOW) is None
+    assert shortfall_line(capacity(POLICY, on, world.model_copy(update={"mem_available_gb": 30.0}), [rec], NOW), NOW, UTC) is None

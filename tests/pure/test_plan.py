@@ -7,9 +7,10 @@ import pytest
 
 from reconciler.core.capacity import capacity
 from reconciler.core.models import Desired, ExitObs, Game, JobObs, JobRecord, Phase, Request, World
-from reconciler.core.plan import plan
+from reconciler.core.plan import plan as decide
+from reconciler.core.quantities import UTC, fmt_clock
 from reconciler.render.lines import render_plan
-from reconciler.core.quantities import fmt_clock
+from reconciler.render.reasons import explain
 
 NOW = 1_780_000_000.0  # a fixed instant; the planner never reads the clock
 
@@ -18,6 +19,11 @@ POLICY = SimpleNamespace(
     max_starts_per_tick=4, max_concurrent_sessions=3, max_cost_usd=0, max_duration=0, max_iterations=0,
     daily_cost_usd=0,
 )
+
+
+def plan(*args, **kw):
+    """The plan as the loop shows and records it: decided, then its reasons made text (in UTC)."""
+    return explain(decide(*args, **kw), UTC)
 
 
 def req(n, mem=1.0, cpus=1, est=600, queue=False, lock=None, kind="job", title=None, project="proj-a", **kw):
@@ -133,7 +139,7 @@ def test_busy_line_names_holders_earliest_eta_first_and_when_to_retry():
     p = run_plan([req(6, mem=5.0)], records=[late, soon], w=world(avail=21.0))
     (a,) = p.actions
     assert a.kind == "refuse"
-    eta_soon = fmt_clock(NOW - 60 + 600)
+    eta_soon = fmt_clock(NOW - 60 + 600, UTC)
     assert a.reason == (f'busy: 2.0 GB held by proj-b "lint" (r-5) until ~{eta_soon}; 3.5 GB free for agents; '
                         f"retry after ~{eta_soon} or work on something else")
 
@@ -144,7 +150,7 @@ def test_busy_line_with_two_holders_retries_after_the_later_one():
     p = run_plan([req(6, mem=10.0)], records=[a1, a2], w=world(avail=20.0))  # budget 4: needs both back
     line = p.actions[0].reason
     assert line.index("(r-5)") < line.index("(r-4)")
-    assert line.endswith(f"retry after ~{fmt_clock(NOW + 3600)} or work on something else")
+    assert line.endswith(f"retry after ~{fmt_clock(NOW + 3600, UTC)} or work on something else")
 
 
 def test_cpu_shortage_is_named_in_cpus():
@@ -288,15 +294,18 @@ def test_a_stop_res_did_not_ask_for_says_it_came_from_outside():
 
 def test_a_session_verdict_taken_from_the_exit_code_alone_keeps_the_exit_why():
     from reconciler.core.digest import DigestState
-    from reconciler.core.plan import agent_why
+    from reconciler.core.plan import agent_outcome
+    from reconciler.render.reasons import outcome_why
 
     rec = running(1, agent="claude")
     by_rc = DigestState(agent="claude", outcome="failure", failure_reason="exit code 143", finished=True, rc=143)
-    assert agent_why(rec.model_copy(update={"digest": by_rc}), "stopped from outside res (signal TERM)", "stopped_outside") == \
-        ("stopped from outside res (signal TERM)", "stopped_outside")
+    outside = {"code": "stopped_outside", "signal": "TERM"}
+    assert agent_outcome(rec.model_copy(update={"digest": by_rc}), outside) is outside
+    assert outcome_why(outside) == "stopped from outside res (signal TERM)"
     said = by_rc.model_copy(update={"result_seen": True, "failure_reason": "error_during_execution"})
-    assert agent_why(rec.model_copy(update={"digest": said}), "exit code 1", "exited") == \
-        ("agent failed: error_during_execution", "agent_failed")
+    verdict = agent_outcome(rec.model_copy(update={"digest": said}), {"code": "exited", "rc": 1})
+    assert verdict == {"code": "agent_failed", "failure": "error_during_execution"}
+    assert outcome_why(verdict) == "agent failed: error_during_execution"
 
 
 def test_a_lease_of_a_holder_that_is_gone_is_void_at_once():
@@ -334,7 +343,7 @@ def test_an_exit_record_counts_only_once_its_unit_ended_and_only_its_own():
     # ended, but the record carries another run's id: not believed
     other = forged.model_copy(update={"invocation": "ffff"})
     (a,) = run_plan([], records=[rec], w=world(jobs={"r-1": JobObs(state="inactive", exit=other)})).actions
-    assert (a.kind, a.rc, a.detail) == ("settle", None, {"code": "lost"})
+    assert (a.kind, a.rc, a.detail) == ("settle", None, {"code": "lost", "lost": "foreign_exit"})
     assert a.why == "lost: its exit record is another run's (not written by its unit)"
 
 
@@ -346,7 +355,7 @@ def test_entries_state_db_lost_are_taken_back_never_started_again():
     w.ran_before = ["r-1", "r-2", "r-3"]
     p = plan(Desired(requests=[req(n) for n in (1, 2, 3, 4)]), {}, w, NOW, POLICY)
     assert [(a.kind, a.id, (a.detail or {}).get("code")) for a in p.actions] == [
-        ("recover", "r-1", "unit"), ("recover", "r-2", "unit"), ("recover", "r-3", "lost"), ("start", "r-4", None)]
+        ("recover", "r-1", "unit"), ("recover", "r-2", "unit"), ("recover", "r-3", "lost"), ("start", "r-4", "fits")]
     assert p.actions[2].reason == "state.db has no record of it, but it ran before (its log is there): not started again"
 
 
@@ -357,14 +366,17 @@ def test_settle_and_stop_carry_their_outcome_code():
         rec = running(1, **kw)
         return run_plan([req(1, **kw)], records=[rec], w=world(jobs={"r-1": JobObs(exit=ex)})).actions[0]
 
-    assert settle(E(result="success", code="exited", status="0", at=NOW)).detail == {"code": "exited"}
-    assert settle(E(result="exit-code", code="exited", status="3", at=NOW)).detail == {"code": "exited"}
-    oom = settle(E(result="signal", code="killed", status="KILL", oom_kills=1, at=NOW))
-    assert (oom.rc, oom.detail) == (137, {"code": "memory_limit"})
-    assert settle(E(result="signal", code="killed", status="TERM", at=NOW)).detail == {"code": "stopped_outside"}
+    assert settle(E(result="success", code="exited", status="0", at=NOW)).detail == \
+        {"code": "exited", "rc": 0, "peak_gb": None, "took_s": 300.0}
+    assert settle(E(result="exit-code", code="exited", status="3", at=NOW)).detail["code"] == "exited"
+    oom = settle(E(result="signal", code="killed", status="KILL", oom_kills=1, at=NOW, peak_gb=1.0))
+    assert (oom.rc, oom.detail) == (137, {"code": "memory_limit", "mem_gb": 1.0, "peak_gb": 1.0, "try_mem": "2G",
+                                          "rc": 137, "took_s": 300.0})
+    assert settle(E(result="signal", code="killed", status="TERM", at=NOW)).detail["code"] == "stopped_outside"
     over = running(1, max_duration_s=60, started=NOW - 120)
     (stop,) = run_plan([over.request], records=[over]).actions
-    assert (stop.kind, stop.detail) == ("stop", {"code": "budget"})
+    assert (stop.kind, stop.detail) == ("stop", {"code": "budget", "budget": "duration", "used": 120.0, "limit": 60})
+    assert stop.reason == "budget: duration 2 min > 60 s"
 
 
 def test_broken_queue_file_starts_and_stops_nothing():
@@ -431,7 +443,7 @@ def test_plan_rendering_lines_and_summary():
     waiting = running(1, mem=1, lock="k", title="holder")
     p3 = run_plan([req(2, mem=1, queue=True, lock="k")], records=[waiting.model_copy(update={"phase": Phase.running})])
     p3.actions = [a.model_copy(update={"kind": "wait"}) for a in p3.actions]  # as a later pass sees it
-    assert render_plan(p3) == f"No changes; 1 queued entry waits (r-2: position 1; est. start ~{fmt_clock(NOW - 300 + 600)}; lock 'k' held by r-1).", render_plan(p3)
+    assert render_plan(p3) == f"No changes; 1 queued entry waits (r-2: position 1; est. start ~{fmt_clock(NOW - 300 + 600, UTC)}; lock 'k' held by r-1).", render_plan(p3)
 
 
 def test_queue_forecast_follows_a_lock_chain_in_order():
@@ -445,7 +457,7 @@ def test_queue_forecast_follows_a_lock_chain_in_order():
     assert [a.detail["position"] for a in p.actions] == [1, 2, 3]
     assert [a.detail["waits_for"] for a in p.actions] == ["lock"] * 3
     assert [a.detail["lock_holder"] for a in p.actions] == ["r-1", "r-1", "r-1"]
-    assert p.actions[1].reason == f"position 2; est. start ~{fmt_clock(NOW + 540)}; lock 'gate' held by r-1"
+    assert p.actions[1].reason == f"position 2; est. start ~{fmt_clock(NOW + 540, UTC)}; lock 'gate' held by r-1"
     # with the lock free, the first starts and the others chain behind it
     p = run_plan(queued, w=world(avail=30.0))
     assert kinds(p)[0] == ("start", "r-2")
@@ -464,7 +476,7 @@ def test_queue_forecast_gives_every_waiting_position_a_start_time():
     reasons = [a.reason for a in p.actions]
     assert [r.split(";")[0] for r in reasons] == [f"position {n}" for n in range(1, 6)]
     starts = [r.split("est. start ~")[1].split(";")[0] for r in reasons]
-    assert starts == [fmt_clock(NOW + 300)] * 3 + [fmt_clock(NOW + 900)] * 2
+    assert starts == [fmt_clock(NOW + 300, UTC)] * 3 + [fmt_clock(NOW + 900, UTC)] * 2
 
 
 # ---------------------------------------------------------------- attachments, budgets, caps (issue 3)
@@ -558,7 +570,7 @@ def test_session_over_the_cap_is_refused_naming_the_sessions_or_waits_with_queue
     assert kinds(p) == [("refuse", "r-4"), ("start", "r-5")]
     line = p.actions[0].reason
     assert line.startswith('busy: 3 agent sessions running (max 3): proj-a "bot 1" (r-1)')
-    assert line.endswith(f"retry after ~{fmt_clock(NOW + 600)} or work on something else")
+    assert line.endswith(f"retry after ~{fmt_clock(NOW + 600, UTC)} or work on something else")
     p = plan_as(ME, [session(4, queue=True), session(5, queue=True), req(6, queue=True)], live)
     assert kinds(p) == [("enqueue", "r-4"), ("enqueue", "r-5"), ("start", "r-6")]
     assert "3 agent sessions running" in p.actions[0].reason
@@ -604,8 +616,9 @@ def test_actions_made_without_validation_equal_validated_ones():
 def test_attaching_a_job_given_up_cleanly_is_bookkeeping_a_lapsed_lease_is_a_change():
     from reconciler.core.models import Action, Plan
 
-    clean = Action(kind="reattach", id="r-3", reason="nobody attached")
-    lapsed = Action(kind="reattach", id="r-4", reason="lease of host/1234 expired 12 s ago")
+    clean = Action(kind="reattach", id="r-3", reason="nobody attached", detail={"code": "unheld"})
+    lapsed = Action(kind="reattach", id="r-4", reason="lease of host/1234 expired 12 s ago",
+                    detail={"code": "lease_lapsed", "holder": "host/1234", "ago_s": 12.0})
     assert render_plan(Plan(actions=[clean])).splitlines() == [
         "  · attach   r-3" + " " * 47 + "nobody attached",
         "No changes to jobs; 1 bookkeeping step (·)."]

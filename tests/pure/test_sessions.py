@@ -3,15 +3,34 @@ in their slice, the status warnings, and the small parsers they rest on."""
 from types import SimpleNamespace
 
 from reconciler.observed import cgroup
-from reconciler.core.game import game_actions, slice_target
+from reconciler.core.game import game_actions as decide_game, slice_target
 from reconciler.core.models import Desired, Game, JobObs, JobRecord, Phase, Request, SessionObs, SliceObs, World
 from reconciler.observed.world import stray_services, tmp_tmpfs_used_gb
-from reconciler.core.plan import plan
+from reconciler.core.plan import plan as decide
 from reconciler.observed.procs import Proc, descendants, parse_stat
 from reconciler.render.lines import agents_memory_line, plan_line, status_warnings
-from reconciler.core.sessions import scope_name, session_actions, shell_init_line
-from reconciler.core.quantities import GIB, fmt_clock
+from reconciler.core.sessions import scope_name, session_actions as decide_sessions, shell_init_line
+from reconciler.core.quantities import GIB, UTC, fmt_clock
+from reconciler.render.reasons import action_reason, explain
 from reconciler.render.unitfiles import slice_units
+
+
+def _explained(actions):
+    for a in actions:
+        a.reason = action_reason(a, UTC)
+    return actions
+
+
+def game_actions(*args):
+    return _explained(decide_game(*args))
+
+
+def session_actions(*args):
+    return _explained(decide_sessions(*args))
+
+
+def plan(*args, **kw):
+    return explain(decide(*args, **kw), UTC)
 
 NOW = 1_780_000_000.0
 POLICY = SimpleNamespace(user_reserve_gb=6, user_reserve_cpus=0, game_reserve_gb=12, game_reserve_cpus=0,
@@ -38,7 +57,7 @@ def test_game_on_sets_the_slice_and_says_what_changes():
     acts = game_actions(Desired(game=Game(on=True, until=NOW + 3600)), world(agents_slice=agents()), NOW, POLICY)
     assert [(a.kind, a.id, a.props) for a in acts] == [("set", "agents.slice", GAME)]
     assert acts[0].reason == (f"MemoryHigh 26.0 GB → 20.0 GB, CPUWeight 20 → 5, IOWeight 20 → 5 "
-                              f"(game on until {fmt_clock(NOW + 3600)})")
+                              f"(game on until {fmt_clock(NOW + 3600, UTC)})")
 
 
 def test_game_off_restores_and_a_matching_slice_is_left_alone():
@@ -250,7 +269,7 @@ def test_slice_unit_files_carry_the_normal_share_and_oomd_only_where_present():
 
 
 def test_slice_values_line():
-    from reconciler.core.game import slice_values
+    from reconciler.render.game import slice_values
 
     assert slice_values({"MemoryHigh": 18 * GIB, "CPUWeight": 5, "IOWeight": None}) == \
         "MemoryHigh 18.0 GB, CPUWeight 5, IOWeight default"

@@ -15,7 +15,8 @@ import tomllib
 import pytest
 
 from clihelp import GIB, res, unit_props, wait_for  # noqa: F401
-from reconciler.observed.procs import SESSION_NAME, processes
+from reconciler.core.sessions import SESSION_NAME
+from reconciler.observed.procs import processes
 
 pytestmark = pytest.mark.systemd
 

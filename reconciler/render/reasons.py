@@ -1,0 +1,247 @@
+"""Reasons as text: every action's reason and every job's outcome, made from the structured reason
+the core put on it (`detail`, with a stable `code`). The one place such text is made (DESIGN §3);
+`explain` puts it on a plan's actions at the edge, before anything shows or records them.
+
+Agents parse these lines: each is one line, stable and complete.
+"""
+from __future__ import annotations
+
+from reconciler.core.models import Action, Plan
+from reconciler.core.quantities import GIB, Zone, fmt_clock, fmt_cpus, fmt_gb, fmt_span, fmt_usd_pair, one_line, quoted
+from reconciler.render.game import changes_text
+
+UNHELD = "nobody attached"  # a reattach of a job whose holder gave it up cleanly: bookkeeping
+
+
+def _until(h: dict, zone: Zone) -> str:
+    if h["overdue"] or h["until"] is None:
+        return "(overdue)"
+    return f"until ~{fmt_clock(h['until'], zone)}"
+
+
+def _who(h: dict, zone: Zone) -> str:
+    project = f"{one_line(h['project'], 30)} " if h["project"] else ""
+    return f"{project}{quoted(h['title'], 40)} ({h['id']}) {_until(h, zone)}"
+
+
+def _retry_text(d: dict, zone: Zone) -> str:
+    if d["retry"] == "after":
+        return f"retry after ~{fmt_clock(d['retry_at'], zone)} or work on something else"
+    if d["retry"] == "soon":
+        return "retry in a few minutes or work on something else"
+    return "retry later or work on something else"
+
+
+def _amounts(short: list[str], gb: float, cpus: float) -> str:
+    """`2.0 GB`, `1 cpu`, or `2.0 GB and 1 cpu`: the resources in `short`, by these amounts."""
+    return " and ".join(fmt_gb(gb) if r == "memory" else fmt_cpus(cpus) for r in short)
+
+
+def reason_line(d: dict, zone: Zone) -> str:
+    """The one line of a refusal's structured reason (core.capacity.*_detail)."""
+    if d["code"] == "never_fits":
+        if d["resource"] == "memory":
+            return f"{_g(d['asked'])} GB can never fit (max {_g(d['max'])} GB)"
+        return f"{fmt_cpus(d['asked'])} can never fit (max {fmt_cpus(d['max'])})"
+    if d["code"] == "pricing":
+        return f"{d['error']}; no agent session starts until it is fixed"
+    resource = d["resource"]
+    if resource == "lock":
+        return f"busy: lock {quoted(d['lock'], 40)} held by {_who(d['holders'][0], zone)}; {_retry_text(d, zone)}"
+    if resource == "sessions":
+        hs = d["holders"]
+        who = ", ".join(_who(h, zone) for h in hs[:5]) + (f", and {len(hs) - 5} more" if len(hs) > 5 else "")
+        return f"busy: {d['running']} agent sessions running (max {d['limit']}): {who}; {_retry_text(d, zone)}"
+    if resource == "daily_cost":
+        return (f"busy: agent sessions spent ${d['spent_usd']:.2f} today, daily_cost_usd is ${d['limit_usd']:.2f}; "
+                "new sessions start again tomorrow, or raise daily_cost_usd")
+    return busy_line(d, zone)
+
+
+def busy_line(d: dict, zone: Zone) -> str:
+    """`busy: 7.5 GB held by proj-a "dotnet e2e" (r-4) until ~14:40; 2.1 GB free for agents; retry after
+    ~14:40 or work on something else` — holders named earliest ETA first, in the resource that is short."""
+    short = d["short"]
+    parts = []
+    if d["holders"]:
+        first, *rest = d["holders"]
+        held = f"{_amounts(short[:1], first['gb'], first['cpus'])} held by {_who(first, zone)}"
+        held += "".join(f", {_amounts(short[:1], h['gb'], h['cpus'])} by {_who(h, zone)}" for h in rest)
+        parts.append(held)
+    head = d.get("head")
+    if head:
+        waits = head["waits_for"].split("+")
+        parts.append(f"queue head {head['id']} {quoted(head['title'], 40)} waits for "
+                     f"{_amounts(waits, head['gb'], head['cpus'])} first")
+    free = f"{_amounts(short, max(d['free_gb'], 0), max(d['free_cpus'], 0))} free for agents"
+    if not d["holders"]:
+        free += f", {_amounts(short, d['asked_gb'], d['asked_cpus'])} asked; the rest is in use outside res or kept as the user's reserve"
+    parts.append(free)
+    parts.append(_retry_text(d, zone))
+    return "busy: " + "; ".join(parts)
+
+
+def queued_line(d: dict, zone: Zone) -> str:
+    """`position 2; est. start ~14:40; lock 'e2e' held by r-1`: a waiting queue entry (its detail from core.plan)."""
+    if d["waits_for"] in ("sessions", "daily_cost", "pricing"):
+        why = reason_line(d["block"], zone).removeprefix("busy: ") if d.get("block") else "behind an earlier session that waits"
+        return f"position {d['position']}; {why}"
+    eta = f"est. start ~{fmt_clock(d['est_start'], zone)}" if d["est_start"] is not None else "est. start unknown"
+    text = f"position {d['position']}; {eta}"
+    if d["waits_for"] == "lock":
+        text += f"; lock {d['lock']!r} held by {d['lock_holder']}"
+    elif d["waits_for"] == "queue_head":
+        text += f"; behind queue head {d['head']}"
+    return text
+
+
+def _g(gb: float) -> str:
+    return f"{gb:.0f}" if float(gb).is_integer() else f"{gb:.1f}"
+
+
+# ---------------------------------------------------------------- outcomes of jobs
+
+
+def stop_text(d: dict) -> str:
+    """Why res stops a job: `released`, a budget, its log's size, its attachment (core.plan.budget_trip)."""
+    code = d["code"]
+    if code == "released":
+        return "released"
+    if code == "attach_failed":
+        return f"attachment failed {d['failures']} times in a row: {d.get('error') or 'unknown error'}"
+    if code == "log_limit":
+        return f"log over {d['limit_gb']:g} GB ({fmt_gb(d['written_gb'])} written; policy max_log_gb)"
+    budget, used, limit = d["budget"], d["used"], d["limit"]
+    if budget == "cost":
+        shown, cap = fmt_usd_pair(used, limit)
+        return f"budget: cost {shown} > {cap}"
+    if budget == "duration":
+        return f"budget: duration {fmt_span(used)} > {fmt_span(limit)}"
+    return f"budget: iterations {used} > {limit}"
+
+
+def memory_limit_why(mem_gb: float, peak: float | None, try_mem: str) -> str:
+    return (f"killed at its memory limit ({fmt_gb(mem_gb)}" + (f", peak {fmt_gb(peak)}" if peak is not None else "")
+            + f"); raise --mem (try --mem {try_mem})")
+
+
+_LOST = {"foreign_exit": "lost: its exit record is another run's (not written by its unit)",
+         "vanished": "lost: the unit vanished without an exit record"}
+
+
+def outcome_why(d: dict) -> str:
+    """The `why` of an ended job, from its outcome (core.plan.settle_outcome, agent_outcome)."""
+    code = d["code"]
+    if "stop_reason" in d:
+        return d["stop_reason"]
+    if code in ("attach_failed", "log_limit", "budget", "released"):
+        return stop_text(d)
+    if code == "memory_limit":
+        return memory_limit_why(d["mem_gb"], d["peak_gb"], d["try_mem"])
+    if code == "exec_failed":
+        return "could not execute the command (not found or not executable)"
+    if code == "exited":
+        return "exited 0" if d["rc"] == 0 else f"exit code {d['rc']}"
+    if code == "stopped_outside":
+        return f"stopped from outside res (signal {d['signal']})"
+    if code == "signal":
+        return f"killed by signal {d['signal']}"
+    if code == "lost":
+        return _LOST[d["lost"]]
+    if code == "agent_failed":
+        return f"agent failed: {d.get('failure') or 'reported an error'}"
+    return code
+
+
+def settle_text(d: dict, why: str) -> str:
+    rc, peak, took = d.get("rc"), d.get("peak_gb"), d.get("took_s")
+    if d["code"] == "lost":
+        return why
+    peak_s = f" peak {fmt_gb(peak)}" if peak is not None else ""
+    took_s = f" in {fmt_span(took)}" if took else ""
+    return f"rc={rc if rc is not None else '?'}{peak_s}{took_s}; {why}"
+
+
+# ---------------------------------------------------------------- every action's reason
+
+
+def _session_memory(d: dict) -> str:
+    was = d["was"]
+    shown = "max" if was is None or was >= 1 << 63 else fmt_gb(was / GIB)
+    return f"MemoryHigh {shown} → {fmt_gb(d['to_gb'])} (session_mem_gb)"
+
+
+def session_moved(d: dict) -> str:
+    """`claude pid 41 and 2 child processes`: what an adopt moves (core.sessions)."""
+    kids = d["children"]
+    return f"claude pid {d['pid']}" + (f" and {kids} child process{'es' if kids != 1 else ''}" if kids else "")
+
+
+def action_reason(a: Action, zone: Zone) -> str:
+    """The one line of why an action is in the plan."""
+    d = a.detail or {}
+    code, kind = d.get("code"), a.kind
+    if kind in ("refuse",):
+        return reason_line(d, zone)
+    if kind in ("enqueue", "wait"):
+        return queued_line(d, zone)
+    if kind == "start":
+        return f"{'queue head, fits' if d['head'] else 'fits'} ({fmt_gb(d['free_gb'])} free)"
+    if kind == "grant":
+        return f"fits ({fmt_gb(d['free_gb'])} free)"
+    if kind == "running":
+        return "unit seen started"
+    if kind == "retire":
+        return f"{d['phase']}; removing it from the queue file"
+    if kind == "prune":
+        return "finished over 24 h ago; into history"
+    if kind == "cancel":
+        return "removed from the queue"
+    if kind == "expire":
+        if code == "owner_gone":
+            return f"owner pid {d['pid']} is gone"
+        if code == "expired":
+            return f"expired at {fmt_clock(d['at'], zone)}"
+        return "released"
+    if kind == "restore":
+        return ("gone from queue.toml without res release: written back "
+                f"(res release {a.id}{' --stop' if d['stop'] else ''} ends it)")
+    if kind == "requeue":
+        return f"never started; {d['holder']} is gone" if code == "holder_gone" else "never started; lease expired"
+    if kind == "reattach":
+        if code == "unheld":
+            return UNHELD
+        if code == "holder_gone":
+            return f"{d['holder']} is gone"
+        ago = fmt_span(d["ago_s"]) if d.get("ago_s") is not None else "?"
+        return f"lease of {d['holder']} expired {ago} ago"
+    if kind == "settle":
+        return settle_text(d, outcome_why(d))
+    if kind == "stop":
+        return stop_text(d)
+    if kind == "hold":
+        return f"added to queue.toml outside res (not by res run): never started; res release {a.id} drops it"
+    if kind == "recover":
+        return ("state.db has no record of it, its unit is there: taken back" if code == "unit" else
+                "state.db has no record of it, but it ran before (its log is there): not started again")
+    if kind == "end_game":
+        return f"game mode ended at {fmt_clock(d['at'], zone)}; clearing it"
+    if kind == "set" and code == "game_slice":
+        why = (f"game on until {fmt_clock(d['until'], zone)}" if d["until"] else "game on") if d["game"] == "on" else "game off"
+        return f"{changes_text(d['changes'])} ({why})"
+    if kind == "set" and code == "session_memory":
+        return _session_memory(d)
+    if kind == "adopt":
+        return f"{session_moved(d)}, outside {d['slice']}"
+    return a.reason
+
+
+def explain(p: Plan, zone: Zone) -> Plan:
+    """Put each action's reason on it as text (and a settle's `why`): the plan as people and agents
+    read it, and as the executor records it."""
+    for a in p.actions:
+        if a.detail is not None:
+            a.reason = action_reason(a, zone)
+            if a.kind == "settle":
+                a.why = outcome_why(a.detail)
+    return p
