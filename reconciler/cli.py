@@ -237,9 +237,9 @@ def _decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str, 
     from reconciler.loop.client import NoAnswer, NoDaemon, Unanswered, ask
 
     fn = local
-    # The loop answers within the policy's answer_timeout_s (30 s) itself; this is the safety net
-    # for a loop that does not answer at all.
-    timeout = float(os.environ.get("RES_ANSWER_TIMEOUT_S", "30")) + 30
+    # Until the loop has taken the request; once it has, it says within how long it answers (its
+    # policy's answer_timeout_s), and the wait becomes that (loop.client.ask).
+    timeout = 60.0
     try:
         answer = ask(paths.socket, request, timeout=timeout)
         if answer.get("hint"):
@@ -251,7 +251,7 @@ def _decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str, 
         pass
     except Unanswered as e:
         if e.accepted:  # written, not decided: say so, so nothing starts behind the caller's back
-            raise Fail(f"res: the reconciler loop took {e.accepted} but did not decide it in {timeout:g} s; it may "
+            raise Fail(f"res: the reconciler loop took {e.accepted} but did not decide it; it may "
                        f"still start (res status {e.accepted}; res release {e.accepted} withdraws it)") from None
         raise Fail("res: the reconciler loop did not answer in time; see res status") from None
     import asyncio
@@ -348,12 +348,14 @@ def _wait_for_job(paths: Paths, job_id: str, line: str, state: str, a) -> int:
 
 
 def cmd_note(a, paths: Paths) -> int:
-    from reconciler.observed.procs import note_owner, parse_stat
+    from reconciler.observed.procs import alive, note_owner, parse_stat
 
     if a.until_expiry:
         owner, name = None, None
     elif a.owner is not None:
         try:
+            if not alive(a.owner):  # a zombie ended already: it would free the note at once
+                raise OSError
             with open(f"/proc/{a.owner}/stat") as f:
                 name = parse_stat(f.read())[0]
         except (OSError, ValueError):

@@ -9,8 +9,8 @@ Writes, atomically (a temporary file in the same directory, then os.replace) and
 
     {"result": "exit-code", "code": "exited", "status": "3", "peak_bytes": 123, "oom_kills": 0, "at": 1.7e9}
 
-Stdlib only, no imports from the package (it runs isolated, -I -S, and must keep working even if the
-package moved). Never raises and always exits 0: a missing value is written as null. When the job was
+Stdlib only; of the package it loads only observed/mounts.py, by its path (it runs isolated, -I -S:
+the package is not on sys.path). Never raises and always exits 0: a missing value is written as null. When the job was
 state directory's disk cannot take the record, it goes to RES_EXIT_FALLBACK (in the runtime
 directory). When the job was killed at its memory limit it also prints one `res: killed at its memory limit …` line, which lands at
 the end of the job's log.
@@ -21,16 +21,15 @@ import sys
 import time
 
 
-def _unescape(field):
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1:i + 4].isdigit() and len(field[i + 1:i + 4]) == 3:
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
+def _mounts():
+    """observed/mounts.py, loaded by its path (this script runs isolated: no package on sys.path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "_res_mounts", os.path.join(os.path.dirname(os.path.abspath(__file__)), "observed", "mounts.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _read(path):
@@ -76,18 +75,10 @@ def memory_cgroup_dir():
             v2_path = path
         elif "memory" in controllers.split(","):
             v1_path = path
-    v1_mount = None
-    v2_mounts = []
-    for line in (_read("/proc/self/mountinfo") or "").splitlines():
-        left, sep, right = line.partition(" - ")
-        lf, rf = left.split(), right.split()
-        if not sep or len(lf) < 5 or len(rf) < 3:
-            continue
-        root, mnt = _unescape(lf[3]), _unescape(lf[4])
-        if rf[0] == "cgroup" and "memory" in rf[2].split(",") and v1_mount is None:
-            v1_mount = (mnt, root)
-        elif rf[0] == "cgroup2":
-            v2_mounts.append((mnt, root))
+    mounts = _mounts()
+    v1, v2 = mounts.cgroup_mounts(mounts.parse_mountinfo(_read("/proc/self/mountinfo") or ""))
+    v1_mount = (v1["memory"].path, v1["memory"].root) if "memory" in v1 else None
+    v2_mounts = [(m.path, m.root) for m in v2]
     if v1_path is not None:
         mnt, root = v1_mount or ("/sys/fs/cgroup/memory", "/")
         return _join(mnt, root, v1_path), 1

@@ -73,7 +73,6 @@ class Res:
         self.jobs_slice = os.environ["RES_JOBS_SLICE"]
         self.agents_slice = os.environ["RES_AGENTS_SLICE"]
         self.env = dict(os.environ)
-        self.env.pop("RES_ANSWER_TIMEOUT_S", None)
         self.work = self.tmp / "work"
         self.work.mkdir(exist_ok=True)
         self.procs: list[subprocess.Popen] = []

@@ -9,7 +9,7 @@ import os
 import signal
 import stat
 
-from reconciler.config.environ import public_env, resolve_program
+from reconciler.config.environ import resolve_program
 from reconciler.core.models import Action, JobRecord, Phase, Request
 from reconciler.core.plan import agent_outcome
 from reconciler.config.paths import Paths
@@ -169,9 +169,11 @@ class Executor:
         # `starting` on disk and no unit asked for, the window a requeue after the lease covers.
         if os.environ.get("RES_FAULT_AFTER_STARTING") == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        # The caller's environment as recorded; the runtime passes none of it that looks secret
+        # (environ.is_secret, applied in runtime.systemd.job_environment).
         spec = JobSpec(
-            job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=public_env(req.env), mem_gb=req.mem_gb,
-            cpus=req.cpus, log_path=self.paths.log(req.id), exit_path=self.paths.exit_record(req.id),
+            job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=req.env, mem_gb=req.mem_gb, cpus=req.cpus,
+            log_path=self.paths.log(req.id), exit_path=self.paths.exit_record(req.id),
             description=f"res {req.id}: {' '.join(req.title.split())[:120]}", cpu_quota=self.policy.cpu_quota,
         )
         try:

@@ -301,13 +301,10 @@ def read_patterns(project_dir: str, uid: int) -> tuple[Root | None, list[str]]:
 # ---------------------------------------------------------------------------------------- facts (I/O)
 
 def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return True  # someone else's process (or not a pid we can ask about): alive as far as we know
-    return True
+    """The one rule of a live process (observed/procs.alive: a zombie holds nothing)."""
+    from reconciler.observed.procs import alive
+
+    return alive(pid)
 
 
 def default_roots(uid: int, tmp: str = "/tmp", var_tmp: str = "/var/tmp") -> list[Root]:

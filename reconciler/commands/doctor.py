@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable
 
-from reconciler.observed.cgroup import MemoryMount, _read_text, _unescape, memory_dir, parse_memory_mount
+from reconciler.observed.cgroup import MemoryMount, _read_text, memory_dir, parse_memory_mount
+from reconciler.observed.mounts import MountInfo, cgroup_mounts, fstype_of, parse_mountinfo
 from reconciler.config.paths import Paths
 
 WANTED = ("memory", "cpu", "io")  # the controllers res sets limits and weights with
@@ -133,52 +134,21 @@ def decide(f: Facts) -> tuple[int, list[str]]:
     return (0 if all(g for g, _ in ok) else 1), [line for _, line in ok]
 
 
-class Mount(NamedTuple):
-    path: str  # mount point
-    root: str  # the cgroup path the mount's top directory is (mountinfo field 4)
-
-
-def _mounts(mountinfo: str):
-    """(Mount, the fields after " - ": fstype, source, super options) of each line of /proc/self/mountinfo."""
-    for line in mountinfo.splitlines():
-        left, sep, right = line.partition(" - ")
-        lf = left.split()
-        if sep and len(lf) >= 5:
-            yield Mount(_unescape(lf[4]), _unescape(lf[3])), right.split()
+Mount = MountInfo  # a mount point and the cgroup path its top directory is
 
 
 def v1_hierarchies(mountinfo: str) -> dict[str, Mount]:
     """cgroup v1 controller -> its hierarchy's mount, from the text of /proc/self/mountinfo."""
-    out: dict[str, Mount] = {}
-    for m, rf in _mounts(mountinfo):
-        if len(rf) >= 3 and rf[0] == "cgroup":
-            for opt in rf[2].split(","):
-                out.setdefault(opt, m)
-    return out
+    return cgroup_mounts(parse_mountinfo(mountinfo))[0]
 
 
 def v2_mount(mountinfo: str) -> Mount | None:
-    return next((m for m, rf in _mounts(mountinfo) if rf[:1] == ["cgroup2"]), None)
+    return next(iter(cgroup_mounts(parse_mountinfo(mountinfo))[1]), None)
 
 
 def cgroup_dir(mount: Mount, cgroup_path: str) -> str:
     """The directory of `cgroup_path` (e.g. the manager's ControlGroup) under `mount`."""
     return str(memory_dir(cgroup_path, MemoryMount(Path(mount.path), mount.root, 0))[0])  # version unused
-
-
-def fstype_of(path: str, mounts: str) -> str | None:
-    """The file system type `path` is on, from the text of /proc/mounts (the longest mount point
-    that holds it; the last such mount wins, as it covers the earlier ones)."""
-    best, best_len = None, -1
-    for line in mounts.splitlines():
-        f = line.split()
-        if len(f) < 3:
-            continue
-        mnt = _unescape(f[1])
-        inside = path == mnt or mnt == "/" or path.startswith(mnt.rstrip("/") + "/")
-        if inside and len(mnt) >= best_len:
-            best, best_len = f[2], len(mnt)
-    return best
 
 
 # ---------------------------------------------------------------------------------- shell

@@ -62,7 +62,7 @@ class Paths:
         return self.logs / f"{job_id}.log"
 
     def exit_record(self, job_id: str) -> Path:
-        return self.logs / f"{job_id}.exit.json"
+        return exit_record_path(self.logs, job_id)
 
     @property
     def tick_lock(self) -> Path:
@@ -88,3 +88,19 @@ class Paths:
                 d.mkdir(mode=0o700, parents=True, exist_ok=True)
         finally:
             os.umask(old)
+
+
+def exit_record_path(logs: Path, job_id: str) -> Path:
+    """Where a job's unit writes its exit record (exit_record.py): beside its log."""
+    return logs / f"{job_id}.exit.json"
+
+
+def exit_record_fallback(primary: Path, runtime_dir: str | None) -> Path | None:
+    """Where the unit writes its exit record when the state directory's disk is full: the user's
+    runtime directory (a tmpfs as a rule), named by the primary path, so that two state directories
+    never share one. None without a runtime directory."""
+    if not runtime_dir:
+        return None
+    import hashlib
+
+    return Path(runtime_dir) / "res-exit" / f"{hashlib.sha256(str(primary).encode()).hexdigest()[:20]}.json"

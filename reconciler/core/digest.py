@@ -81,7 +81,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from reconciler.core.pricing import PricingTable, tokens
+from reconciler.core.pricing import PricingTable, tokens, usage_tokens
 
 SEEN_IDS_KEPT = 64
 SYNTHETIC = "<synthetic>"
@@ -228,11 +228,7 @@ class ClaudeDigest(Digest):
         model = msg.get("model")
         if not isinstance(model, str) or not model:
             model = self.model or ""
-        cw = tokens(usage.get("cache_creation_input_tokens"))
-        split = usage.get("cache_creation")
-        cw1h = tokens(split.get("ephemeral_1h_input_tokens")) if type(split) is dict else 0
-        new: Counted = (model, tokens(usage.get("input_tokens")), tokens(usage.get("output_tokens")), cw,
-                        tokens(usage.get("cache_read_input_tokens")), cw1h if cw1h <= cw else cw)
+        new: Counted = (model, *usage_tokens(usage))
         mid = msg.get("id")
         if not isinstance(mid, str) or not mid:
             self._add(new, 1)

@@ -21,8 +21,10 @@ ceil(p/100 × n) (1-based, at least 1). It is always one of the observed values;
 is the largest, which is the safe side for sizing. The "median" everywhere here is the nearest-rank
 p50, i.e. the lower of the two middle values for an even count (`percentile`).
 
-A suggestion needs at least 3 counted runs (MIN_RUNS): mem = p95 peak × 1.15, rounded up to 256 MB
-steps below 1 GB and to 0.1 GB from 1 GB on; for = p90 duration × 1.5, rounded up to a whole minute.
+A suggestion needs at least 3 counted runs (MIN_RUNS): mem = p95 peak × 1.15, or × 1.5 when that
+peak is a limit a run was killed at (its real need is past it, by an unknown amount), rounded up to
+256 MB steps below 1 GB and to 0.1 GB from 1 GB on (`suggest_mem_gb`: the same rule names the --mem to
+try in the line of a job killed at its limit); for = p90 duration × 1.5, rounded up to a whole minute.
 `hint_for` gives the one stderr line `run` / `note` print when they ask for more than 2× that.
 
 Import-light: no pydantic (records are used by attribute), no dataclasses.
@@ -38,7 +40,8 @@ if TYPE_CHECKING:
     from reconciler.core.models import JobRecord
 
 MIN_RUNS = 3
-MEM_FACTOR = 1.15
+MEM_FACTOR = 1.15  # over a peak seen whole
+KILLED_FACTOR = 1.5  # over a limit a run was killed at
 FOR_FACTOR = 1.5
 HINT_FACTOR = 2.0
 _NOT_COUNTED = frozenset({"exec_failed", "start_failed", "stopped_outside", "lost"})  # JobRecord.outcome
@@ -120,6 +123,11 @@ def round_for_s(seconds: float) -> int:
     return max(60, math.ceil(round(seconds / 60, 6)) * 60)
 
 
+def suggest_mem_gb(peak_gb: float, killed: bool) -> float:
+    """The --mem to ask for next, from a peak (or the limit a run was killed at, `killed`)."""
+    return round_mem_gb(peak_gb * (KILLED_FACTOR if killed else MEM_FACTOR))
+
+
 def mem_flag(gb: float) -> str:
     """A --mem value that parses back to `gb`: 512M below 1 GB, else 1.4G / 12G."""
     if gb < 1:
@@ -191,7 +199,8 @@ def _row(project: str, kind: str, recs: list["JobRecord"]) -> HistRow:
     p95, p90 = percentile(peaks, 95), percentile(durs, 90)
     sugg = None
     if n >= MIN_RUNS:
-        mem = round_mem_gb(p95 * MEM_FACTOR) if len(peaks) >= MIN_RUNS else None
+        at_limit = any(killed_at_limit(r) and r.request.mem_gb >= p95 for r in recs) if peaks else False
+        mem = suggest_mem_gb(p95, at_limit) if len(peaks) >= MIN_RUNS else None
         est = round_for_s(p90 * FOR_FACTOR)
         sugg = Suggestion(project, kind, n, mem, est, p95 if mem is not None else None, p90, killed)
     return HistRow(project, kind, n, median(r.request.mem_gb for r in recs), median(peaks), p95,

@@ -5,9 +5,10 @@ No I/O, no clock, no randomness: all it needs is in its arguments, so `res recon
 """
 from __future__ import annotations
 
-import math
 import signal
 
+from reconciler.core.attachments import holder_name
+from reconciler.core.hist import mem_flag, suggest_mem_gb
 from reconciler.core.capacity import (HOLDING, Capacity, QueueForecast, busy_detail, capacity, daily_detail, holder_of, lock_detail,
                        never_detail, sessions_detail, short_of)
 from reconciler.core.models import LIVE, TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, Plan, Request, World
@@ -191,11 +192,6 @@ def _restore(rec: JobRecord, tag: dict) -> Action:
     return _act(kind="restore", id=rec.id, detail={"code": "restore", "stop": stop}, **tag)
 
 
-def holder_name(holder_id: str | None) -> str:
-    """`host/pid` of an attachment holder id (`host/pid/nonce/start`)."""
-    return "/".join((holder_id or "?").split("/")[:2])
-
-
 def _lapsed(rec: JobRecord, now: float, gone: list[str]) -> dict:
     if rec.attached_by is None:
         return {"code": "unheld"}
@@ -258,7 +254,7 @@ def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, float | Non
     elif rec.attach_failures >= ATTACH_FAILURES_MAX:
         outcome = budget_trip(rec, None, 0)
     elif oom:
-        outcome = {"code": "memory_limit", "mem_gb": req.mem_gb, "peak_gb": peak, "try_mem": suggest_mem(req.mem_gb)}
+        outcome = {"code": "memory_limit", "mem_gb": req.mem_gb, "peak_gb": peak, "try_mem": mem_flag(suggest_mem_gb(req.mem_gb, killed=True))}
     elif ex.code == "exited" and rc == 203:
         outcome = {"code": "exec_failed"}
     elif ex.code == "exited":
@@ -284,14 +280,6 @@ def agent_outcome(rec: JobRecord, outcome: dict) -> dict:
     if not d.result_seen and not d.failure_signal:
         return outcome
     return {"code": "agent_failed", "failure": d.failure_reason}
-
-
-def suggest_mem(mem_gb: float) -> str:
-    """A bigger --mem to try after a kill at the limit: 1.5 ×, rounded up to a whole GB (or 256 MB)."""
-    want = mem_gb * 1.5
-    if want < 1:
-        return f"{math.ceil(want * 4) * 256}M"
-    return f"{math.ceil(want)}G"
 
 
 # ---------------------------------------------------------------- admission (DESIGN §5.2)

@@ -91,13 +91,8 @@ class PricingTable:
                 + cw1h * r.cache_write_1h + cache_read * r.cache_read) * PER_TOKEN
 
     def cost(self, model: str | None, usage: Mapping[str, Any]) -> float:
-        """USD for an Anthropic API `usage` object (input_tokens, output_tokens,
-        cache_creation_input_tokens, cache_read_input_tokens, optional cache_creation split)."""
-        cw = tokens(usage.get("cache_creation_input_tokens"))
-        split = usage.get("cache_creation")
-        cw1h = tokens(split.get("ephemeral_1h_input_tokens")) if isinstance(split, Mapping) else 0
-        return self.cost_tokens(model, tokens(usage.get("input_tokens")), tokens(usage.get("output_tokens")),
-                                cw, tokens(usage.get("cache_read_input_tokens")), cw1h)
+        """USD for an Anthropic API `usage` object."""
+        return self.cost_tokens(model, *usage_tokens(usage))
 
     def _key(self, model: str | None) -> str | None:
         if not model:
@@ -134,6 +129,17 @@ def tokens(v: Any) -> int:
 
 
 # ---------------------------------------------------------------- loading
+
+
+def usage_tokens(usage: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+    """(input, output, cache write, cache read, the part of the cache write for 1 hour) of an
+    Anthropic API `usage` object (input_tokens, output_tokens, cache_creation_input_tokens,
+    cache_read_input_tokens, optional cache_creation split); anything not a count is 0."""
+    cw = tokens(usage.get("cache_creation_input_tokens"))
+    split = usage.get("cache_creation")
+    cw1h = tokens(split.get("ephemeral_1h_input_tokens")) if isinstance(split, Mapping) else 0
+    return (tokens(usage.get("input_tokens")), tokens(usage.get("output_tokens")), cw,
+            tokens(usage.get("cache_read_input_tokens")), min(cw1h, cw))
 
 
 def load_pricing(shipped_text: str, override_text: str | None = None, *,

@@ -24,11 +24,17 @@ class Unanswered(TimeoutError):
         self.accepted = accepted
 
 
+# Past the time the loop said it answers in (its policy's answer_timeout_s), how long to wait on: the
+# loop answers by then itself; this only covers a loop that cannot answer at all.
+ANSWER_MARGIN_S = 30.0
+
+
 def ask(sock_path: Path, request: dict, timeout: float | None, on_idle=None, idle_s: float = 0.1) -> dict:
     """Send one JSON request, return the JSON answer. NoDaemon if nobody listens. `timeout`: for the
     whole answer (None: no limit); Unanswered past it. `on_idle()` is called every `idle_s` while
-    the answer is awaited (e.g. to print a job's log as it grows). A line `{"accepted": id}` before
-    the answer says the request was written under that id (the answer comes with it)."""
+    the answer is awaited (e.g. to print a job's log as it grows). A line `{"accepted": id,
+    "answer_within": s}` before the answer says the request was written under that id and that the
+    loop answers within `s` seconds: the wait is then that, plus ANSWER_MARGIN_S."""
     import time
 
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -52,6 +58,9 @@ def ask(sock_path: Path, request: dict, timeout: float | None, on_idle=None, idl
                     answer = json.loads(line)
                     if "accepted" in answer and "code" not in answer:
                         accepted = answer["accepted"]
+                        within = answer.get("answer_within")
+                        if deadline is not None and type(within) in (int, float) and 0 < within < 86400:
+                            deadline = time.monotonic() + within + ANSWER_MARGIN_S
                         continue
                     if accepted and "accepted" not in answer:
                         answer["accepted"] = accepted

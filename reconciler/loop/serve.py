@@ -313,7 +313,7 @@ async def answer_request(engine, ticker: Ticker, req: dict, reader=None, say=Non
         def accepted(job_id: str) -> None:
             given.append(job_id)
             if say is not None:
-                say({"accepted": job_id})
+                say({"accepted": job_id, "answer_within": engine.policy.answer_timeout_s})
 
         work = asyncio.ensure_future(ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"],
                                                 on_accept=accepted, who=_who(req)))

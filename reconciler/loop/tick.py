@@ -24,9 +24,10 @@ log = logging.getLogger("res.tick")
 def holder_id() -> str:
     """`host/pid/nonce/start`: the process start time lets another instance on this host tell that
     the holder is gone even when its pid has been reused (DESIGN §5.4)."""
+    from reconciler.core.attachments import holder_id as make
     from reconciler.observed.procs import start_time
 
-    return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}/{start_time(os.getpid()) or '?'}"
+    return make(socket.gethostname(), os.getpid(), secrets.token_hex(4), start_time(os.getpid()))
 
 
 def policy_files_key() -> tuple:

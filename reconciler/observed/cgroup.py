@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 from pathlib import Path
 from typing import NamedTuple
+
+from reconciler.observed.mounts import cgroup_mounts, parse_mountinfo
 
 MOUNTINFO = "/proc/self/mountinfo"
 
@@ -48,34 +49,18 @@ def unit_cgroup(manager_cgroup: str, slice_name: str, unit: str) -> str:
     return "/" + "/".join(parts)
 
 
-def _unescape(field: str) -> str:
-    # mountinfo escapes space, tab, newline and backslash as \ooo
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
 def parse_memory_mount(mountinfo: str, read=lambda p: Path(p).read_text()) -> MemoryMount | None:
     """The mount that carries the memory controller, from the text of /proc/self/mountinfo.
 
     A v1 `cgroup` mount with `memory` among its super options wins (when it exists, v2 cannot have
     the controller); otherwise a `cgroup2` mount whose cgroup.controllers lists `memory`."""
-    v2: list[MemoryMount] = []
-    for line in mountinfo.splitlines():
-        left, sep, right = line.partition(" - ")
-        if not sep:
-            continue
-        lf, rf = left.split(), right.split()
-        if len(lf) < 5 or len(rf) < 3:
-            continue
-        root, mnt = _unescape(lf[3]), _unescape(lf[4])
-        fstype, options = rf[0], rf[2].split(",")
-        if fstype == "cgroup" and "memory" in options:
-            return MemoryMount(Path(mnt), root, 1)
-        if fstype == "cgroup2":
-            v2.append(MemoryMount(Path(mnt), root, 2))
+    v1, v2 = cgroup_mounts(parse_mountinfo(mountinfo))
+    if "memory" in v1:
+        return MemoryMount(Path(v1["memory"].path), v1["memory"].root, 1)
     for m in v2:
         try:
-            if "memory" in read(m.path / "cgroup.controllers").split():
-                return m
+            if "memory" in read(Path(m.path) / "cgroup.controllers").split():
+                return MemoryMount(Path(m.path), m.root, 2)
         except OSError:
             continue
     return None

@@ -30,17 +30,10 @@ def cpu_count() -> int:
 def gone_holders(holders: set[str], host: str) -> list[str]:
     """The attachment holders (`host/pid/nonce[/start]`) on this host whose process is gone: its pid
     is not alive, or is another process (another start time). A holder elsewhere is never judged."""
+    from reconciler.core.attachments import gone
     from reconciler.observed.procs import start_time
 
-    out = []
-    for holder in holders:
-        parts = holder.split("/")
-        if len(parts) < 3 or parts[0] != host or not parts[1].isdigit():
-            continue
-        started = start_time(int(parts[1]))
-        if started is None or (len(parts) >= 4 and parts[3] != "?" and parts[3] != started):
-            out.append(holder)
-    return sorted(out)
+    return sorted(h for h in holders if gone(h, host, start_time))
 
 
 def _is_file(path) -> bool:
@@ -102,12 +95,9 @@ def tmp_tmpfs_used_gb(mounts_text: str | None = None) -> float | None:
                 mounts_text = f.read()
         except OSError:
             return None
-    fstype = None
-    for line in mounts_text.splitlines():
-        fields = line.split()
-        if len(fields) >= 3 and fields[1] == "/tmp":
-            fstype = fields[2]  # the last mount on /tmp is the one in effect
-    if fstype != "tmpfs":
+    from reconciler.observed.mounts import fstype_of
+
+    if fstype_of("/tmp", mounts_text) != "tmpfs":  # the rule `res doctor` tells the user by
         return None
     try:
         st = os.statvfs("/tmp")

@@ -41,6 +41,7 @@ from dbus_fast.aio import MessageBus
 
 from reconciler.observed import cgroup
 from reconciler.config.environ import SECRET_NAME, is_secret
+from reconciler.config.paths import exit_record_fallback, exit_record_path
 from reconciler.core.models import ExitObs, JobObs
 from reconciler.runtime import JobSpec, RuntimeUnavailable, read_exit_record
 
@@ -416,19 +417,11 @@ class SystemdRuntime:
         return f"{self.prefix}-{job_id}.service"
 
     def exit_path(self, job_id: str) -> Path:
-        return self.logs_dir / f"{job_id}.exit.json"
+        return exit_record_path(self.logs_dir, job_id)
 
     def fallback_exit_path(self, job_id: str) -> Path | None:
-        """Where the unit writes its exit record when the state directory's disk is full: the
-        manager's runtime directory (a tmpfs as a rule), named by the primary path, so that two state
-        directories never share one."""
         runtime = self._manager_env.get("XDG_RUNTIME_DIR") or os.environ.get("XDG_RUNTIME_DIR")
-        if not runtime:
-            return None
-        import hashlib
-
-        key = hashlib.sha256(str(self.exit_path(job_id)).encode()).hexdigest()[:20]
-        return Path(runtime) / "res-exit" / f"{key}.json"
+        return exit_record_fallback(self.exit_path(job_id), runtime)
 
     def _read_exit(self, job_id: str) -> ExitObs | None:
         found = read_exit_record(self.exit_path(job_id))

@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
+import threading
 from types import SimpleNamespace
 
+import pytest
+
+from reconciler.loop.client import Unanswered, ask
 from reconciler.loop.serve import answer_request
 
 
@@ -19,7 +25,55 @@ def test_a_request_not_decided_in_answer_timeout_s_is_answered_with_its_id():
 
     ticker = SimpleNamespace(pass_after_now=never)
     answer = asyncio.run(answer_request(engine, ticker, {"op": "submit", "kind": "job", "fields": {}}, say=said.append))
-    assert said == [{"accepted": "r-7"}]
+    assert said == [{"accepted": "r-7", "answer_within": 0.2}]
     assert answer["code"] == 1 and answer["line"] == (
         "res: the reconciler loop took r-7 but did not decide it in 0.2 s; it may still start "
         "(res status r-7; res release r-7 withdraws it)")
+
+
+def _loop_that(sock_path, lines_after: list[tuple[float, dict]]):
+    """A one-connection socket server that reads the request, then sends each line after its delay."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sock_path))
+    server.listen(1)
+    gate = threading.Event()
+
+    def serve():
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            for delay, line in lines_after:
+                if gate.wait(delay):
+                    return
+                conn.sendall(json.dumps(line).encode() + b"\n")
+            gate.wait(5)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return server, gate
+
+
+def test_the_client_waits_as_long_as_the_loop_said_it_answers_in(tmp_path):
+    """The loop's `answer_within` (its policy's answer_timeout_s) sets the client's wait, once the
+    request is taken: a client whose own net is shorter still gets the answer."""
+    sock = tmp_path / "s"
+    server, gate = _loop_that(sock, [(0, {"accepted": "r-3", "answer_within": 1.0}),
+                                     (0.5, {"code": 0, "line": "r-3 started"})])
+    try:
+        answer = ask(sock, {"op": "submit"}, timeout=0.2)
+    finally:
+        gate.set()
+        server.close()
+    assert answer == {"code": 0, "line": "r-3 started", "accepted": "r-3"}
+
+
+def test_before_the_loop_takes_a_request_the_clients_own_net_holds(tmp_path):
+    sock = tmp_path / "s"
+    server, gate = _loop_that(sock, [(3, {"code": 0, "line": "late"})])
+    try:
+        with pytest.raises(Unanswered) as e:
+            ask(sock, {"op": "submit"}, timeout=0.2)
+    finally:
+        gate.set()
+        server.close()
+    assert e.value.accepted is None

@@ -138,7 +138,7 @@ def test_what_does_not_count():
 
 
 def test_a_job_killed_at_its_limit_counts_its_limit_as_peak():
-    # peaks 5.0 6.0 and a kill at 8.0 -> p95 rank ceil(2.85)=3 -> 8.0; mem 8.0 x 1.15 = 9.2
+    # peaks 5.0 6.0 and a kill at 8.0 -> p95 rank ceil(2.85)=3 -> 8.0, a limit it was killed at: mem 8.0 x 1.5 = 12.0
     # took 600 900 300 -> p90 rank ceil(2.7)=3 -> 900; for 900 x 1.5 = 1350 s = 22.5 min -> 23m
     e2e = [
         rec("e2e (retry 1)", project="proj-b", mem=8.0, est=1200, took=600, peak=5.0),
@@ -148,9 +148,9 @@ def test_a_job_killed_at_its_limit_counts_its_limit_as_peak():
     ]
     (row,) = hist_rows(e2e)
     assert (row.n, row.peak_p50_gb, row.peak_p95_gb, row.dur_p90_s, row.killed) == (3, 6.0, 8.0, 900.0, 1)
-    assert row.suggestion == Suggestion("proj-b", "e2e", 3, mem_gb=9.2, est_s=1380, peak_p95_gb=8.0, dur_p90_s=900.0, killed=1)
-    assert hint_for(20.0, 1200, row.suggestion) == (
-        'hint: "e2e" in proj-b peaked at 8.0 GB (p95, 3 runs, 1 killed at the limit); --mem 9.2G would do')
+    assert row.suggestion == Suggestion("proj-b", "e2e", 3, mem_gb=12.0, est_s=1380, peak_p95_gb=8.0, dur_p90_s=900.0, killed=1)
+    assert hint_for(30.0, 1200, row.suggestion) == (
+        'hint: "e2e" in proj-b peaked at 8.0 GB (p95, 3 runs, 1 killed at the limit); --mem 12G would do')
 
 
 def test_fewer_than_three_runs_or_peaks():
@@ -222,7 +222,7 @@ def test_render_hist():
     assert render_hist(rows) == "\n".join([
         "project  kind     runs     req  peak p50  peak p95     est  took p50  took p90  suggest",
         'proj-a   "build"     7  4.0 GB    1.0 GB    1.2 GB  30 min     3 min     4 min  --mem 1.4G --for 6m',
-        'proj-b   "e2e"       3  8.0 GB    6.0 GB    8.0 GB  20 min    10 min    15 min  --mem 9.2G --for 23m  1 killed at the limit',
+        'proj-b   "e2e"       3  8.0 GB    6.0 GB    8.0 GB  20 min    10 min    15 min  --mem 12G --for 23m  1 killed at the limit',
         'proj-b   "lint"      1  0.5 GB    0.3 GB    0.3 GB   2 min      45 s      45 s  - (needs 3 runs)',
     ])
 

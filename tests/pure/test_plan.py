@@ -270,7 +270,7 @@ def test_memory_limit_kill_says_which_limit_and_to_raise_mem():
     ex = ExitObs(result="signal", code="killed", status="KILL", peak_gb=1.0, oom_kills=1, at=NOW)
     (a,) = run_plan([req(1)], records=[rec], w=world(jobs={"r-1": JobObs(exit=ex)})).actions
     assert a.rc == 137
-    assert a.why == "killed at its memory limit (1.0 GB, peak 1.0 GB); raise --mem (try --mem 2G)"
+    assert a.why == "killed at its memory limit (1.0 GB, peak 1.0 GB); raise --mem (try --mem 1.5G)"
 
 
 def test_released_running_job_is_stopped_and_settled_as_released():
@@ -370,7 +370,7 @@ def test_settle_and_stop_carry_their_outcome_code():
         {"code": "exited", "rc": 0, "peak_gb": None, "took_s": 300.0}
     assert settle(E(result="exit-code", code="exited", status="3", at=NOW)).detail["code"] == "exited"
     oom = settle(E(result="signal", code="killed", status="KILL", oom_kills=1, at=NOW, peak_gb=1.0))
-    assert (oom.rc, oom.detail) == (137, {"code": "memory_limit", "mem_gb": 1.0, "peak_gb": 1.0, "try_mem": "2G",
+    assert (oom.rc, oom.detail) == (137, {"code": "memory_limit", "mem_gb": 1.0, "peak_gb": 1.0, "try_mem": "1.5G",
                                           "rc": 137, "took_s": 300.0})
     assert settle(E(result="signal", code="killed", status="TERM", at=NOW)).detail["code"] == "stopped_outside"
     over = running(1, max_duration_s=60, started=NOW - 120)
