@@ -1,4 +1,4 @@
-"""Benchmarks of issue 3: runs that outlive the reconciler, and the digest.
+"""Benchmarks of runs that outlive the reconciler, and the digest.
 
     e  SIGKILL of `res serve` while 5 sessions stream → every job re-attached by a new instance;
        measured with test intervals, vs the bound lease + sweep (defaults: computed)

@@ -16,7 +16,7 @@ import time
 from common import REPO, Figure, Report, median_ms
 
 NOW = 1_700_000_000.0
-TARGET_MS = 20.0
+TARGET_MS = 5.0
 TARGET_GROWTH = 2.2
 
 
@@ -111,7 +111,7 @@ def bench_plan(report: Report, runs: int, profile: bool) -> None:
             raise AssertionError(f"plan over {q} queued: {waits} waits, {len(p.actions)} actions")
     growth = ms2 / ms1
     report.figures += [
-        Figure("b", "plan 1000q/100r/100n / 20 ms", ms1 / TARGET_MS, f"{ms1:.1f} ms", "≤ 1×", ms1 <= TARGET_MS),
+        Figure("b", f"plan 1000q/100r/100n / {TARGET_MS:g} ms", ms1 / TARGET_MS, f"{ms1:.1f} ms", "≤ 1×", ms1 <= TARGET_MS),
         Figure("b", "plan, every count doubled / as given", growth, f"{ms2:.1f} ms vs {ms1:.1f} ms",
                f"≤ {TARGET_GROWTH}×", growth <= TARGET_GROWTH),
     ]

@@ -1,4 +1,4 @@
-"""res benchmarks (DESIGN §10, issue 2): each figure as a ratio, one line per benchmark, then the raw
+"""res benchmarks (DESIGN §10): each figure as a ratio, one line per benchmark, then the raw
 numbers.
 
     python3 bench/run.py            the full run (a few minutes)

@@ -1,4 +1,4 @@
-"""Benchmarks of issue 4 (the user's side): `res hook` and `res status`, each as a whole process.
+"""Benchmarks of the user's side: `res hook` and `res status`, each as a whole process.
 
 h. `res hook` as Claude Code runs it before every Bash command: the console script, a PreToolUse JSON
    for the Bash tool on stdin, with game mode off and with game mode on (set by `res game on --for 1h`

@@ -1,4 +1,4 @@
-"""Benchmarks k–n: an agent's everyday loop, run and wait (issue 8), on the real systemd user manager.
+"""Benchmarks k–n: an agent's everyday loop, run and wait, on the real systemd user manager.
 
 k. `res run --wait --mem 100M --for 1m -- true` end to end (with `res serve` running) vs
    `systemd-run --user --wait --collect -q true`: one call that runs a job and exits with its code.

@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from reconciler.desired.writer import DesiredError, Writer
+from reconciler.desired.reader import DesiredError
+from reconciler.desired.writer import Writer
 from reconciler.core.models import Request  # noqa: F401  (imported now, not inside the first add)
 from reconciler.config.paths import Paths
 

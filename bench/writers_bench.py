@@ -54,7 +54,7 @@ def run_writers(state: Path, procs: int, per: int) -> tuple[float, list[dict]]:
 def overbooked_gb(state: Path) -> tuple[float, int, float]:
     """One plan over the whole written queue on a literal machine with a 20 GB budget and no start
     cap: (GB started beyond the budget, jobs started, the budget)."""
-    from reconciler.desired.writer import read_desired
+    from reconciler.desired.reader import read_desired
     from reconciler.core.models import World
     from reconciler.config.paths import Paths
     from reconciler.core.plan import plan

@@ -1,4 +1,5 @@
-"""The command line (DESIGN §8). Exit codes: 0 ok, 1 error (one line `res: …`), 2 usage, 3 busy.
+"""The command line (DESIGN §8): the parser, the dispatch to commands/, and how errors end.
+Exit codes: 0 ok, 1 error (one line `res: …`), 2 usage, 3 busy.
 
 Import-light at the top: `res run` parses, writes and asks the loop; the heavy libraries (pydantic,
 dbus-fast, APScheduler) load only in the commands that use them.
@@ -7,22 +8,12 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import sys
-import time
 
-from reconciler.config.environ import public_env, resolve_program
+from reconciler.commands.base import Fail, print_lines, quiet_logs, the_policy
 from reconciler.config.paths import Paths
 from reconciler.core.quantities import BadValue, parse_count, parse_cpus, parse_duration_s, parse_pid, parse_size_gb, parse_usd
-
-
-class Fail(Exception):
-    """Exit with this code after printing this one line."""
-
-    def __init__(self, line: str, code: int = 1):
-        super().__init__(line)
-        self.line, self.code = line, code
 
 
 class _Parser(argparse.ArgumentParser):
@@ -175,322 +166,47 @@ def _reconcile_args(rc: argparse.ArgumentParser) -> None:
 # ---------------------------------------------------------------- helpers
 
 
-def _policy():
-    from reconciler.config.policy import PolicyError, load_policy
-
-    try:
-        return load_policy()
-    except PolicyError as e:
-        raise Fail(f"res: {e}") from None
 
 
-def _project(cwd: str) -> str:
-    d = cwd
-    while True:
-        if os.path.exists(os.path.join(d, ".git")):
-            return os.path.basename(d) or d
-        parent = os.path.dirname(d)
-        if parent == d:
-            return os.path.basename(cwd) or cwd
-        d = parent
 
 
-def _caller_env() -> dict[str, str]:
-    """Our environment as the calling shell had it (environ.caller_environment: a pyenv shim's
-    additions taken back)."""
-    from reconciler.config.environ import caller_environment
-
-    env = dict(os.environ)
-    if "PYENV_ROOT" not in env:
-        return env
-    try:
-        with open(f"/proc/{os.getppid()}/environ", "rb") as f:
-            parent = dict(kv.decode("utf-8", "surrogateescape").partition("=")[::2] for kv in f.read().split(b"\0") if kv)
-    except OSError:
-        parent = None
-    return caller_environment(env, os.path.dirname(os.path.abspath(sys.argv[0])), parent)
 
 
-def _given(**values) -> dict:
-    """The flags that were given; the others take the request model's defaults (one home)."""
-    return {k: v for k, v in values.items() if v is not None}
 
 
-def _title_from(cmd: list[str]) -> str:
-    """The command as a title: the program's own name, not its path (`python3 -m pytest`)."""
-    t = " ".join(" ".join([os.path.basename(cmd[0]) or cmd[0], *cmd[1:]]).split())
-    return t if len(t) <= 80 else t[:79] + "…"
 
 
-def _check_title(title: str) -> str:
-    if len(title) > 200:
-        raise Fail(f"res: --title is {len(title)} characters; at most 200", 2)
-    if not title.strip():
-        raise Fail("res: --title is empty", 2)
-    return title
 
 
-def _decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str, dict | None]:
-    """Ask the running loop; without one, run the passes here under the same lock. `resume`: what
-    to run here instead of `local` when the loop took the request and ended before answering (it may
-    have acted on it already)."""
-    from reconciler.loop.client import NoAnswer, NoDaemon, Unanswered, ask
-
-    fn = local
-    # Until the loop has taken the request; once it has, it says within how long it answers (its
-    # policy's answer_timeout_s), and the wait becomes that (loop.client.ask).
-    timeout = 60.0
-    try:
-        answer = ask(paths.socket, request, timeout=timeout)
-        if answer.get("hint"):
-            print(answer["hint"], file=sys.stderr)
-        return answer["code"], answer["line"], answer.get("data")
-    except NoAnswer:
-        fn = resume or local
-    except NoDaemon:
-        pass
-    except Unanswered as e:
-        if e.accepted:  # written, not decided: say so, so nothing starts behind the caller's back
-            raise Fail(f"res: the reconciler loop took {e.accepted} but did not decide it; it may "
-                       f"still start (res status {e.accepted}; res release {e.accepted} withdraws it)") from None
-        raise Fail("res: the reconciler loop did not answer in time; see res status") from None
-    import asyncio
-
-    return asyncio.run(_with_engine(paths, fn))
 
 
-def _quiet_logs() -> None:
-    """A one-shot command says what matters in its own lines; the passes' log records (meant for
-    `res serve`'s log) must not reach stderr as extra, unprefixed lines."""
-    import logging
-
-    logging.getLogger("res").addHandler(logging.NullHandler())
 
 
-async def _with_engine(paths: Paths, fn):
-    from reconciler.loop.tick import with_engine
-
-    _quiet_logs()
-    return await with_engine(paths, _policy(), fn)
 
 
 # ---------------------------------------------------------------- commands
 
 
-def cmd_run(a, paths: Paths) -> int:
-    cmd = list(a.command)
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
-    if not cmd:
-        raise Fail("res: no command given (res run --mem 1G --for 5m -- COMMAND ...)", 2)
-    try:
-        cwd = os.getcwd()
-    except FileNotFoundError:
-        raise Fail("res: the current directory does not exist any more; cd somewhere that does") from None
-    from reconciler.config.environ import SECRET_VALUE
-
-    for i, arg in enumerate(cmd):
-        if SECRET_VALUE.search(arg):  # it would be written to queue.toml, state.db and the unit
-            raise Fail(f"res: argument {i} of the command looks like a secret (a key, a token, a URL with a "
-                       "password); pass it in the environment instead: res never writes those down", 2)
-    caller = _caller_env()
-    program = resolve_program(cmd[0], cwd, caller.get("PATH", ""))
-    if program is None:
-        raise Fail(f"res: command not found or not executable: {cmd[0]}", 1)
-    title = _check_title(a.title if a.title is not None else _title_from(cmd))
-    cmd[0] = program  # the program this shell would run, not the one on systemd's PATH
-    env = public_env(caller)
-    fields = dict(title=title,
-                  project=a.project or _project(cwd), mem_gb=a.mem, est_s=a.est,
-                  created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
-                  agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
-                  max_iterations=a.max_iterations, **_given(cpus=a.cpus))
-    if a.tail is not None and not a.wait:
-        raise Fail("res: --tail goes with --wait", 2)
-    if not a.wait:
-        return _submit(paths, "job", fields, a.json)
-    code, line, data = _submit_answer(paths, "job", fields)
-    state = (data or {}).get("state")
-    if state not in ("queued", "running", "starting", "exited") or code != 0:
-        _print_answer(code, line, data, a.json)
-        return code
-    return _wait_for_job(paths, data["id"], line, state, a)
 
 
-def _wait_for_job(paths: Paths, job_id: str, line: str, state: str, a) -> int:
-    """`res run --wait`: the job's output as it comes (stdout), res's own lines on stderr (as
-    `systemd-run --wait` does), the job's exit code."""
-    from reconciler.loop.waiting import LogFollower, tail_lines, wait_for
-
-    def say(text: str) -> None:
-        if not a.json:
-            print(text, file=sys.stderr, flush=True)
-
-    log = paths.log(job_id)
-    say(line)  # started, or queued (once: position, est. start, what it waits for)
-    started = (lambda: say(f"{job_id} started; log {log}")) if state == "queued" else None
-    quiet = a.json or a.tail is not None
-    follow = LogFollower(log, on_start=started, echo=not quiet)
-    code, done, data = wait_for(paths, _policy, job_id, None, on_idle=follow.poll)
-    if not quiet:
-        follow.poll()  # the rest, up to the line the unit's own stop step wrote
-    elif a.tail is not None and not a.json:
-        sys.stdout.buffer.write(tail_lines(log, a.tail))
-        sys.stdout.flush()
-    if a.json:
-        out = dict(data or {"id": job_id}, exit_code=code, line=done)
-        if a.tail is not None:
-            out["tail"] = tail_lines(log, a.tail).decode("utf-8", "replace")
-        print(json.dumps(out))
-    else:
-        print(done, file=sys.stderr)
-    return code
 
 
-def cmd_note(a, paths: Paths) -> int:
-    from reconciler.observed.procs import alive, note_owner, parse_stat
-
-    if a.until_expiry:
-        owner, name = None, None
-    elif a.owner is not None:
-        try:
-            if not alive(a.owner):  # a zombie ended already: it would free the note at once
-                raise OSError
-            with open(f"/proc/{a.owner}/stat") as f:
-                name = parse_stat(f.read())[0]
-        except (OSError, ValueError):
-            raise Fail(f"res: --owner {a.owner}: no such process", 2) from None
-        owner = a.owner
-    else:
-        owner, name = note_owner(os.getppid())
-    fields = dict(title=_check_title(a.title), project=a.project or _project(os.getcwd()), mem_gb=a.mem,
-                  est_s=a.est, created=time.time(), force=a.force, owner_pid=owner, owner_name=name,
-                  **_given(cpus=a.cpus))
-    return _submit(paths, "note", fields, a.json)
 
 
-def _submit(paths: Paths, kind: str, fields: dict, as_json: bool = False) -> int:
-    code, line, data = _submit_answer(paths, kind, fields)
-    _print_answer(code, line, data, as_json)
-    return code
 
 
-def _print_answer(code: int, line: str, data: dict | None, as_json: bool) -> None:
-    """The one line (stderr for an error), or with --json one object on stdout with the line and the
-    exit code beside the entry."""
-    if as_json:
-        print(json.dumps(dict(data or {}, exit_code=code, line=line)))
-    else:
-        _say(line, code)
 
 
-def _submit_answer(paths: Paths, kind: str, fields: dict) -> tuple[int, str, dict | None]:
-    async def local(engine, resume=False):
-        from reconciler.commands import requests as ops
-
-        decided = await ops.submit(engine, engine.tick, kind, fields, resume=resume)
-        hint = ops.request_hint(engine, kind, fields)
-        if hint:
-            print(hint, file=sys.stderr)
-        return decided
-
-    from reconciler.observed.procs import process_chain
-
-    paths.ensure()
-    return _decide(paths, {"op": "submit", "kind": kind, "fields": fields, "who": process_chain(os.getpid())}, local,
-                   resume=lambda engine: local(engine, resume=True))
 
 
-def cmd_release(a, paths: Paths) -> int:
-    def local(engine):
-        from reconciler.commands import requests as ops
-
-        return ops.release(engine, engine.tick, a.id, a.stop)
-
-    from reconciler.observed.procs import process_chain
-
-    code, line, data = _decide(paths, {"op": "release", "id": a.id, "stop": a.stop, "who": process_chain(os.getpid())},
-                               local)
-    _print_answer(code, line, data, a.json)
-    return code
 
 
-def _say(line: str, code: int) -> None:
-    print(line, file=sys.stderr if code == 1 else sys.stdout)
 
 
-def cmd_reconcile(a, paths: Paths) -> int:
-    import asyncio
-
-    policy = _policy()
-    _quiet_logs()
-    if a.dry_run:
-        from reconciler.core.models import World
-        from reconciler.loop.tick import dry_run
-
-        world = None
-        if a.world:
-            try:
-                with open(a.world) as f:
-                    world = World.model_validate_json(f.read())
-            except (OSError, ValueError) as e:
-                raise Fail(f"res: --world {a.world}: {' '.join(str(e).split())[:300]}") from None
-        plan, _ = asyncio.run(dry_run(paths, policy, world))
-        return _print_plan(plan, a.json)
-    if a.world:
-        raise Fail("res: --world only plans (add --dry-run)", 2)
-    from reconciler.loop.tick import PassFailed, pass_now
-
-    try:
-        return _print_plan(pass_now(paths, policy), a.json)
-    except PassFailed as e:
-        _say(e.line, e.code)
-        return e.code
-    except TimeoutError:
-        raise Fail("res: the reconciler loop did not answer in time; see res status") from None
 
 
-def _print_plan(plan, as_json: bool) -> int:
-    """The plan on stdout; what kept the pass from acting on everything (a broken desired file, an
-    unobservable runtime, a failed action) one `res: ` line each on stderr, and exit 1."""
-    from reconciler.render.lines import render_plan
-
-    if as_json:
-        print(plan.model_dump_json(indent=2))
-    else:
-        print(render_plan(plan.model_copy(update={"notices": []})))
-    for n in plan.notices:
-        print(f"res: {' '.join(n.split())}", file=sys.stderr)
-    return 1 if plan.notices else 0
 
 
-def cmd_observe(a, paths: Paths) -> int:
-    import asyncio
-
-    from reconciler.loop.tick import dry_run
-    from reconciler.core.quantities import fmt_gb
-
-    _quiet_logs()
-
-    _, world = asyncio.run(dry_run(paths, _policy()))
-    if a.json:
-        print(world.model_dump_json(indent=2))
-    else:
-        print(f"memory {world.mem_available_gb:.1f} GB available of {world.mem_total_gb:.1f} GB; {world.nproc} cpus")
-        for jid, o in sorted(world.jobs.items()):
-            print(f"  {jid:<6} {o.state:<12} {o.mem_used_gb:.2f} GB" + (f"  exit {o.exit.result}/{o.exit.status}" if o.exit else ""))
-        if world.agents_slice is not None:
-            from reconciler.core.game import slice_values
-
-            sl = world.agents_slice
-            print(f"  {sl.name}: {fmt_gb(sl.mem_used_gb)} in use; "
-                  + slice_values({"MemoryHigh": sl.memory_high, "CPUWeight": sl.cpu_weight, "IOWeight": sl.io_weight}))
-        for sess in world.sessions or []:
-            where = sess.scope or ("in the slice" if sess.in_slice else "outside the agents slice")
-            print(f"  claude pid {sess.pid}: {where}" + (f", {len(sess.children)} child processes" if sess.children else ""))
-        for e in world.errors:
-            print(f"res: {e}")
-    return 0
 
 
 def cmd_status(a, paths: Paths) -> int:
@@ -514,21 +230,10 @@ def cmd_status(a, paths: Paths) -> int:
 def _status_here(a, paths: Paths) -> tuple[str, int, str | None]:
     from reconciler.commands.status import queue_problem, status
 
-    out, code = status(paths, _policy(), a.id, a.json, a.all)
+    out, code = status(paths, the_policy(), a.id, a.json, a.all)
     return out, code, (queue_problem(paths) if a.id and code == 0 else None)
 
 
-def cmd_wait(a, paths: Paths) -> int:
-    """Exits with the job's own code; 124 timeout, 125 never ran, 1 error (README: exit codes)."""
-    from reconciler.loop.waiting import wait_for
-
-    _quiet_logs()
-    code, line, data = wait_for(paths, _policy, a.id, a.timeout)
-    if a.json:
-        print(json.dumps(dict(data or {"id": a.id}, exit_code=code, line=line)))
-    else:
-        print(line, file=sys.stderr if line.startswith("res: ") else sys.stdout)
-    return code
 
 
 def cmd_serve(a, paths: Paths) -> int:
@@ -541,7 +246,7 @@ def cmd_serve(a, paths: Paths) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # not a line per interval pass
     try:
-        asyncio.run(serve(paths, _policy(), standby=a.standby))
+        asyncio.run(serve(paths, the_policy(), standby=a.standby))
     except (ServeBusy, ServeStopped) as e:
         raise Fail(f"res: {e}") from None
     return 0
@@ -558,22 +263,18 @@ def cmd_init(a, paths: Paths) -> int:
     return 0
 
 
-def _print_lines(code: int, lines: list[str]) -> int:
-    for line in lines:
-        print(line, file=sys.stderr if code == 1 else sys.stdout)
-    return code
 
 
 def cmd_game(a, paths: Paths) -> int:
     from reconciler.commands.usercmds import cmd_game as game
 
-    policy = _policy()
+    policy = the_policy()
 
     def decide() -> list[str]:
         """A pass now (the loop's, or one here); what kept it from acting on everything."""
         from reconciler.loop.tick import PassFailed, pass_here, pass_now
 
-        _quiet_logs()
+        quiet_logs()
         try:
             return list(pass_now(paths, policy, timeout=30).notices)
         except PassFailed:
@@ -599,55 +300,67 @@ def cmd_hook(a, paths: Paths) -> int:
 def cmd_hist(a, paths: Paths) -> int:
     from reconciler.commands.usercmds import cmd_hist as hist
 
-    return _print_lines(*hist(a, paths))
+    return print_lines(*hist(a, paths))
 
 
 def cmd_clean(a, paths: Paths) -> int:
     from reconciler.commands.usercmds import cmd_clean as clean
 
-    return _print_lines(*clean(a, paths, _policy()))
+    return print_lines(*clean(a, paths, the_policy()))
 
 
 def cmd_adopt(a, paths: Paths) -> int:
     from reconciler.commands.adopt import cmd_adopt as adopt
 
-    _quiet_logs()
-    return _print_lines(*adopt(paths, _policy()))
+    quiet_logs()
+    return print_lines(*adopt(paths, the_policy()))
 
 
 def cmd_shell_init(a, paths: Paths) -> int:
     from reconciler.commands.adopt import shell_init
 
-    print(shell_init(_policy()))
+    print(shell_init(the_policy()))
     return 0
 
 
 def cmd_service(a, paths: Paths) -> int:
     from reconciler.commands.service import cmd_service as service
 
-    _quiet_logs()
-    return _print_lines(*service(a.action, paths, _policy()))
+    quiet_logs()
+    return print_lines(*service(a.action, paths, the_policy()))
 
 
 def cmd_doctor(a, paths: Paths) -> int:
     from reconciler.commands.doctor import cmd_doctor as doctor
 
-    code, lines = doctor(paths, _policy())
+    code, lines = doctor(paths, the_policy())
     print("\n".join(lines))  # the report is the output, gaps or not: stdout; the exit code says which
     return code
 
 
-COMMANDS = {"run": cmd_run, "note": cmd_note, "status": cmd_status, "wait": cmd_wait, "release": cmd_release,
-            "reconcile": cmd_reconcile, "observe": cmd_observe, "serve": cmd_serve, "init": cmd_init,
-            "game": cmd_game, "hook": cmd_hook, "hist": cmd_hist, "clean": cmd_clean,
-            "adopt": cmd_adopt, "shell-init": cmd_shell_init, "service": cmd_service, "doctor": cmd_doctor}
+# Each command's module is imported only when it is the one asked for (the hot path stays light).
+COMMANDS = {"run": "run:cmd_run", "note": "run:cmd_note", "wait": "run:cmd_wait", "release": "run:cmd_release",
+            "reconcile": "reconcile:cmd_reconcile", "observe": "reconcile:cmd_observe",
+            "status": cmd_status, "serve": cmd_serve, "init": cmd_init, "game": cmd_game, "hook": cmd_hook,
+            "hist": cmd_hist, "clean": cmd_clean, "adopt": cmd_adopt, "shell-init": cmd_shell_init,
+            "service": cmd_service, "doctor": cmd_doctor}
+
+
+def _command(name: str):
+    found = COMMANDS[name]
+    if isinstance(found, str):
+        import importlib
+
+        module, _, fn = found.partition(":")
+        found = getattr(importlib.import_module(f"reconciler.commands.{module}"), fn)
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         a = build_parser().parse_args(_join_negative(argv))
-        code = COMMANDS[a.cmd](a, Paths.default())
+        code = _command(a.cmd)(a, Paths.default())
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         return code
     except BrokenPipeError:

@@ -113,6 +113,19 @@ class Res:
         a few minutes, which a long test outlives)."""
         return json.loads(self.ok("status", "--all", "--json").out)
 
+    def passes(self, n: int = 2, limit_s: float = 60) -> None:
+        """Wait until `n` more passes have run (the last pass's time in state.db moved on n times):
+        what a test waits for before it says that nothing happened."""
+        seen: list = []
+
+        def moved_on() -> bool:
+            at = self.status_all()["budget"]["as_of"]
+            if not seen or at != seen[-1]:
+                seen.append(at)
+            return len(seen) > n
+
+        wait_for(moved_on, f"{n} more passes", limit_s, step=0.05)
+
     def budget_gb(self) -> float:
         return self.status_all()["budget"]["mem_gb"]
 

@@ -69,7 +69,7 @@ _counter = iter(range(1, 1 << 30))
 def _remove_unit_files(tag: str) -> None:
     """Unit files a test installed under its unique names (slices, the loop's service), from the
     user's unit directory and from the manager's runtime drop-ins (SetUnitProperties)."""
-    from reconciler.render.unitfiles import user_unit_dir
+    from reconciler.runtime.unitfiles import user_unit_dir
 
     dirs = [user_unit_dir()]
     if os.environ.get("XDG_RUNTIME_DIR"):

@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 
 from reconciler.core.digest import make_digest
-from reconciler.core.models import JobRecord
+from reconciler.core.lifecycle import transition
+from reconciler.core.models import JobRecord, copy
 from reconciler.core.pricing import PricingError, PricingTable, load_pricing
 from reconciler.config.resources import shipped
 from reconciler.runtime import read_output
@@ -90,7 +91,7 @@ def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_r
         raise
     except Exception as e:  # noqa: BLE001 - any failure of reading or digesting is an attach failure
         raise AttachError(" ".join(f"{type(e).__name__}: {e}".split())[:300]) from None
-    return rec.model_copy(update={"log_offset": offset, "digest": digest.state}), reached_end
+    return copy(rec, **{"log_offset": offset, "digest": digest.state}), reached_end
 
 
 def _read_rest(log_path: Path, offset: int) -> tuple[bytes, int]:
@@ -147,10 +148,7 @@ class Streamer:
             renew = rec.lease_until is None or rec.lease_until - now < self.policy.attach_lease_s - self.policy.attach_renew_s
             if read.log_offset == rec.log_offset and not renew and rec.attach_failures == 0:
                 continue
-            update = {"attach_failures": 0, "updated": now}
-            if renew:
-                update["lease_until"] = now + self.policy.attach_lease_s
-            new = read.model_copy(update=update)
+            new = transition(rec, "stream", now, read=read, lease_s=self.policy.attach_lease_s if renew else None)
             if self.store.put(new, expect_phase=rec.phase, expect_holder=self.holder):
                 records[rec.id] = new
 
@@ -169,12 +167,12 @@ class Streamer:
                         pass  # what was read counts; the rest next pass
                     return None
                 size = _size(self.log_path(rec.id))
-                read = self._ingest(read.model_copy(update={"log_offset": max(size, read.log_offset)}),
+                read = self._ingest(copy(read, **{"log_offset": max(size, read.log_offset)}),
                                     final=True, rc=rc, limit=PASS_READ_BYTES)
             return read
         except AttachError as e:
             if rec.attach_failures + 1 >= ATTACH_FAILURES_MAX:
-                return rec.model_copy(update={"attach_failures": rec.attach_failures + 1, "last_error": str(e)})
+                return transition(rec, "read_failed", now, error=str(e))
             self._failed(rec, str(e), now, None)
             return None
 
@@ -185,8 +183,7 @@ class Streamer:
         return ingest(rec, self.log_path(rec.id), self.pricing, final_rc=rc, final=final, limit=limit)[0]
 
     def _failed(self, rec: JobRecord, error: str, now: float, records: dict[str, JobRecord] | None) -> None:
-        given_up = rec.model_copy(update={"attach_failures": rec.attach_failures + 1, "last_error": error,
-                                          "attached_by": None, "lease_until": None, "updated": now})
+        given_up = transition(rec, "attach_failed", now, error=error)
         if self.store.put(given_up, expect_phase=rec.phase, expect_holder=self.holder) and records is not None:
             records[rec.id] = given_up
 

@@ -3,6 +3,7 @@ in its own transaction with a compare-and-set on the phase it expects, so a pass
 can be run again safely."""
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
@@ -10,6 +11,7 @@ import signal
 import stat
 
 from reconciler.config.environ import resolve_program
+from reconciler.core.lifecycle import transition
 from reconciler.core.models import Action, JobRecord, Phase, Request
 from reconciler.core.plan import agent_outcome
 from reconciler.config.paths import Paths
@@ -40,8 +42,7 @@ class Executor:
         """Claim the attachment of a live job nobody holds (or whose holder's lease lapsed): a
         compare-and-set on the holder the plan saw, so two instances never both hold it. The pass's
         later actions for the job see the claimed record."""
-        claimed = rec.model_copy(update={"attached_by": self.holder, "lease_until": now + self.policy.attach_lease_s,
-                                         "updated": now})
+        claimed = transition(rec, "claim", now, holder=self.holder, lease_s=self.policy.attach_lease_s)
         if self.store.put(claimed, expect_phase=rec.phase, expect_holder=rec.attached_by):
             self._records[a.id] = claimed
         else:
@@ -50,67 +51,59 @@ class Executor:
     # -------------------------------------------------------------- bookkeeping
 
     async def _enqueue(self, a, req, rec, now):
-        self.store.put(JobRecord(request=req, phase=Phase.queued, updated=now), expect_phase=None)
+        self.store.put(transition(None, "enqueue", now, request=req), expect_phase=None)
 
     async def _wait(self, a, req, rec, now):
         pass
 
     async def _grant(self, a, req, rec, now):
-        self.store.put(JobRecord(request=req, phase=Phase.running, started=now, updated=now),
-                       expect_phase=rec.phase if rec else None)
+        self.store.put(transition(rec, "grant", now, request=req), expect_phase=rec.phase if rec else None)
 
     async def _refuse(self, a, req, rec, now):
-        self.store.put(JobRecord(request=req, phase=Phase.refused, why=a.reason, detail=a.detail, ended=now, updated=now),
+        self.store.put(transition(rec, "refuse", now, request=req, why=a.reason, detail=a.detail),
                        expect_phase=rec.phase if rec else None)
 
     async def _running(self, a, req, rec, now):
-        self.store.put(rec.model_copy(update={"phase": Phase.running, "updated": now}), expect_phase=Phase.starting)
+        self.store.put(transition(rec, "unit_seen", now), expect_phase=Phase.starting)
 
     async def _cancel(self, a, req, rec, now):
-        self.store.put(rec.model_copy(update={"phase": Phase.cancelled, "why": "released before it started",
-                                              "detail": {"code": "cancelled"}, "ended": now, "updated": now}),
-                       expect_phase=Phase.queued)
+        self.store.put(transition(rec, "cancel", now), expect_phase=Phase.queued)
 
     async def _expire(self, a, req, rec, now):
-        if self.store.put(rec.model_copy(update={"phase": Phase.done, "why": a.reason, "detail": a.detail,
-                                                 "ended": now, "updated": now}), expect_phase=Phase.running):
-            self.writer.remove([rec.id])
+        if self.store.put(transition(rec, "expire", now, why=a.reason, detail=a.detail), expect_phase=Phase.running):
+            await asyncio.to_thread(self.writer.remove, [rec.id])
 
     async def _recover(self, a, req, rec, now):
         """An entry state.db lost: its unit is taken back as running (the next pass attaches to it,
         or settles it from its exit record), or, when only its log is left, it is settled as lost."""
         if a.detail["code"] == "unit":
-            new = JobRecord(request=req, phase=Phase.running, attempt=1, started=now, unit=self.runtime.unit_name(req.id),
-                            updated=now)
+            new = transition(None, "recover_unit", now, request=req, unit=self.runtime.unit_name(req.id))
         else:
-            new = JobRecord(request=req, phase=Phase.done, attempt=1, ended=now, detail={"code": "lost"}, updated=now,
-                            why="lost: state.db had no record of it, but it ran before (its log is there); not started again")
+            new = transition(None, "recover_lost", now, request=req, detail={"code": "lost"},
+                             why="lost: state.db had no record of it, but it ran before (its log is there); not started again")
         from reconciler.recorded.store import ABSENT
 
         self.store.put(new, expect_phase=ABSENT)
         log.warning("recover %s: %s", a.id, a.reason)
 
     async def _restore(self, a, req, rec, now):
-        self.writer.restore([rec.request])
+        await asyncio.to_thread(self.writer.restore, [rec.request])
         log.warning("restore %s: %s", a.id, a.reason)
 
     async def _retire(self, a, req, rec, now):
-        self.writer.remove([a.id])
+        await asyncio.to_thread(self.writer.remove, [a.id])
 
     async def _prune(self, a, req, rec, now):
         self.store.prune(ids=[a.id])
 
     async def _requeue(self, a, req, rec, now):
-        # Same id, no retry spent: the unit never appeared, so this attempt never ran and is not
-        # counted (the next start is the same attempt again, its log not moved aside).
-        self.store.put(rec.model_copy(update={"phase": Phase.queued, "started": None, "lease_until": None,
-                                              "attached_by": None, "attempt": max(rec.attempt - 1, 0),
-                                              "updated": now}), expect_phase=Phase.starting)
+        # Its log is not moved aside: the next start is the same attempt again.
+        self.store.put(transition(rec, "requeue", now), expect_phase=Phase.starting)
 
-    # -------------------------------------------------------------- the user's side (issue 4)
+    # -------------------------------------------------------------- the user's side (DESIGN §5.6)
 
     async def _set(self, a, req, rec, now):
-        await self.runtime.set_unit_properties(a.id, a.props)
+        await self._side().set_unit_properties(a.id, a.props)
         log.info("set %s: %s", a.id, a.reason)
 
     async def _adopt(self, a, req, rec, now):
@@ -129,7 +122,7 @@ class Executor:
                 return  # the session ended, or it is where it should be
             pids = [a.pids[0]] + [p for p in a.pids[1:] if alive(p) and cgroup_of(p) == home]
             try:
-                await self.runtime.start_scope(name, self.policy.agents_slice, pids, description, a.props)
+                await self._side().start_scope(name, self.policy.agents_slice, pids, description, a.props)
                 break
             except UnitExists:
                 if name != a.id:
@@ -143,25 +136,29 @@ class Executor:
         a.id = name  # what was done, for the pass's report
         log.info("adopt %s: %s", a.id, a.reason)
 
+    def _side(self):
+        """The runtime's user side: a plan has `set`/`adopt` actions only where the world showed one."""
+        side = self.runtime.user_side() if self.runtime is not None else None
+        if side is None:
+            raise RuntimeError(f"the {getattr(self.runtime, 'name', 'job')} runtime has no user side (slices, scopes)")
+        return side
+
     def _in_agents_slice(self, pid: int) -> bool:
         from reconciler.observed.cgroup import slice_cgroup
         from reconciler.observed.procs import cgroup_of
 
-        base = slice_cgroup(getattr(self.runtime, "manager_cgroup", ""), self.policy.agents_slice).rstrip("/")
+        base = slice_cgroup(self._side().manager_cgroup, self.policy.agents_slice).rstrip("/")
         return (cgroup_of(pid) or "").startswith(base + "/")
 
     async def _end_game(self, a, req, rec, now):
-        self.writer.set_game(False, None, if_until=a.at)
+        await asyncio.to_thread(self.writer.set_game, False, None, if_until=a.at)
 
     # -------------------------------------------------------------- units
 
     async def _start(self, a, req, rec, now):
-        attempt = (rec.attempt if rec else 0) + 1
-        starting = JobRecord(
-            request=req, phase=Phase.starting, attempt=attempt, started=now, updated=now,
-            unit=self.runtime.unit_name(req.id), attached_by=self.holder,
-            lease_until=now + self.policy.attach_lease_s,
-        )
+        starting = transition(rec, "start", now, request=req, unit=self.runtime.unit_name(req.id), holder=self.holder,
+                              lease_s=self.policy.attach_lease_s)
+        attempt = starting.attempt
         # `starting` (with its lease) is on disk before the unit is asked for (DESIGN §5.3).
         if not self.store.put(starting, expect_phase=rec.phase if rec else None):
             return
@@ -185,19 +182,16 @@ class Executor:
             return
         except Exception as e:  # the runtime refused the start: settle it now, with why
             why = "start failed: " + " ".join(str(e).split())
-            self.store.put(starting.model_copy(update={"phase": Phase.done, "why": why, "ended": now,
-                                                       "detail": {"code": "start_failed"}, "updated": now}),
+            self.store.put(transition(starting, "start_failed", now, why=why, detail={"code": "start_failed"}),
                            expect_phase=Phase.starting)
             await self._forget(req.id)
             return
-        self.store.put(starting.model_copy(update={"phase": Phase.running, "invocation": invocation, "updated": now}),
-                       expect_phase=Phase.starting)
+        self.store.put(transition(starting, "started", now, invocation=invocation), expect_phase=Phase.starting)
 
     async def _stop(self, a, req, rec, now):
         # The reason goes on record first, so the settle that follows the exit uses it.
         if rec.stop_reason is None:
-            rec = rec.model_copy(update={"stop_reason": a.reason, "stop_code": (a.detail or {}).get("code"),
-                                         "updated": now})
+            rec = transition(rec, "stop", now, reason=a.reason, code=(a.detail or {}).get("code"))
             self.store.put(rec, expect_phase=rec.phase)
         await self.runtime.stop(rec.id)
 
@@ -215,9 +209,8 @@ class Executor:
                 from reconciler.render.reasons import outcome_why
 
                 why, outcome = outcome_why(verdict), verdict
-        done = rec.model_copy(update={"phase": Phase.done, "rc": a.rc, "peak_gb": a.peak_gb, "why": why,
-                                      "detail": {"code": outcome["code"]},
-                                      "ended": a.at or now, "attached_by": None, "lease_until": None, "updated": now})
+        done = transition(rec, "settle", now, rc=a.rc, peak_gb=a.peak_gb, why=why, detail={"code": outcome["code"]},
+                          at=a.at)
         if self.store.put(done, expect_phase=rec.phase, expect_holder=rec.attached_by):
             await self._forget(rec.id)
 

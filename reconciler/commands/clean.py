@@ -1,4 +1,4 @@
-"""`res clean`: agent scratch, /tmp litter and failed `res-*` units (issue 4, item 6).
+"""`res clean`: agent scratch, /tmp litter and failed `res-*` units.
 
 Three parts, like the rest of the project:
 
@@ -10,48 +10,7 @@ Three parts, like the rest of the project:
   with their reasons out. Every rule below lives there.
 - acts: `sweep()` removes what `select()` chose, re-checking each entry right before it goes.
 
-What Claude Code keeps in /tmp/claude-<uid>/ (its CLAUDE_CODE_TMPDIR; the sandbox's writable temp dir):
-
-    <project-slug>/<session-id>/scratchpad/   a session's scratchpad (the system prompt tells the
-                                              model to keep ALL temporary files there)
-    <project-slug>/tasks/<id>.output          output of background Bash tasks
-    cwd-<id>                                  the Bash tool's cwd-tracking files (sandbox mode)
-
-<project-slug> is the session's working directory with every character other than [A-Za-z0-9]
-replaced by "-" (/home/u/my.proj -> -home-u-my-proj), the same slug as ~/.claude/projects/. Sources:
-anthropics/claude-code issues #17936 and #92166 (scratchpad and tasks paths), #21842 and #31024 (cwd-
-files and the claude-<uid> directory), #29329 (CLAUDE_CODE_TMPDIR=/tmp/claude-<uid>).
-
-The rules (decided here; docs/ should say the same):
-
-Scratch root /tmp/claude-<uid>/ (must be a real directory owned by the user, else skipped):
-- a top-level entry is removed when the newest mtime of it and everything beneath it (lstat, links not
-  followed) is older than scratch_hours, it is owned by the user, and it is not live;
-- a top-level directory that is fresh but not live is looked into one level deeper: its stale children
-  (old session directories, an old tasks/) go by the same rule;
-- live means: the directory named by the slug of a running `claude` process's working directory (its
-  /proc cwd or its $PWD), a directory named by a session id on a running claude's command line
-  (--session-id / --resume / -r), or any entry holding the cwd or an open file of any running
-  process. Under a live project directory nothing is removed at all: which session directory belongs
-  to the live session cannot be told, and an idle scratchpad must survive;
-- an entry holding a socket, FIFO or device, a file of another user, a mount point, or anything that
-  could not be read is kept (a socket's mtime does not show that it is in use; what could not be seen
-  is not acted on);
-- a symlink is removed as a link (never its target) when the link itself is stale.
-
-Litter roots /tmp and /var/tmp (top level only; nothing with content, nothing of another user):
-- an EMPTY directory owned by the user, older than scratch_hours, not anyone's cwd;
-- a regular file `*.pid` owned by the user, older than scratch_hours, at most 32 bytes, whose whole
-  content is one decimal pid, when that pid is not alive (kill(pid, 0) says ESRCH);
-- never: names starting with "." (.X11-unix, .ICE-unix, ...), `claude-<n>` (the scratch roots),
-  `systemd-private-*`, symlinks, sticky directories, anything with content. Names that merely look
-  like they embed a pid (tmp.XXXXXXXXXX is mktemp's random suffix, not a pid), pytest-of-<user>
-  (pytest keeps its own last three runs), lock files and empty files are left alone: none of them
-  can be proved to be litter.
-
-Project patterns: a project may list its own scratch in `.res-clean` at its root (see
-`read_patterns`). Matches are listed by a dry run and removed only by a hand run with --yes (never by
-the automatic run from the loop), under the same rules as scratch: stale, owned, not live, no hazard.
+The rules, and what Claude Code keeps in /tmp/claude-<uid>/, are in core/clean.py.
 
 Sweep: right before an entry goes it is looked up again through descriptors; it is kept when it is
 gone, is another inode than the one scanned, changed owner, or its newest mtime moved (a file that
@@ -69,13 +28,12 @@ import re
 import stat
 from typing import Awaitable, Callable, Iterable, Iterator, NamedTuple
 
-from reconciler.core.quantities import GIB, fmt_span
+from reconciler.core.clean import (LITTER, LITTER_SKIP, PATTERN_FILE, PROJECT, SCRATCH, Entry, Live, Outcome, Removal,
+                                   Root, parse_patterns, select, slug)
+from reconciler.core.clean import under as is_under
+from reconciler.core.clean import escaped_path as show
+from reconciler.render.clean import render_outcomes, render_plan
 
-SCRATCH = "scratch"
-LITTER = "litter"
-PROJECT = "project"
-
-PATTERN_FILE = ".res-clean"
 MAX_DEPTH = 256  # deeper trees are kept (and a descriptor per level stays within limits)
 MAX_PID_FILE = 32
 MAX_PATTERN_FILE = 64 * 1024
@@ -84,200 +42,10 @@ LONG_SLUG = 200  # Claude Code shortens longer slugs; these match by prefix
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _PID_TEXT = re.compile(rb"^\s*([0-9]{1,10})\s*$")
-_SLUG = re.compile(r"[^A-Za-z0-9]")
-_LITTER_SKIP = re.compile(r"^(\.|claude-[0-9]+$|systemd-private-)")
 _UNIT = re.compile(r"^[A-Za-z0-9_.:@\\-]+\.(service|scope)$")
 
 
-# ---------------------------------------------------------------------------------------- plain data
-
-class Root(NamedTuple):
-    path: str
-    kind: str  # SCRATCH | LITTER | PROJECT
-    patterns: tuple[str, ...] = ()  # PROJECT only: validated lines of .res-clean
-    source: str = ""  # PROJECT only: the pattern file, for the reason text
-
-
-class Live(NamedTuple):
-    """What running processes hold: real paths (cwds, open files), claude project slugs, session ids.
-    ok=False: processes could not be listed, so everything counts as live (nothing is acted on)."""
-
-    paths: frozenset = frozenset()
-    slugs: frozenset = frozenset()
-    session_ids: frozenset = frozenset()
-    ok: bool = True
-
-
-class Entry(NamedTuple):
-    path: str  # as shown: root path + rel
-    rel: tuple  # names below the root, never empty
-    root: str
-    root_kind: str  # SCRATCH | LITTER | PROJECT
-    kind: str  # "dir" | "file" | "link" | "other"
-    size: int  # bytes on disk of the entry and everything beneath it
-    newest: float  # newest mtime of the entry and everything beneath it
-    owner: int
-    ident: tuple = (0, 0)  # (st_dev, st_ino) of the entry as scanned
-    live: bool = False
-    empty: bool = False  # a directory with no entries
-    pid: int | None = None  # the pid a *.pid file names
-    pid_alive: bool | None = None
-    hazard: str = ""  # why it must be kept whatever its age: "holds a socket", ...
-    pattern: str = ""  # PROJECT: the pattern that matched
-
-
-class Removal(NamedTuple):
-    entry: Entry
-    reason: str
-
-
-class Outcome(NamedTuple):
-    entry: Entry
-    removed: bool  # the entry itself is gone
-    freed: int  # bytes actually freed (also when part of a tree had to stay)
-    note: str  # why (some of) it stayed; "" when all went
-
-
-# ---------------------------------------------------------------------------------------- rules (pure)
-
-def slug(path: str) -> str:
-    """Claude Code's project slug of a working directory: /home/u/my.proj -> -home-u-my-proj."""
-    return _SLUG.sub("-", path)
-
-
-def _under(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
-
-
-def select(entries: Iterable[Entry], now: float, uid: int, scratch_s: float) -> list[Removal]:
-    """What to remove and why. Pure: no I/O, no clock. Entries not returned are kept."""
-    entries = list(entries)
-    cutoff = now - scratch_s
-    by_path = {e.path: e for e in entries}
-    chosen: dict[str, Removal] = {}
-
-    def stale(e: Entry) -> bool:
-        return e.newest < cutoff
-
-    def untouched(e: Entry) -> str:
-        return f"untouched {fmt_span(now - e.newest)}"
-
-    for e in entries:
-        if e.owner != uid or not e.rel or e.hazard:
-            continue
-        if e.root_kind == LITTER:
-            if len(e.rel) != 1 or _LITTER_SKIP.match(e.rel[0]) or e.live or not stale(e):
-                continue
-            if e.kind == "dir" and e.empty:
-                chosen[e.path] = Removal(e, f"empty directory, {untouched(e)}")
-            elif (e.kind == "file" and e.rel[0].endswith(".pid") and e.pid is not None and e.pid > 0
-                  and e.pid_alive is False):
-                chosen[e.path] = Removal(e, f"pid file of dead pid {e.pid}, {untouched(e)}")
-        elif e.root_kind == SCRATCH:
-            if e.live or not stale(e):
-                continue
-            if len(e.rel) == 1:
-                chosen[e.path] = Removal(e, f"stale scratch, {untouched(e)}")
-            elif len(e.rel) == 2:
-                parent = by_path.get(os.path.join(e.root, e.rel[0]))
-                # Only inside a directory that was seen, is the user's and is not live.
-                if parent is None or parent.live or parent.owner != uid or parent.kind != "dir":
-                    continue
-                chosen[e.path] = Removal(e, f"stale scratch, {untouched(e)}")
-        elif e.root_kind == PROJECT:
-            if e.live or not stale(e):
-                continue
-            chosen[e.path] = Removal(e, f"project pattern {e.pattern!r}, {untouched(e)}")
-
-    # Something inside an entry that goes anyway is not listed twice.
-    out = []
-    for path, r in sorted(chosen.items()):
-        parts = r.entry.rel
-        if any(os.path.join(r.entry.root, *parts[:i]) in chosen for i in range(1, len(parts))):
-            continue
-        out.append(r)
-    return out
-
-
-def due(last_run: float | None, now: float, every_s: float) -> bool:
-    """Whether the loop's automatic cleanup should run now: never ran, ran `every_s` ago or more, or
-    the clock went back past the last run (which then cannot be trusted)."""
-    if last_run is None:
-        return True
-    return now - last_run >= every_s or now < last_run
-
-
-def fmt_bytes(n: int) -> str:
-    if n >= GIB:
-        return f"{n / GIB:.1f} GB"
-    if n >= 1024**2:
-        return f"{n / 1024**2:.1f} MB"
-    return f"{max(0, n) / 1024:.0f} KB"
-
-
-def show(path: str) -> str:
-    """A path on one line: control characters and undecodable bytes escaped."""
-    return "".join(c if c.isprintable() else "\\x%02x" % (ord(c) & 0xFF) for c in path)
-
-
-def render_plan(removals: list[Removal]) -> list[str]:
-    if not removals:
-        return ["nothing to clean"]
-    lines = [f"would free {fmt_bytes(r.entry.size)}: {show(r.entry.path)} ({r.reason})" for r in removals]
-    total = sum(r.entry.size for r in removals)
-    n = len(removals)
-    lines.append(f"would free {fmt_bytes(total)} in {n} {'entry' if n == 1 else 'entries'}; "
-                 "res clean --yes removes them")
-    return lines
-
-
-def render_outcomes(outcomes: list[Outcome]) -> list[str]:
-    lines = []
-    for o in outcomes:
-        if o.freed or o.removed:
-            line = f"freed {fmt_bytes(o.freed)}: {show(o.entry.path)}"
-            lines.append(line + (f" (kept part: {o.note})" if o.note else ""))
-        else:
-            lines.append(f"kept {show(o.entry.path)}: {o.note}")
-    if not outcomes:
-        lines.append("nothing to clean")
-    elif len(outcomes) > 1:
-        lines.append(f"freed {fmt_bytes(sum(o.freed for o in outcomes))} in total")
-    return lines
-
-
 # ---------------------------------------------------------------------------------------- project patterns
-
-def parse_patterns(text: str, source: str = PATTERN_FILE) -> tuple[list[str], list[str]]:
-    """The .res-clean format: one glob per line, relative to the project root; `#` starts a comment
-    line; `/` separates names; each name is an fnmatch pattern (`*`, `?`, `[...]`); a trailing `/`
-    matches directories only. Refused (named in an error line, the rest still used): absolute paths,
-    `.`, `..` and `**`, anything naming `.git` or the pattern file itself, and a first name made only of
-    wildcards (`*`, `*/…`: the whole project is never scratch)."""
-    patterns, errors = [], []
-    for n, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        names = line.rstrip("/").split("/")
-        why = ""
-        if line.startswith("/"):
-            why = "must be relative to the project"
-        elif any(p in ("", ".", "..") for p in names):
-            why = "empty, '.' or '..' names are not allowed"
-        elif any("**" in p for p in names):
-            why = "'**' is not supported"
-        elif any(fnmatch.fnmatchcase(".git", p) or fnmatch.fnmatchcase(PATTERN_FILE, p) for p in names
-                 if not set(p) <= set("*?")):
-            why = "may not name .git or the pattern file"
-        elif set(names[0]) <= set("*?"):
-            why = "the first name must not be only wildcards"
-        if why:
-            errors.append(f"{source}:{n}: {show(line)}: {why}")
-        else:
-            patterns.append(line)
-    return patterns, errors
-
 
 def read_patterns(project_dir: str, uid: int) -> tuple[Root | None, list[str]]:
     """The project root with its patterns from `<project_dir>/.res-clean`, or None (no file, or one
@@ -324,7 +92,7 @@ def live_processes(under: Iterable[str] = (), proc: str = "/proc") -> Live:
     def keep(p: str) -> None:
         if p.endswith(" (deleted)"):
             p = p[: -len(" (deleted)")]
-        if p.startswith("/") and any(_under(p, t) for t in tops):
+        if p.startswith("/") and any(is_under(p, t) for t in tops):
             paths.add(p)
 
     for pid in pids:
@@ -505,7 +273,7 @@ def collect(root: Root, uid: int, live: Live, pid_alive: Callable[[int], bool] =
             if not live.ok:
                 return True
             p = os.path.join(real, *rel)
-            return any(_under(q, p) for q in live.paths) or rel[-1] in live.session_ids
+            return any(is_under(q, p) for q in live.paths) or rel[-1] in live.session_ids
 
         if root.kind == SCRATCH:
             return _collect_scratch(root, fd, rst, live, is_live), []
@@ -553,7 +321,7 @@ def _collect_litter(root, fd, rst, live, is_live, alive) -> list[Entry]:
     with os.scandir(fd) as it:
         names = [de.name for de in it]
     for name in names:
-        if _LITTER_SKIP.match(name):
+        if LITTER_SKIP.match(name):
             continue
         try:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
@@ -659,6 +427,8 @@ def sweep(removals: Iterable[Removal], now: float, uid: int, scratch_s: float, *
 
 
 def _remove(r: Removal, uid: int, cutoff: float, alive: Callable[[int], bool]) -> Outcome:
+    """Remove one chosen entry, reached again from its root by descriptors (never through a path
+    that could have been swapped for a symlink), only if it is still the very thing that was chosen."""
     e = r.entry
     root_fd = _open_dir(e.root, None)
     fds = [root_fd]
@@ -671,52 +441,68 @@ def _remove(r: Removal, uid: int, cutoff: float, alive: Callable[[int], bool]) -
             fds.append(_open_dir(name, fds[-1], pst))
         parent, name = fds[-1], e.rel[-1]
         st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-        if (st.st_dev, st.st_ino) != e.ident or _kind(st.st_mode) != e.kind:
-            return Outcome(e, False, 0, "replaced during the sweep")
-        if st.st_uid != uid:
-            return Outcome(e, False, 0, f"now owned by uid {st.st_uid}")
-        if st.st_mtime > e.newest or st.st_mtime >= cutoff:
-            return Outcome(e, False, 0, "changed during the sweep")
-
+        changed = _changed_since_chosen(e, st, uid, cutoff)
+        if changed:
+            return Outcome(e, False, 0, changed)
         if e.root_kind == LITTER:
-            if e.kind == "dir":
-                try:
-                    os.rmdir(name, dir_fd=parent)  # atomic: only ever an empty directory
-                except OSError as x:
-                    if x.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                        return Outcome(e, False, 0, "no longer empty")
-                    raise
-                return Outcome(e, True, e.size, "")
-            pid = _read_pid(name, parent, st)
-            if pid is None or pid != e.pid or alive(pid):
-                return Outcome(e, False, 0, "its pid file changed or the pid is alive")
-            os.unlink(name, dir_fd=parent)
-            return Outcome(e, True, e.size, "")
-
+            return _remove_litter(e, parent, name, st, alive)
         if e.kind != "dir":
             os.unlink(name, dir_fd=parent)  # a symlink goes as a link: its target is never touched
             return Outcome(e, True, st.st_blocks * 512, "")
-        with _closing_fd(_open_dir(name, parent, st)) as fd:
-            now_tree = _measure(fd, st, uid, len(e.rel))
-            if now_tree.hazard:
-                return Outcome(e, False, 0, now_tree.hazard)
-            if now_tree.newest > e.newest or now_tree.newest >= cutoff:
-                return Outcome(e, False, 0, "changed during the sweep")
-            freed, kept = _empty_dir(fd, st.st_dev, uid, min(e.newest, cutoff), len(e.rel))
-        if kept:
-            return Outcome(e, False, freed, f"{kept} changed during the sweep")
-        try:
-            os.rmdir(name, dir_fd=parent)
-        except FileNotFoundError:
-            pass
-        except OSError as x:
-            if x.errno in (errno.ENOTEMPTY, errno.EEXIST):
-                return Outcome(e, False, freed, "something new appeared in it")
-            raise
-        return Outcome(e, True, freed + st.st_blocks * 512, "")
+        return _remove_tree(e, parent, name, st, uid, cutoff)
     finally:
         for f in reversed(fds):
             os.close(f)
+
+
+def _changed_since_chosen(e: Entry, st: os.stat_result, uid: int, cutoff: float) -> str | None:
+    if (st.st_dev, st.st_ino) != e.ident or _kind(st.st_mode) != e.kind:
+        return "replaced during the sweep"
+    if st.st_uid != uid:
+        return f"now owned by uid {st.st_uid}"
+    if st.st_mtime > e.newest or st.st_mtime >= cutoff:
+        return "changed during the sweep"
+    return None
+
+
+def _remove_litter(e: Entry, parent: int, name: str, st: os.stat_result, alive: Callable[[int], bool]) -> Outcome:
+    """/tmp litter: an empty directory, or a pid file whose process is gone."""
+    if e.kind == "dir":
+        try:
+            os.rmdir(name, dir_fd=parent)  # atomic: only ever an empty directory
+        except OSError as x:
+            if x.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return Outcome(e, False, 0, "no longer empty")
+            raise
+        return Outcome(e, True, e.size, "")
+    pid = _read_pid(name, parent, st)
+    if pid is None or pid != e.pid or alive(pid):
+        return Outcome(e, False, 0, "its pid file changed or the pid is alive")
+    os.unlink(name, dir_fd=parent)
+    return Outcome(e, True, e.size, "")
+
+
+def _remove_tree(e: Entry, parent: int, name: str, st: os.stat_result, uid: int, cutoff: float) -> Outcome:
+    """Agent scratch: a whole tree, measured again and emptied file by file; whatever changed since
+    it was chosen stays."""
+    with _closing_fd(_open_dir(name, parent, st)) as fd:
+        now_tree = _measure(fd, st, uid, len(e.rel))
+        if now_tree.hazard:
+            return Outcome(e, False, 0, now_tree.hazard)
+        if now_tree.newest > e.newest or now_tree.newest >= cutoff:
+            return Outcome(e, False, 0, "changed during the sweep")
+        freed, kept = _empty_dir(fd, st.st_dev, uid, min(e.newest, cutoff), len(e.rel))
+    if kept:
+        return Outcome(e, False, freed, f"{kept} changed during the sweep")
+    try:
+        os.rmdir(name, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+    except OSError as x:
+        if x.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return Outcome(e, False, freed, "something new appeared in it")
+        raise
+    return Outcome(e, True, freed + st.st_blocks * 512, "")
 
 
 def _empty_dir(fd: int, dev: int, uid: int, limit: float, depth: int) -> tuple[int, int]:

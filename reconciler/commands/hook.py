@@ -1,4 +1,4 @@
-"""`res hook`: a Claude Code PreToolUse hook for the Bash tool (DESIGN §5.6, issue 4 item 3).
+"""`res hook`: a Claude Code PreToolUse hook for the Bash tool (DESIGN §5.6).
 
 While game mode is on, every Bash command an agent runs is rewritten to start with
 `unset DISPLAY WAYLAND_DISPLAY; `, and the agent is told why GUI programs fail (run headless, or
@@ -13,50 +13,9 @@ reconciler.config.paths (pathlib), pydantic, tomlkit or, for a file in the shape
 tomllib (~9 ms here): `_parse_game` reads that simple shape itself and hands anything else to
 tomllib, which stays the judge of what is valid TOML.
 
-The Claude Code hooks contract it relies on (hooks reference, https://code.claude.com/docs/en/hooks,
-"PreToolUse" input and decision control; doc text as tracked by gabriel-dehan/claude_hooks issues
-#24, #25, #39, #50, #63, 2026-01 to 2026-08):
-
-* Input on stdin is one JSON object with `hook_event_name` ("PreToolUse"), `tool_name` ("Bash"),
-  `tool_input` (for Bash: `command`, and optionally `description`, `timeout`,
-  `run_in_background`), plus `session_id`, `cwd`, `permission_mode`, ...
-* Exit 0 with no output: no opinion; the tool call goes through the normal permission flow as is.
-  Exit 2 would block the call (stderr to Claude); other exit codes are non-blocking errors. We
-  always exit 0.
-* Output (exit 0, stdout JSON): `hookSpecificOutput` with `hookEventName: "PreToolUse"` and
-  - `permissionDecision`: "allow" skips the permission prompt (auto-approves), "deny" blocks,
-    "ask" forces a prompt, "defer" (headless only) pauses the call. Deny and ask *rules* are still
-    evaluated whatever the hook returns (since 2.1.77 / 2.1.220: anthropics/claude-code #35136,
-    #82451), but "allow" does skip the prompt a call without an allow rule would have got: it
-    GRANTS a permission the session would not have had.
-  - `updatedInput`: replaces the ENTIRE tool input object (so every field the agent sent is copied
-    and only `command` changes). "Claude Code evaluates permission rules ... against the input your
-    hook returns, not the input Claude sent" (docs, 2026-08-31; anthropics/claude-code #65393).
-    The docs pair it with "allow" (auto-approve) or "ask" (show the modified input to the user).
-  - `additionalContext`: a string added to Claude's context for this tool call.
-  The legacy top-level `"decision": "approve"` means "allow" (anthropics/claude-code #4362), and
-  PermissionRequest hooks grant with `decision.behavior: "allow"` / `updatedPermissions`.
-
-* The Bash tool runs each command in a separate process; "environment variables do not persist"
-  from one command to the next (tools reference, "Bash tool behavior", quoted in the docs issue
-  at stepcodex.com/en/issue/docs-bash-tool-docs-omit-how). So the `unset` applies to the one
-  command and is gone once game mode ends and the hook stops adding it.
-
-What this hook emits, and why: ONLY `hookEventName`, `updatedInput` and `additionalContext`. It
-never emits `permissionDecision` (not "allow", which would grant; not "ask", which would prompt for
-every command and, in headless `-p` sessions that cannot prompt, refuse it), nor a top-level
-`decision`, `continue`, `updatedPermissions` or anything else. Without a decision the rewritten
-command goes through the session's own permission rules (our reading of anthropics/claude-code
-#65393, where a rewritten command got "This command requires approval" although the original was
-allowed), so the hook can never grant what the session would not have had; at worst it costs a
-prompt. Caveats the user should know (not verified against a live Claude Code here):
-
-* permission rules see `unset DISPLAY WAYLAND_DISPLAY; <cmd>`. Claude Code's rules are aware of
-  shell operators, so we expect a deny rule on `<cmd>` to still match the part after `;`, but an
-  allow-list that does not cover the `unset` part may start prompting while game mode is on;
-* a feature request asks for `updatedInput` to work *without* a permissionDecision
-  (anthropics/claude-code #32060, closed as stale). If a Claude Code version ignores it there, the
-  command simply runs unchanged (GUI windows may open) and the agent still gets the context.
+The Claude Code hooks contract it relies on, what it emits and why (ONLY `hookEventName`,
+`updatedInput` and `additionalContext`: never a permission decision, so it can never grant what the
+session would not have had), with sources: docs/agent-output.md.
 
 A game file that is a symlink (or whose `desired/` directory or state directory is one) is not
 followed: it counts as broken, so no output. This matches the reader in desired.py, which refuses

@@ -2,8 +2,10 @@
 `res serve` (answering a CLI call over the socket) and in a CLI call with no loop running."""
 from __future__ import annotations
 
+import time
 from typing import Awaitable, Callable
 
+from reconciler.core.lifecycle import transition
 from reconciler.core.models import LIVE, Phase, Plan
 from reconciler.core.quantities import fmt_clock, fmt_gb
 
@@ -67,7 +69,7 @@ def _owner(req) -> str:
 def find_submitted(engine, kind: str, fields: dict):
     """The request these very fields were submitted as, if a loop that ended before answering
     recorded it (in the queue file or the records), else None."""
-    from reconciler.desired.writer import DesiredError, read_queue
+    from reconciler.desired.reader import DesiredError, read_queue
 
     def same(req) -> bool:
         return (req.kind == kind and req.created == fields.get("created") and req.title == fields.get("title")
@@ -81,13 +83,15 @@ def find_submitted(engine, kind: str, fields: dict):
     return next((r for r in [*queued, *recorded] if same(r)), None)
 
 
-def _as(engine, who: str | None, edit):
-    """Run a writer edit on behalf of `who` (the caller's process chain; None: this process)."""
-    engine.writer.who = who
-    try:
-        return edit()
-    finally:
-        engine.writer.who = None
+async def _as(engine, who: str | None, edit):
+    """Run a writer edit on behalf of `who` (the caller's process chain; None: this process), on a
+    worker thread: the writer's lock wait and its file work never stop the loop answering others."""
+    import asyncio
+    import copy
+
+    writer = copy.copy(engine.writer)  # its own `who`: edits on other threads keep theirs
+    writer.who = who
+    return await asyncio.to_thread(edit, writer)
 
 
 async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = False,
@@ -95,12 +99,12 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
     """`resume`: a loop took this request and ended before answering; decide the request it
     recorded, if it did, rather than add it a second time. `on_accept(id)`: told the id as soon as
     the request is written (a caller that gives up waiting then knows what it left behind)."""
-    from reconciler.desired.writer import DesiredError
+    from reconciler.desired.reader import DesiredError
 
     req = find_submitted(engine, kind, fields) if resume else None
     if req is None:
         try:
-            req = _as(engine, who, lambda: engine.writer.add(fields, kind))
+            req = await _as(engine, who, lambda w: w.add(fields, kind))
         except DesiredError as e:
             return 1, f"res: {e}", None
     if on_accept is not None:
@@ -118,7 +122,7 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
         # Asked for now, and nothing can be decided now: withdraw it rather than start it by
         # surprise whenever the world can be seen again.
         try:
-            engine.writer.remove([req.id])
+            await _as(engine, None, lambda w: w.remove([req.id]))
         except DesiredError as e:
             return 1, f"res: {req.id} not decided ({why}) and could not be withdrawn: {e}", None
         if engine.store.get(req.id) is None:
@@ -131,7 +135,7 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
 
 
 async def release(engine, tick: TickFn, job_id: str, stop: bool, who: str | None = None) -> tuple[int, str, dict | None]:
-    from reconciler.desired.writer import DesiredError
+    from reconciler.desired.reader import DesiredError
     from reconciler.commands.status import entry_json
 
     from reconciler.recorded.store import StoreError
@@ -144,7 +148,7 @@ async def release(engine, tick: TickFn, job_id: str, stop: bool, who: str | None
     except StoreError as e:
         # A row that cannot be read: releasing it drops it (its unit, if any, is left alone).
         try:
-            engine.writer.remove([job_id])
+            await _as(engine, who, lambda w: w.remove([job_id]))
         except DesiredError:
             pass
         engine.store.delete(job_id)
@@ -155,18 +159,18 @@ async def release(engine, tick: TickFn, job_id: str, stop: bool, who: str | None
         return answer(1, f"res: {job_id} is running; --stop to kill it", rec)
     if rec is not None and rec.phase not in LIVE and rec.phase != Phase.queued:
         try:
-            engine.writer.remove([job_id])
+            await _as(engine, who, lambda w: w.remove([job_id]))
         except DesiredError:
             pass
         return answer(0, f"{job_id} already {rec.phase.value}" + (f" ({rec.why})" if rec.why else ""), rec)
     if rec is not None and (rec.phase in LIVE or rec.phase == Phase.queued) and not rec.released:
         # The user's word, on record before the entry goes: only a released entry's leaving the
         # file stops or cancels it (a file deleted or cut by hand does not).
-        marked = rec.model_copy(update={"released": True})
+        marked = transition(rec, "release", time.time())
         if engine.store.put(marked, expect_phase=rec.phase):
             rec = marked
     try:
-        removed = _as(engine, who, lambda: engine.writer.remove([job_id]))
+        removed = await _as(engine, who, lambda w: w.remove([job_id]))
     except DesiredError as e:
         return answer(1, f"res: {e}", rec)
     if rec is None and not removed:

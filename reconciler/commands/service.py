@@ -1,5 +1,5 @@
 """`res service install|uninstall|status`: the reconciler loop (`res serve`) as a user service of the
-systemd user manager (DESIGN §6, §8; issue 4 item 8). See docs/service.md.
+systemd user manager (DESIGN §6, §8). See docs/service.md.
 
 The unit is `<unit_prefix>-serve.service`, rendered from templates/units/res-serve.service.j2 into the
 user's unit directory (`reconciler.render.unitfiles.user_unit_dir()`), then daemon-reload, enable and start,
@@ -313,34 +313,14 @@ def _runs_older_code(paths: Paths) -> bool:
 
 
 async def _install(rt, name: str, unit_dir: Path, text: str, paths: Paths) -> tuple[int, list[str]]:
-    from reconciler.render.unitfiles import _current, install_unit
-
+    """Install (or update) the unit file, enable it, and have it run this code: started if stopped,
+    restarted if its file changed or the code it runs is older than this copy."""
     await rt.connect()
-    search = {os.path.normpath(str(p)) for p in await rt.manager_property("UnitPath")}
-    if os.path.normpath(str(unit_dir)) not in search:
-        return 1, [f"res: {unit_dir} is not in the user manager's unit search path (see: res doctor)"]
     before = await _state(rt, name)
-    on_disk = _current(unit_dir / name, "use")
-    other = serves(before, on_disk)
-    if other is not None and os.path.normpath(other) != os.path.normpath(str(paths.root)) and on_disk is not None:
-        return 1, [f"res: {name} serves {other}; to serve {paths.root} instead, first: "
-                   f"RES_STATE_DIR={other} res service uninstall"]
-    holder = serve_lock_holder(paths.serve_lock)
-    if holder is not None and not (before.running and str(before.pid) == holder):
-        return 1, [f"res: res serve already runs for {paths.root} outside {name} (pid {holder}); "
-                   "stop it, then run res service install again"]
-    path = unit_dir / name
-    existed = path.exists()
-    changed = await asyncio.to_thread(install_unit, unit_dir, name, text)
-    lines = []
-    if changed:
-        lines.append(f"{'updated' if existed else 'installed'} {path}")
-    if changed or before.reload:
-        await rt.daemon_reload()
-    if before.file_state not in ENABLED or not existed:
-        await rt.enable_unit_files([name])
-        await rt.daemon_reload()  # as `systemctl enable` does: the manager sees the new symlink
-        lines.append(f"enabled {name} (starts with the user manager)")
+    refused = await _install_refused(rt, name, unit_dir, paths, before)
+    if refused is not None:
+        return 1, [refused]
+    changed, lines = await _write_and_enable(rt, name, unit_dir, text, before)
     stale = before.running and not changed and await asyncio.to_thread(_runs_older_code, paths)
     if before.running and not changed and not stale:
         if not lines:
@@ -360,8 +340,48 @@ async def _install(rt, name: str, unit_dir: Path, text: str, paths: Paths) -> tu
     return 0, lines + [f"{verb} {name} (pid {pid}), serving {paths.root}{why}"]
 
 
+async def _install_refused(rt, name: str, unit_dir: Path, paths: Paths, before) -> str | None:
+    """Why installing here would be wrong (the one line to print), or None: the unit directory is not
+    searched, the unit serves another state directory, or a `res serve` outside it already serves
+    this one."""
+    from reconciler.runtime.unitfiles import _current
+
+    search = {os.path.normpath(str(p)) for p in await rt.manager_property("UnitPath")}
+    if os.path.normpath(str(unit_dir)) not in search:
+        return f"res: {unit_dir} is not in the user manager's unit search path (see: res doctor)"
+    on_disk = _current(unit_dir / name, "use")
+    other = serves(before, on_disk)
+    if other is not None and os.path.normpath(other) != os.path.normpath(str(paths.root)) and on_disk is not None:
+        return f"res: {name} serves {other}; to serve {paths.root} instead, first: RES_STATE_DIR={other} res service uninstall"
+    holder = serve_lock_holder(paths.serve_lock)
+    if holder is not None and not (before.running and str(before.pid) == holder):
+        return (f"res: res serve already runs for {paths.root} outside {name} (pid {holder}); "
+                "stop it, then run res service install again")
+    return None
+
+
+async def _write_and_enable(rt, name: str, unit_dir: Path, text: str, before) -> tuple[bool, list[str]]:
+    """(whether the unit file changed, the lines saying what was done)."""
+    from reconciler.runtime.unitfiles import install_unit
+
+    path = unit_dir / name
+    existed = path.exists()
+    changed = await asyncio.to_thread(install_unit, unit_dir, name, text)
+    lines = []
+    if changed:
+        lines.append(f"{'updated' if existed else 'installed'} {path}")
+    if changed or before.reload:
+        await rt.daemon_reload()
+    if before.file_state not in ENABLED or not existed:
+        await rt.enable_unit_files([name])
+        await rt.daemon_reload()  # as `systemctl enable` does: the manager sees the new symlink
+        lines.append(f"enabled {name} (starts with the user manager)")
+    return changed, lines
+
+
 async def _uninstall(rt, name: str, unit_dir: Path, paths: Paths) -> tuple[int, list[str]]:
-    from reconciler.render.unitfiles import _current, ours, remove_unit
+    from reconciler.render.unitfiles import ours
+    from reconciler.runtime.unitfiles import _current, remove_unit
 
     await rt.connect()
     st = await _state(rt, name)
@@ -405,7 +425,7 @@ async def _status(rt, name: str, unit_dir: Path) -> tuple[int, list[str]]:
 def cmd_service(action: str, paths: Paths, policy) -> tuple[int, list[str]]:
     """`res service install|uninstall|status` -> (exit code, lines)."""
     from reconciler.runtime import RuntimeUnavailable
-    from reconciler.render.unitfiles import user_unit_dir
+    from reconciler.runtime.unitfiles import user_unit_dir
 
     name = unit_name(policy.unit_prefix)
     unit_dir = user_unit_dir()

@@ -8,7 +8,7 @@ import time
 from reconciler.core.capacity import reserves
 from reconciler.desired.changes import SHOWN_FOR_S, change_line, recorded_and_pending
 from reconciler.core.plan import spent_today
-from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase
+from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase, copy, dump, parse
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
 from reconciler.core.quantities import Zone, escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
@@ -98,7 +98,7 @@ def ended_unsettled(rec: JobRecord, paths: Paths) -> JobRecord | None:
     if ex is None or (rec.invocation and ex.invocation != rec.invocation):
         return None
     rc, peak, outcome = settle_outcome(rec, ex)
-    return rec.model_copy(update={"phase": Phase.exited, "rc": rc, "peak_gb": peak, "ended": ex.at or None,
+    return copy(rec, **{"phase": Phase.exited, "rc": rc, "peak_gb": peak, "ended": ex.at or None,
                                   "why": f"{outcome_why(outcome)} (not settled yet: no pass since it ended)",
                                   "detail": {"code": outcome["code"]}})
 
@@ -132,7 +132,7 @@ def _line(v: dict, zone: Zone) -> str:
 def queue_problems(paths: Paths) -> list[str]:
     """What is wrong with queue.toml right now, one line each naming the file and the line: the file
     unusable, or entries of it set aside."""
-    from reconciler.desired.writer import DesiredError, read_queue_set_aside
+    from reconciler.desired.reader import DesiredError, read_queue_set_aside
 
     try:
         _, aside = read_queue_set_aside(paths)
@@ -162,14 +162,14 @@ def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord
     from reconciler.render.game import game_lines
     from reconciler.render.lines import agents_memory_line, status_warnings
 
-    world = World.model_validate(world_data) if world_data else None
+    world = parse(World, world_data) if world_data else None
     live = [r for r in records.values() if r.phase in LIVE]
     return {
         "game": {"on": game.active(now), "until": game.until if game.active(now) else None,
                  "left_s": round(game.until - now) if game.active(now) and game.until else None,
                  "lines": game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now, zone)},
         "agents_memory": agents_memory_line(world) if world else None,
-        "agents_slice": world.agents_slice.model_dump() if world and world.agents_slice else None,
+        "agents_slice": dump(world.agents_slice) if world and world.agents_slice else None,
         "warnings": (status_warnings(world, live, policy) if world else []) + reserve_warnings(policy),
     }
 
@@ -200,7 +200,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
     warn = notices(paths, snap)
 
     world = snap.get("world") or {}
-    game = Game.model_validate(json.loads(last_good)["game"]) if last_good else Game()
+    game = parse(Game, json.loads(last_good)["game"]) if last_good else Game()
     nproc = int(world.get("nproc") or 1)
     reserve_gb, reserve_cpus, game_on = reserves(policy, game, now, nproc)
     spent = spent_today(records, now, zone)

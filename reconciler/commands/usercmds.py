@@ -1,4 +1,4 @@
-"""The user's side of the command line (issue 4): `res game`, `res hist`, `res clean`.
+"""The user's side of the command line: `res game`, `res hist`, `res clean`.
 (`res hook` is dispatched before anything else is imported: see reconciler/entry.py.)"""
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ def game_report(paths: Paths, policy, now: float) -> list[str]:
     """The game line and, when the reserve is not free now, the shortfall line, from what the last
     pass recorded (state.db, read-only)."""
     from reconciler.core.capacity import HOLDING
-    from reconciler.desired.writer import read_game
+    from reconciler.desired.reader import read_game
     from reconciler.config.zone import zone_of
-    from reconciler.core.models import World
+    from reconciler.core.models import World, parse
     from reconciler.render.game import game_lines
     from reconciler.recorded.store import Store
 
@@ -24,12 +24,13 @@ def game_report(paths: Paths, policy, now: float) -> list[str]:
     with Store.open(paths, readonly=True) as store:
         records = store.records()
         snap = store.get_meta_json("last_tick", {})
-    world = World.model_validate(snap["world"]) if snap.get("world") else None
+    world = parse(World, snap["world"]) if snap.get("world") else None
     return game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now, zone_of(policy))
 
 
 def cmd_game(a, paths: Paths, policy, decide) -> tuple[int, list[str]]:
-    from reconciler.desired.writer import DesiredError, Writer, read_game
+    from reconciler.desired.reader import DesiredError, read_game
+    from reconciler.desired.writer import Writer
 
     now = time.time()
     if a.action == "status":
@@ -96,8 +97,10 @@ def cmd_clean(a, paths: Paths, policy) -> tuple[int, list[str]]:
 
         runtime = make_runtime(paths, policy)
         try:
-            return await reset_failed(runtime.failed_units, runtime.reset_failed_unit, yes=a.yes,
-                                      prefix=policy.unit_prefix)
+            side = runtime.user_side()
+            if side is None:
+                return []
+            return await reset_failed(side.failed_units, side.reset_failed_unit, yes=a.yes, prefix=policy.unit_prefix)
         finally:
             await runtime.close()
 

@@ -65,3 +65,12 @@ def read_text(path, limit: int, follow: bool = True) -> str | None:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise FileProblem(f"{path}:{line}: not valid UTF-8") from None
+
+
+def digest(data: bytes) -> str:
+    """The content digest the writer notes and the change tracking compares (blake2b, 20 bytes)."""
+    try:
+        from _blake2 import blake2b  # cheap to import; hashlib pulls in OpenSSL (~15 ms)
+    except ImportError:  # pragma: no cover
+        from hashlib import blake2b
+    return blake2b(data, digest_size=20).hexdigest()

@@ -5,7 +5,7 @@ import errno
 import fcntl
 import os
 import time
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 
@@ -53,6 +53,24 @@ def release(fd: int) -> None:
 @contextmanager
 def locked(path: Path, timeout: float | None = None):
     fd = acquire(path, timeout)
+    try:
+        yield fd
+    finally:
+        release(fd)
+
+
+@asynccontextmanager
+async def locked_async(path: Path, timeout: float | None = None):
+    """`locked` for a coroutine: the wait happens on a worker thread, so an event loop (`res serve`)
+    goes on answering while another process holds the lock."""
+    import asyncio
+
+    waiting = asyncio.ensure_future(asyncio.to_thread(acquire, path, timeout))
+    try:
+        fd = await asyncio.shield(waiting)
+    except asyncio.CancelledError:  # the thread still gets the lock: let it go the moment it does
+        waiting.add_done_callback(lambda f: f.cancelled() or f.exception() is not None or release(f.result()))
+        raise
     try:
         yield fd
     finally:

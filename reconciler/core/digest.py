@@ -7,52 +7,8 @@ in one transaction. After a crash the next holder rebuilds the digest from that 
 (`make_digest(agent, pricing, state=…)`) and pushes the lines after the offset: nothing is counted
 twice or skipped, because everything a later line depends on is in the state. `finish(rc)` at exit.
 
-Claude Code `claude -p … --output-format stream-json --verbose` (what the digest relies on)
----------------------------------------------------------------------------------------------------
-One JSON object per line (NDJSON) on stdout; `--verbose` is required with `-p` for stream-json.
-The job's log is stdout and stderr together, so a line that is not JSON is counted and ignored.
-
-- `{"type":"system","subtype":"init","session_id":…,"model":"claude-…","cwd":…,"tools":[…],…}` is
-  the first event of a session (other `system` subtypes — status, compact_boundary, hooks — may follow).
-- `{"type":"assistant","message":{…},"parent_tool_use_id":null|"toolu_…","session_id":…,"uuid":…}`:
-  `message` is an Anthropic Messages API message: `id` ("msg_…"), `model`, `content`, `stop_reason`,
-  `usage` {input_tokens, output_tokens, cache_creation_input_tokens, cache_read_input_tokens,
-  cache_creation: {ephemeral_5m_input_tokens, ephemeral_1h_input_tokens}, service_tier}. Each content
-  block (thinking, text, tool_use) of one API response is emitted as its own `assistant` line, all with
-  the same `message.id` and a usage object that is repeated, or whose `output_tokens` is a placeholder
-  (1) on the early lines and the real count on the last. `parent_tool_use_id` is set on a sub-agent's
-  messages. Claude Code also writes local `"model":"<synthetic>"` messages (API-error notices) with
-  zero usage, and may set a top-level `"error"` (authentication_failed, billing_error, rate_limit,
-  invalid_request, server_error, unknown) on an assistant event.
-- `{"type":"user","message":{"role":"user","content":[{"type":"tool_result",…}]},…}`: tool results
-  (the bulk of the bytes); nothing in them is needed here, so they are skipped unparsed.
-- `{"type":"stream_event",…}` only with --include-partial-messages; skipped (the assistant lines carry
-  the same usage).
-- `{"type":"result","subtype":"success"|"error_max_turns"|"error_during_execution"|
-  "error_max_budget_usd"|"error_max_structured_output_retries","is_error":bool,"duration_ms":…,
-  "duration_api_ms":…,"num_turns":…,"result":"…","session_id":…,"total_cost_usd":…,"usage":{…},
-  "modelUsage":{"<model>":{inputTokens,outputTokens,cacheReadInputTokens,cacheCreationInputTokens,
-  costUSD,…}},"permission_denials":[…],"errors":[…]}` ends a run. `total_cost_usd`, `usage` and
-  `modelUsage` are running totals for the Claude Code process (with --input-format stream-json one
-  process serves many turns and each result restates the cumulative cost). A failed API call can come
-  as subtype "success" with `is_error: true`, and error_* subtypes may carry `is_error: false`.
-
-Sources (read 2026-11-30): the Agent SDK message types SDKSystemMessage / SDKAssistantMessage
-(`error` field) / SDKResultMessage (success | error_max_turns | error_during_execution |
-error_max_budget_usd, total_cost_usd, usage, modelUsage), as mirrored in
-tessl.io/registry/tessl/npm-anthropic-ai--claude-agent-sdk/…/docs/apis/messages.md; the protocol
-captured from the CLI by github.com/hrntknr/claude-code-protocol (README.md "Messages": "Each content
-block is output as a separate assistant message"; docs/02_complex_flows.md: max_tokens truncation is
-subtype "success" with is_error true; error_during_execution with is_error false); a captured
-`claude -p --output-format stream-json --verbose` sample in github.com/matt-grain/Claude-Debussy
-docs/CLAUDE_JSON_FORMAT.md (usage with cache_creation split, result usage); the --verbose requirement
-in github.com/jordanmnunez/hyperyolo docs/research/cli-verification/claude.md; repeated usage per
-message.id in jhlee0409/claude-code-history-viewer#283 and getagentseal/codeburn#201; the placeholder
-output_tokens of early lines in omacom/omarchy#10606 and anthropics/claude-code#22686; cumulative
-total_cost_usd in anthropics/claude-code#83239; `<synthetic>` messages in Piebald-AI/splitrail#1 and
-siteboon/claudecodeui#1056; the rust mirrors claude-codes (docs.rs, io::ResultMessage) and
-claude-code-agent (docs.rs, protocol::ResultMessage: "A failed API call still comes as 'success'
-with is_error: true").
+What Claude Code's stream-json output looks like, and the sources read for it, is in
+docs/agent-output.md.
 
 Counting rules
 --------------

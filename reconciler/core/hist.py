@@ -1,5 +1,5 @@
-"""`res hist [--project P]`: what finished jobs actually used, and what to ask for next time
-(issue 4 item 7). Pure: records in, rows and text out; the CLI reads state.db (records() and
+"""`res hist [--project P]`: what finished jobs actually used, and what to ask for next time.
+Pure: records in, rows and text out; the CLI reads state.db (records() and
 history()) and prints.
 
 Runs are grouped by (project, title kind). The *title kind* is the title without what changes from

@@ -1,13 +1,20 @@
 """The state model (DESIGN §2): desired requests, recorded jobs, the observed world, and plan actions.
 
-Pure data: pydantic v2 models, no I/O. Times are epoch seconds (float); memory is GB (float).
+Plain typed objects (`dataclasses`, slots, keyword-only): the core makes, reads and copies them at the
+speed of Python attributes. pydantic validates them only where they come in (the desired files,
+state.db rows, the socket, `--world`, the last pass's snapshot): `parse`, `parse_json` check a
+value against the constraints written on each field (`Annotated[..., Field(...)]`) and give the same
+objects back; `dump`, `dump_json` are the way out. No I/O. Times are epoch seconds (float); memory is
+GB (float).
 """
 from __future__ import annotations
 
+import functools
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from reconciler.core.digest import DigestState
 
@@ -20,42 +27,83 @@ MAX_PID = 1 << 22  # the kernel's largest pid_max
 MIN_GB = 1 / 1024  # 1 MB: a smaller --mem is a typo
 MIN_CPUS = 0.01
 MAX_COUNT = 10**9
+# Half a CPU unless asked: CPUs are shared by weight, and most jobs leave them idle part of the time.
+DEFAULT_CPUS = 0.5
+
+_CHECKED = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+def _typed(**constraints) -> Any:
+    """A field of what the user writes (queue.toml, game.toml): its type exactly (no "1" for 1), and
+    its bounds."""
+    return Field(strict=True, **constraints)
+
+
+def copy(obj, **changes):
+    """`obj` with `changes` (a new object; the old one is left as it was)."""
+    return replace(obj, **changes)
+
+
+# ---------------------------------------------------------------- the boundary
+
+
+@functools.cache
+def _adapter(cls):
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(cls)
+
+
+def parse(cls, data: Any):
+    """A `cls` from plain data, every constraint checked (pydantic's ValidationError otherwise)."""
+    return _adapter(cls).validate_python(data)
+
+
+def parse_json(cls, text: str | bytes):
+    return _adapter(cls).validate_json(text)
+
+
+def dump(obj) -> Any:
+    """`obj` as JSON-ready data."""
+    return _adapter(type(obj)).dump_python(obj, mode="json")
+
+
+def dump_json(obj, indent: int | None = None) -> str:
+    return _adapter(type(obj)).dump_json(obj, indent=indent).decode()
 
 
 # ---------------------------------------------------------------- desired
 
 
-class Request(_Model):
+@dataclass(slots=True, kw_only=True)
+class Request:
     """One entry of desired/queue.toml: a job (`[[job]]`) or a note (`[[note]]`)."""
 
-    id: JobId = Field(pattern=r"^r-[1-9][0-9]{0,9}$")
+    __pydantic_config__ = _CHECKED
+
+    id: Annotated[JobId, _typed(pattern=r"^r-[1-9][0-9]{0,9}$")]
     kind: Literal["job", "note"] = "job"
-    title: str = Field(max_length=200)
-    project: str = Field(default="", max_length=200)
-    mem_gb: float = Field(ge=MIN_GB, le=65536)
-    # Half a CPU unless asked: CPUs are shared by weight, and most jobs leave them idle part of the time.
-    cpus: float = Field(default=0.5, ge=MIN_CPUS, le=4096)
-    est_s: int = Field(gt=0, le=365 * 86400)  # --for
-    created: float = Field(ge=0, le=MAX_EPOCH)
-    queue: bool = False
-    lock: str | None = Field(default=None, max_length=200)
-    force: bool = False
+    title: Annotated[str, _typed(max_length=200)]
+    project: Annotated[str, _typed(max_length=200)] = ""
+    mem_gb: Annotated[float, _typed(ge=MIN_GB, le=65536)]
+    cpus: Annotated[float, _typed(ge=MIN_CPUS, le=4096)] = DEFAULT_CPUS
+    est_s: Annotated[int, _typed(gt=0, le=365 * 86400)]  # --for
+    created: Annotated[float, _typed(ge=0, le=MAX_EPOCH)]
+    queue: Annotated[bool, _typed()] = False
+    lock: Annotated[str | None, _typed(max_length=200)] = None
+    force: Annotated[bool, _typed()] = False
     # jobs
-    cmd: list[str] = Field(default_factory=list, max_length=65536)
-    cwd: str = Field(default="", max_length=4096)
-    env: dict[str, str] = Field(default_factory=dict, max_length=4096)
-    agent: str = Field(default="none", max_length=64)  # "none": a plain command; else an agent session whose output is digested
+    cmd: Annotated[list[str], _typed(max_length=65536)] = field(default_factory=list)
+    cwd: Annotated[str, _typed(max_length=4096)] = ""
+    env: Annotated[dict[str, str], _typed(max_length=4096)] = field(default_factory=dict)
+    agent: Annotated[str, _typed(max_length=64)] = "none"  # "none": a plain command; else an agent session whose output is digested
     # per-job budgets (None: the policy's default for agent sessions; 0: none)
-    max_cost_usd: float | None = Field(default=None, ge=0, le=1e6)
-    max_duration_s: int | None = Field(default=None, ge=0, le=365 * 86400)
-    max_iterations: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    max_cost_usd: Annotated[float | None, _typed(ge=0, le=1e6)] = None
+    max_duration_s: Annotated[int | None, _typed(ge=0, le=365 * 86400)] = None
+    max_iterations: Annotated[int | None, _typed(ge=0, le=MAX_COUNT)] = None
     # notes: the process whose exit frees the note (None: only its time or `res release` frees it)
-    owner_pid: int | None = Field(default=None, ge=1, le=MAX_PID)
-    owner_name: str | None = Field(default=None, max_length=64)  # what that process is (e.g. "claude")
+    owner_pid: Annotated[int | None, _typed(ge=1, le=MAX_PID)] = None
+    owner_name: Annotated[str | None, _typed(max_length=64)] = None  # what that process is (e.g. "claude")
 
     @property
     def number(self) -> int:
@@ -67,29 +115,38 @@ class Request(_Model):
         return self.kind == "job" and self.agent != "none"
 
 
-class Game(_Model):
-    on: bool = False
-    until: float | None = Field(default=None, ge=0, le=MAX_EPOCH)
+FLOAT_FIELDS = ("mem_gb", "cpus", "created")  # of Request: written as floats (`cpus = 1.0`, not `1`)
+
+
+@dataclass(slots=True, kw_only=True)
+class Game:
+    __pydantic_config__ = _CHECKED
+
+    on: Annotated[bool, _typed()] = False
+    until: Annotated[float | None, _typed(ge=0, le=MAX_EPOCH)] = None
 
     def active(self, now: float) -> bool:
         return self.on and (self.until is None or now < self.until)
 
 
-class Desired(_Model):
+@dataclass(slots=True, kw_only=True)
+class Desired:
     """Desired state as read this pass. `queue_ok` False: queue.toml did not parse, `requests` is the
     last good version, and nothing may be started, stopped or refused because of it."""
 
-    requests: list[Request] = Field(default_factory=list)
+    __pydantic_config__ = _CHECKED
+
+    requests: list[Request] = field(default_factory=list)
     queue_ok: bool = True
     queue_error: str | None = None
-    game: Game = Field(default_factory=Game)
+    game: Game = field(default_factory=Game)
     game_ok: bool = True  # False: game.toml did not parse; `game` is the last good version
     # Entries set aside: in queue.toml but unusable (a value out of range, a wrong type), each named
     # by one line in `set_aside`. Their ids are `held`: never started, never taken as released.
-    set_aside: list[str] = Field(default_factory=list)
-    held: list[JobId] = Field(default_factory=list)
+    set_aside: list[str] = field(default_factory=list)
+    held: list[JobId] = field(default_factory=list)
     # Entries that appeared in queue.toml outside res (by hand, DESIGN §5.7): never started.
-    hand_added: list[JobId] = Field(default_factory=list)
+    hand_added: list[JobId] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- recorded
@@ -116,8 +173,11 @@ _LEGACY_WHY = (("killed at its memory limit", "memory_limit"), ("could not execu
                ("attachment failed", "attach_failed"), ("agent failed", "agent_failed"))
 
 
-class JobRecord(_Model):
-    """What the reconciler knows of one request (state.db)."""
+@dataclass(slots=True, kw_only=True)
+class JobRecord:
+    """What the reconciler knows of one request (state.db). Changed only by core/lifecycle.py."""
+
+    __pydantic_config__ = _CHECKED
 
     request: Request
     phase: Phase
@@ -133,7 +193,7 @@ class JobRecord(_Model):
     stop_code: str | None = None  # its stable code: released, budget, attach_failed
     # `res release` asked for it: only then does its entry leaving queue.toml stop or cancel it
     released: bool = False
-    attached_by: str | None = None  # "<host>/<pid>/<nonce>" of the reconciler that streams the job
+    attached_by: str | None = None  # "<host>/<pid>/<nonce>/<start>" of the reconciler that streams the job
     lease_until: float | None = None
     log_offset: int = 0  # bytes of the log digested and committed
     digest: DigestState | None = None  # what the digest knows, committed with log_offset
@@ -186,8 +246,11 @@ class JobRecord(_Model):
 # ---------------------------------------------------------------- observed
 
 
-class ExitObs(_Model):
+@dataclass(slots=True, kw_only=True)
+class ExitObs:
     """How a job's unit ended, as recorded by the unit itself (so it survives a dead reconciler)."""
+
+    __pydantic_config__ = _CHECKED
 
     result: str  # systemd SERVICE_RESULT: success, exit-code, signal, oom-kill, timeout, ...
     code: str  # EXIT_CODE: exited, killed, dumped
@@ -198,7 +261,10 @@ class ExitObs(_Model):
     invocation: str | None = None  # the run that wrote it (systemd's INVOCATION_ID of the unit)
 
 
-class JobObs(_Model):
+@dataclass(slots=True, kw_only=True)
+class JobObs:
+    __pydantic_config__ = _CHECKED
+
     state: Literal["active", "activating", "deactivating", "inactive", "failed", "absent"] = "absent"
     mem_used_gb: float = 0
     pressure_avg60: float | None = None  # memory.pressure `some avg60` (%), cgroup v2 only
@@ -206,9 +272,12 @@ class JobObs(_Model):
     log_bytes: int | None = None  # the size of its log (None: not looked at)
 
 
-class SliceObs(_Model):
+@dataclass(slots=True, kw_only=True)
+class SliceObs:
     """The agents slice as systemd and its cgroup report it. Weights and MemoryHigh are systemd's raw
     values: None when unset (systemd says UINT64_MAX: the default weight, no limit)."""
+
+    __pydantic_config__ = _CHECKED
 
     name: str
     cpu_weight: int | None = None
@@ -218,8 +287,11 @@ class SliceObs(_Model):
     mem_file_gb: float = 0  # of which page cache the kernel can reclaim
 
 
-class SessionObs(_Model):
+@dataclass(slots=True, kw_only=True)
+class SessionObs:
     """A running agent session: a process named `claude` with no `claude` among its ancestors."""
+
+    __pydantic_config__ = _CHECKED
 
     pid: int
     in_slice: bool  # in the agents slice (anywhere below it)
@@ -227,29 +299,32 @@ class SessionObs(_Model):
     movable: bool = True  # False: it runs in a service or a container's scope, not ours to move
     scope: str | None = None  # the scope unit it is in, when that scope sits directly in the agents slice
     scope_memory_high: int | None = None  # that scope's MemoryHigh (None: unset or not observed)
-    children: list[int] = Field(default_factory=list)  # descendants in its own cgroup (moved with it)
+    children: list[int] = field(default_factory=list)  # descendants in its own cgroup (moved with it)
 
 
-class World(_Model):
+@dataclass(slots=True, kw_only=True)
+class World:
     """The live system as the planner sees it (`res observe --json`)."""
 
+    __pydantic_config__ = _CHECKED
+
     ok: bool = True  # False: jobs could not be observed; nothing destructive may be decided
-    errors: list[str] = Field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
     mem_total_gb: float
     mem_available_gb: float
     nproc: int
-    jobs: dict[JobId, JobObs] = Field(default_factory=dict)
-    live_pids: list[int] = Field(default_factory=list)  # note owners that are alive
+    jobs: dict[JobId, JobObs] = field(default_factory=dict)
+    live_pids: list[int] = field(default_factory=list)  # note owners that are alive
     # Attachment holders on this host whose process is gone: their leases are void at once (DESIGN §5.4).
-    gone_holders: list[str] = Field(default_factory=list)
+    gone_holders: list[str] = field(default_factory=list)
     # Queue entries state.db has no record of, whose log exists: they ran before (state.db was lost or
     # replaced), so they are never started again.
-    ran_before: list[JobId] = Field(default_factory=list)
-    # The user's side (issue 4). None / empty: not observed (then nothing is changed for them).
+    ran_before: list[JobId] = field(default_factory=list)
+    # The user's side (DESIGN §5.6). None / empty: not observed (then nothing is changed for them).
     agents_slice: SliceObs | None = None
     sessions: list[SessionObs] | None = None
     tmp_tmpfs_used_gb: float | None = None  # /tmp in use when it is a tmpfs (it is RAM)
-    stray_services: list[str] = Field(default_factory=list)  # transient services outside the agents slices
+    stray_services: list[str] = field(default_factory=list)  # transient services outside the agents slices
 
 
 # ---------------------------------------------------------------- plan
@@ -278,10 +353,14 @@ ActionKind = Literal[
 ]
 
 
-class Action(_Model):
+@dataclass(slots=True)
+class Action:
+    """One decision of a plan. A plain object: the core makes thousands a pass from validated inputs,
+    so nothing here is validated again (pydantic checks what comes in at the boundaries)."""
+
     kind: ActionKind
     id: JobId
-    reason: str = ""
+    reason: str = ""  # its line, made at the edge (render.reasons.explain) from `detail`
     # for display: what the entry asked for
     title: str = ""
     mem_gb: float = 0
@@ -294,21 +373,25 @@ class Action(_Model):
     # refuse: True when the request can never fit (exit 1 instead of 3)
     never: bool = False
     # set / adopt: unit properties to give; adopt: the pids to move into a new scope `id`
-    props: dict[str, int] = Field(default_factory=dict)
-    pids: list[int] = Field(default_factory=list)
-    # The reason as data with a stable `code` (docs/agent-interface.md): refuse / enqueue / wait
-    # (capacity.*_detail, `reason` is its one line), settle, stop and expire (the outcome's code).
+    props: dict[str, int] = field(default_factory=dict)
+    pids: list[int] = field(default_factory=list)
+    # The reason as data with a stable `code` (docs/agent-interface.md) and its figures.
     detail: dict | None = None
 
 
-class Plan(_Model):
-    actions: list[Action] = Field(default_factory=list)
+@dataclass(slots=True)
+class Plan:
+    actions: list[Action] = field(default_factory=list)
     budget_mem_gb: float = 0
     budget_cpus: float = 0
-    notices: list[str] = Field(default_factory=list)  # e.g. the broken-file line
+    notices: list[str] = field(default_factory=list)  # e.g. the broken-file line
 
     def of(self, kind: str) -> list[Action]:
         return [a for a in self.actions if a.kind == kind]
 
     def for_id(self, job_id: JobId) -> list[Action]:
         return [a for a in self.actions if a.id == job_id]
+
+    def as_data(self) -> dict:
+        """The plan as JSON-ready data (`reconcile --dry-run --json`, the loop's answer)."""
+        return asdict(self)

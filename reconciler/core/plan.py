@@ -21,46 +21,6 @@ OUTSIDE_STOP = ("TERM", "INT", "HUP")  # the signals of a stop request (systemct
 ATTACH_FAILURES_MAX = 3  # attachments in a row that fail before the job is failed and stopped
 
 
-_ACTION_DEFAULTS = {name: f.default for name, f in Action.model_fields.items()
-                    if not f.is_required() and f.default_factory is None}
-_ACTION_FACTORIES = {name: f.default_factory for name, f in Action.model_fields.items() if f.default_factory is not None}
-# Every field in the model's order (the JSON's order), holding its default (None where required).
-_ACTION_TEMPLATE = {name: _ACTION_DEFAULTS.get(name) for name in Action.model_fields}
-_new_action, _setattr = Action.__new__, object.__setattr__
-
-
-def _construct(fields: dict) -> Action:
-    """What Action.model_construct does for this model (no aliases, no extras, no private attributes,
-    no post-init), without its per-field loop: a pass makes one action per queued entry."""
-    a = _new_action(Action)
-    values = _ACTION_TEMPLATE.copy()  # updating keeps the keys' order
-    for name, factory in _ACTION_FACTORIES.items():
-        values[name] = factory()
-    values.update(fields)
-    _setattr(a, "__dict__", values)
-    _setattr(a, "__pydantic_fields_set__", set(fields))
-    _setattr(a, "__pydantic_extra__", None)
-    _setattr(a, "__pydantic_private__", None)
-    return a
-
-
-def _construct_is_exact() -> bool:
-    sample = {"kind": "wait", "id": "r-1", "reason": "r", "title": "t", "mem_gb": 1.0, "props": {"CPUWeight": 5}}
-    fast, slow = _construct(sample), Action.model_construct(**sample)
-    return (fast == slow and fast.model_fields_set == slow.model_fields_set
-            and fast.model_dump_json() == slow.model_dump_json() == Action(**sample).model_dump_json())
-
-
-if not _construct_is_exact():  # a pydantic whose internals differ: the slow, public way
-    def _construct(fields: dict) -> Action:  # noqa: F811
-        return Action.model_construct(**{**_ACTION_DEFAULTS, **{k: f() for k, f in _ACTION_FACTORIES.items()}, **fields})
-
-
-def _act(**fields) -> Action:
-    """Actions are made here from validated inputs only: skip re-validating each (1,000s a pass)."""
-    return _construct(fields)
-
-
 ALIVE = ("active", "activating", "deactivating")
 
 
@@ -106,43 +66,51 @@ def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
 
 def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World, now: float, policy,
                me: str | None) -> list[Action]:
+    """What a recorded job or note needs this pass (DESIGN §5.3's table, row by row)."""
     req = rec.request
+    if rec.phase == Phase.queued and (not desired.queue_ok or rec.id in wanted):
+        return []  # waits in the queue: admission decides it (the common case: thousands a pass)
+    gone = desired.queue_ok and rec.id not in wanted  # its entry left queue.toml
     tag = dict(title=req.title, mem_gb=req.mem_gb, cpus=req.cpus)
     if rec.phase in TERMINAL:
-        acts = []
-        if desired.queue_ok and rec.id in wanted:
-            acts.append(_act(kind="retire", id=rec.id, detail={"code": "retire", "phase": rec.phase.value}, **tag))
-        elif rec.ended is not None and now - rec.ended > PRUNE_AFTER_S:
-            acts.append(_act(kind="prune", id=rec.id, detail={"code": "prune"}, **tag))
-        return acts
-
+        return _finished(rec, desired.queue_ok and not gone, now, tag)
     if req.kind == "note":
-        if rec.phase != Phase.running:
-            return []
-        if req.owner_pid is not None and world.ok and req.owner_pid not in world.live_pids:
-            return [_act(kind="expire", id=rec.id, detail={"code": "owner_gone", "pid": req.owner_pid}, **tag)]
-        expires = rec.expires()
-        if expires is not None and now >= expires:
-            return [_act(kind="expire", id=rec.id, detail={"code": "expired", "at": expires}, **tag)]
-        if desired.queue_ok and rec.id not in wanted:
-            if not rec.released:
-                return [_restore(rec, tag)]
-            return [_act(kind="expire", id=rec.id, detail={"code": "released"}, **tag)]
-        return []
-
-    if rec.phase == Phase.queued:
-        if desired.queue_ok and rec.id not in wanted:
-            if not rec.released:
-                return [_restore(rec, tag)]
-            return [_act(kind="cancel", id=rec.id, detail={"code": "cancelled"}, **tag)]
-        return []
-
+        return _note(rec, gone, world, now, tag) if rec.phase == Phase.running else []
+    if rec.phase == Phase.queued:  # gone from queue.toml (one still in it returned above)
+        if not rec.released:
+            return [_restore(rec, tag)]
+        return [Action(kind="cancel", id=rec.id, detail={"code": "cancelled"}, **tag)]
     # starting / running / exited: only what could be observed is acted on, and only by the
     # reconciler that holds the job's attachment (or may claim it: no live lease of another).
-    if not world.ok:
+    if not world.ok or (rec.lease_live(now, world.gone_holders) and rec.attached_by != me):
         return []
-    if rec.lease_live(now, world.gone_holders) and rec.attached_by != me:
-        return []
+    return _live_job(rec, gone, world, now, policy, me, tag)
+
+
+def _finished(rec: JobRecord, in_file: bool, now: float, tag: dict) -> list[Action]:
+    if in_file:
+        return [Action(kind="retire", id=rec.id, detail={"code": "retire", "phase": rec.phase.value}, **tag)]
+    if rec.ended is not None and now - rec.ended > PRUNE_AFTER_S:
+        return [Action(kind="prune", id=rec.id, detail={"code": "prune"}, **tag)]
+    return []
+
+
+def _note(rec: JobRecord, gone: bool, world: World, now: float, tag: dict) -> list[Action]:
+    """A granted note ends when its owner does, at its expiry, or when it is released."""
+    owner = rec.request.owner_pid
+    if owner is not None and world.ok and owner not in world.live_pids:
+        return [Action(kind="expire", id=rec.id, detail={"code": "owner_gone", "pid": owner}, **tag)]
+    expires = rec.expires()
+    if expires is not None and now >= expires:
+        return [Action(kind="expire", id=rec.id, detail={"code": "expired", "at": expires}, **tag)]
+    if gone:
+        if not rec.released:
+            return [_restore(rec, tag)]
+        return [Action(kind="expire", id=rec.id, detail={"code": "released"}, **tag)]
+    return []
+
+
+def _live_job(rec: JobRecord, gone: bool, world: World, now: float, policy, me: str | None, tag: dict) -> list[Action]:
     obs = world.jobs.get(rec.id)
     alive = obs is not None and obs.state in ALIVE
     # An exit record counts only once the unit has ended (its own stop step writes it last), and only
@@ -151,45 +119,45 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
     foreign = ex is not None and rec.invocation is not None and ex.invocation != rec.invocation
     if foreign:
         ex = None
-    if rec.phase == Phase.starting:
-        if ex is not None:
-            pass  # it started and already ended: settled below
-        elif alive:
-            return [_act(kind="running", id=rec.id, detail={"code": "started"}, **tag)]
-        elif rec.attached_by in world.gone_holders:
-            return [_act(kind="requeue", id=rec.id, detail={"code": "holder_gone", "holder": holder_name(rec.attached_by)},
-                         **tag)]
-        elif rec.lease_until is not None and now > rec.lease_until:
-            return [_act(kind="requeue", id=rec.id, detail={"code": "lease_lapsed"}, **tag)]
-        else:
-            return []
+    if rec.phase == Phase.starting and ex is None:  # (one that started and already ended is settled below)
+        return _starting(rec, alive, world, now, tag)
     acts = []
     if me is not None and rec.attached_by != me:
-        acts.append(_act(kind="reattach", id=rec.id, detail=_lapsed(rec, now, world.gone_holders), **tag))
+        acts.append(Action(kind="reattach", id=rec.id, detail=_lapsed(rec, now, world.gone_holders), **tag))
     if ex is not None:
         rc, peak, outcome = settle_outcome(rec, ex)
         took = ex.at - rec.started if rec.started and ex.at else None
-        acts.append(_act(kind="settle", id=rec.id, rc=rc, peak_gb=peak, at=ex.at or None,
-                         detail={**outcome, "rc": rc, "peak_gb": peak, "took_s": took}, **tag))
+        acts.append(Action(kind="settle", id=rec.id, rc=rc, peak_gb=peak, at=ex.at or None,
+                           detail={**outcome, "rc": rc, "peak_gb": peak, "took_s": took}, **tag))
     elif not alive:
-        acts.append(_act(kind="settle", id=rec.id, rc=None, peak_gb=None,
-                         detail={"code": "lost", "lost": "foreign_exit" if foreign else "vanished"}, **tag))
+        acts.append(Action(kind="settle", id=rec.id, rc=None, peak_gb=None,
+                           detail={"code": "lost", "lost": "foreign_exit" if foreign else "vanished"}, **tag))
     elif rec.stop_reason is None:
-        if desired.queue_ok and rec.id not in wanted:
-            if rec.released:
-                acts.append(_act(kind="stop", id=rec.id, detail={"code": "released"}, **tag))
-            else:
-                acts.append(_restore(rec, tag))
+        if gone:
+            acts.append(Action(kind="stop", id=rec.id, detail={"code": "released"}, **tag) if rec.released
+                        else _restore(rec, tag))
         elif (trip := budget_trip(rec, policy, now, obs.log_bytes if obs is not None else None)) is not None:
-            acts.append(_act(kind="stop", id=rec.id, detail=trip, **tag))
+            acts.append(Action(kind="stop", id=rec.id, detail=trip, **tag))
     return acts
+
+
+def _starting(rec: JobRecord, alive: bool, world: World, now: float, tag: dict) -> list[Action]:
+    """`starting` is on record, the unit not yet seen ended: seen alive, or its starter is gone."""
+    if alive:
+        return [Action(kind="running", id=rec.id, detail={"code": "started"}, **tag)]
+    if rec.attached_by in world.gone_holders:
+        return [Action(kind="requeue", id=rec.id, detail={"code": "holder_gone", "holder": holder_name(rec.attached_by)},
+                       **tag)]
+    if rec.lease_until is not None and now > rec.lease_until:
+        return [Action(kind="requeue", id=rec.id, detail={"code": "lease_lapsed"}, **tag)]
+    return []
 
 
 def _restore(rec: JobRecord, tag: dict) -> Action:
     """An entry that left queue.toml without `res release` (the file deleted or laid down again, an
     edit by hand): not the user's word to stop it. It is written back, and the job goes on."""
     stop = rec.request.kind == "job" and rec.phase != Phase.queued
-    return _act(kind="restore", id=rec.id, detail={"code": "restore", "stop": stop}, **tag)
+    return Action(kind="restore", id=rec.id, detail={"code": "restore", "stop": stop}, **tag)
 
 
 def _lapsed(rec: JobRecord, now: float, gone: list[str]) -> dict:
@@ -306,113 +274,135 @@ def _session_block(req: Request, cap: Capacity, policy, spent: float, pricing_er
 
 
 def _refuse(req: Request, detail: dict, never: bool = False, **tag) -> Action:
-    return _act(kind="refuse", id=req.id, never=never, detail=detail, **tag)
+    return Action(kind="refuse", id=req.id, never=never, detail=detail, **tag)
 
 
 def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: float, policy,
            spent: float = 0.0, pricing_error: str | None = None, world: World | None = None) -> list[Action]:
-    acts: list[Action] = []
-    session_waits = False  # a queued session waits for the session caps: later sessions wait behind it
-    locks = {h.lock: h for h in cap.holders if h.lock}
-    queued_locks: dict[str, str] = {}  # lock -> the first waiting entry that will take it
-    starts = 0
-    head: Request | None = None  # the first queued entry that waits: everything behind it waits too
-    forecast: QueueForecast | None = None  # made once the first entry waits
-    position = 0  # of a queued entry among those that stay queued
-
-    def start(req: Request, head: bool, **tag) -> None:
-        nonlocal starts
-        acts.append(_act(kind="start", id=req.id, detail={"code": "fits", "head": head, "free_gb": cap.mem_gb}, **tag))
-        cap.take(req, _new_holder(req, now))
-        starts += 1
-        if req.lock:
-            locks[req.lock] = cap.holders[-1]
-        if forecast is not None:
-            forecast.started(req.mem_gb, req.cpus, req.est_s, req.lock)
-
+    """Every desired entry not yet decided, in queue order: taken back, held, refused, started,
+    granted or left waiting (DESIGN §5.2)."""
+    adm = _Admission(cap, now, policy, spent, pricing_error)
     ran_before = set(world.ran_before) if world is not None else set()
     hand_added = set(desired.hand_added)
     for req in desired.requests:
         rec = records.get(req.id)
         if rec is not None and rec.phase != Phase.queued:
             continue
-        tag = dict(title=req.title, mem_gb=req.mem_gb, cpus=req.cpus)
-        if req.id in hand_added and rec is None:
-            acts.append(_act(kind="hold", id=req.id, detail={"code": "hand_added"}, **tag))
-            continue
-        if rec is None and req.id in ran_before:
-            # state.db does not know it, but its log (and maybe its unit) does: it ran before (state.db
-            # was lost or replaced). Taken back as what it is, never started a second time.
-            obs = world.jobs.get(req.id)
-            there = obs is not None and (obs.state in ALIVE or obs.exit is not None)
-            acts.append(_act(kind="recover", id=req.id, detail={"code": "unit" if there else "lost"}, **tag))
-            if there:
-                cap.take(req, _new_holder(req, now))
-            continue
-        if cap.never_fits(req):
-            acts.append(_refuse(req, never_detail(req, cap), never=True, **tag))
-            continue
-        holder = locks.get(req.lock) if req.lock else None
-        blocked = _session_block(req, cap, policy, spent, pricing_error) if req.session else None
+        tag = {"title": req.title, "mem_gb": req.mem_gb, "cpus": req.cpus}
+        if rec is None and req.id in hand_added:
+            adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "hand_added"}, **tag))
+        elif rec is None and req.id in ran_before:
+            adm.recover(req, world, tag)
+        elif cap.never_fits(req):
+            adm.acts.append(_refuse(req, never_detail(req, cap), never=True, **tag))
+        elif req.kind == "note" or not req.queue:
+            adm.now_or_never(req, tag)
+        else:
+            adm.queued(req, rec, tag)
+    return adm.acts
 
-        if req.kind == "note" or not req.queue:
-            if blocked is not None:
-                detail, final = blocked
-                acts.append(_refuse(req, detail, never=final, **tag))
-            elif holder is not None:
-                acts.append(_refuse(req, lock_detail(req.lock or "", holder), **tag))
-            elif head is not None and not req.force:
-                acts.append(_refuse(req, busy_detail(req, cap, now, head=head), **tag))
-            elif not cap.fits(req):
-                acts.append(_refuse(req, busy_detail(req, cap, now), **tag))
-            elif req.kind == "note":
-                acts.append(_act(kind="grant", id=req.id, detail={"code": "fits", "free_gb": cap.mem_gb}, **tag))
-                cap.take(req, _new_holder(req, now))
-            elif starts < policy.max_starts_per_tick:
-                start(req, False, **tag)
-            # else: over this pass's start cap; decided next pass
-            continue
 
-        # --queue: strict FIFO; a blocked head holds the rest; a held lock skips the entry.
-        position += 1
-        if holder is not None or req.lock in queued_locks:
+class _Admission:
+    """The state one pass's admission carries from entry to entry."""
+
+    def __init__(self, cap: Capacity, now: float, policy, spent: float, pricing_error: str | None):
+        self.cap, self.now, self.policy, self.spent, self.pricing_error = cap, now, policy, spent, pricing_error
+        self.acts: list[Action] = []
+        self.locks = {h.lock: h for h in cap.holders if h.lock}  # lock -> its running holder
+        self.queued_locks: dict[str, str] = {}  # lock -> the first waiting entry that will take it
+        self.starts = 0
+        self.head: Request | None = None  # the first queued entry that waits: everything behind it waits too
+        self.forecast: QueueForecast | None = None  # made once the first entry waits
+        self.position = 0  # of a queued entry among those that stay queued
+        self.session_waits = False  # a queued session waits for the session caps: later sessions wait behind it
+
+    def recover(self, req: Request, world: World, tag: dict) -> None:
+        """state.db does not know it, but its log (and maybe its unit) does: it ran before (state.db
+        was lost or replaced). Taken back as what it is, never started a second time."""
+        obs = world.jobs.get(req.id)
+        there = obs is not None and (obs.state in ALIVE or obs.exit is not None)
+        self.acts.append(Action(kind="recover", id=req.id, detail={"code": "unit" if there else "lost"}, **tag))
+        if there:
+            self.cap.take(req, _new_holder(req, self.now))
+
+    def _blocked(self, req: Request) -> tuple[dict, bool] | None:
+        return _session_block(req, self.cap, self.policy, self.spent, self.pricing_error) if req.session else None
+
+    def start(self, req: Request, head: bool, tag: dict) -> None:
+        cap = self.cap
+        self.acts.append(Action(kind="start", id=req.id, detail={"code": "fits", "head": head, "free_gb": cap.mem_gb}, **tag))
+        cap.take(req, _new_holder(req, self.now))
+        self.starts += 1
+        if req.lock:
+            self.locks[req.lock] = cap.holders[-1]
+        if self.forecast is not None:
+            self.forecast.started(req.mem_gb, req.cpus, req.est_s, req.lock)
+
+    def now_or_never(self, req: Request, tag: dict) -> None:
+        """A note, or a job asked for without --queue: it starts (is granted) now or is refused."""
+        cap, blocked = self.cap, self._blocked(req)
+        holder = self.locks.get(req.lock) if req.lock else None
+        if blocked is not None:
+            detail, final = blocked
+            self.acts.append(_refuse(req, detail, never=final, **tag))
+        elif holder is not None:
+            self.acts.append(_refuse(req, lock_detail(req.lock or "", holder), **tag))
+        elif self.head is not None and not req.force:
+            self.acts.append(_refuse(req, busy_detail(req, cap, self.now, head=self.head), **tag))
+        elif not cap.fits(req):
+            self.acts.append(_refuse(req, busy_detail(req, cap, self.now), **tag))
+        elif req.kind == "note":
+            self.acts.append(Action(kind="grant", id=req.id, detail={"code": "fits", "free_gb": cap.mem_gb}, **tag))
+            cap.take(req, _new_holder(req, self.now))
+        elif self.starts < self.policy.max_starts_per_tick:
+            self.start(req, False, tag)
+        # else: over this pass's start cap; decided next pass
+
+    def queued(self, req: Request, rec: JobRecord | None, tag: dict) -> None:
+        """--queue: strict FIFO; a blocked head holds the rest; a held lock skips the entry."""
+        cap, lock = self.cap, req.lock
+        holder = self.locks.get(lock) if lock else None
+        self.position += 1
+        if holder is not None or (lock and lock in self.queued_locks):
             # Skipped, not blocking: it waits for its lock (held now, or taken by an earlier waiting
             # entry), and starts once its holders are expected to end.
-            forecast = forecast or QueueForecast(cap, now)
-            est = forecast.start_of(req.mem_gb, req.cpus, req.est_s, lock=req.lock)
-            lock_holder = holder.id if holder is not None else queued_locks[req.lock]
-            acts.extend(_wait(req, rec, {"code": "queued", "position": position, "est_start": est, "waits_for": "lock",
-                                         "lock": req.lock, "lock_holder": lock_holder}, **tag))
-            continue
-        if req.session and (blocked is not None or session_waits):
+            self.forecast = self.forecast or QueueForecast(cap, self.now)
+            est = self.forecast.start_of(req.mem_gb, req.cpus, req.est_s, lock=req.lock)
+            lock_holder = holder.id if holder is not None else self.queued_locks[req.lock]
+            self.acts.append(_wait(req, rec, {"code": "queued", "position": self.position, "est_start": est,
+                                              "waits_for": "lock", "lock": req.lock, "lock_holder": lock_holder}, tag))
+            return
+        session = req.session
+        blocked = self._blocked(req) if session else None
+        if session and (blocked is not None or self.session_waits):
             # Sessions wait for the session caps in FIFO order among themselves; other jobs go on.
-            session_waits = True
-            acts.extend(_wait(req, rec, {"code": "queued", "position": position, "est_start": None,
-                                         "waits_for": blocked[0]["resource"] if blocked else "sessions",
-                                         "block": blocked[0] if blocked else None}, **tag))
-            continue
-        if head is None and cap.fits(req) and starts < policy.max_starts_per_tick:
-            start(req, position == 1, **tag)
-            position -= 1  # it did not stay queued
-            continue
-        if head is None:
-            head = req
-            forecast = forecast or QueueForecast(cap, now)
-        est = forecast.start_of(req.mem_gb, req.cpus, req.est_s, lock=req.lock)
-        if req.lock:
-            queued_locks.setdefault(req.lock, req.id)
-        if head is req:
+            self.session_waits = True
+            self.acts.append(_wait(req, rec, {"code": "queued", "position": self.position, "est_start": None,
+                                              "waits_for": blocked[0]["resource"] if blocked else "sessions",
+                                              "block": blocked[0] if blocked else None}, tag))
+            return
+        if self.head is None and cap.fits(req) and self.starts < self.policy.max_starts_per_tick:
+            self.start(req, self.position == 1, tag)
+            self.position -= 1  # it did not stay queued
+            return
+        if self.head is None:
+            self.head = req
+            self.forecast = self.forecast or QueueForecast(cap, self.now)
+        est = self.forecast.start_of(req.mem_gb, req.cpus, req.est_s, lock)
+        if lock:
+            self.queued_locks.setdefault(lock, req.id)
+        if self.head is req:
             waits = "+".join(short_of(cap, req.mem_gb, req.cpus)) or "starts_per_pass"
-            detail = {"code": "queued", "position": position, "est_start": est, "waits_for": waits}
+            detail = {"code": "queued", "position": self.position, "est_start": est, "waits_for": waits}
         else:
-            detail = {"code": "queued", "position": position, "est_start": est, "waits_for": "queue_head", "head": head.id}
-        acts.extend(_wait(req, rec, detail, **tag))
-    return acts
+            detail = {"code": "queued", "position": self.position, "est_start": est, "waits_for": "queue_head",
+                      "head": self.head.id}
+        self.acts.append(_wait(req, rec, detail, tag))
 
 
-def _wait(req: Request, rec: JobRecord | None, detail: dict, **tag) -> list[Action]:
-    kind = "enqueue" if rec is None else "wait"
-    return [_act(kind=kind, id=req.id, detail=detail, **tag)]
+def _wait(req: Request, rec: JobRecord | None, detail: dict, tag: dict) -> Action:
+    # Positional: one of these per waiting entry, thousands a pass.
+    return Action("enqueue" if rec is None else "wait", req.id, "", req.title, req.mem_gb, req.cpus, detail=detail)
 
 
 def _new_holder(req: Request, now: float):

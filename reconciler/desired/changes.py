@@ -71,7 +71,7 @@ def change_line(at: float, file: str, how: str, who: str, summary: str, clock) -
 def _digest(data: bytes | None) -> str:
     if data is None:
         return "missing"
-    from reconciler.desired.writer import _digest as digest
+    from reconciler.config.files import digest
 
     return digest(data)
 

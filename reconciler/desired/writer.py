@@ -1,27 +1,15 @@
-"""The desired-state files (DESIGN §2, §4): `desired/queue.toml` (requests) and `desired/game.toml`.
-
-Two halves:
-
-* the reader, `read_desired()`, used by every reconcile pass. A missing file is a real empty state; a
-  file that cannot be read or validated is never read as empty: the pass gets the last good version
-  and one line `<path>:<line>: <error>` naming the file, the line and what is wrong;
-* the small writer, `Writer`, the only code that edits the desired files (`res run`, `res note`,
-  `res release`, `res game`, `res init`, and the reconciler retiring finished entries). It edits under
-  an exclusive lock, keeps the user's comments and formatting, validates before it writes, never
-  overwrites a file it could not read, and replaces files atomically (temp file, fsync, rename, fsync
-  of the directory).
-
-queue.toml holds `next_id` and `[[job]]` / `[[note]]` tables; each table is one `models.Request` whose
-`kind` is the array it is in (`kind` itself is not stored). game.toml holds `on` and an optional
-`until` (`models.Game`). The shipped annotated templates are `state/queue.toml` and `state/game.toml`.
+"""The small writer (DESIGN §2, §4), `Writer`: the only code that edits the desired files (`res run`,
+`res note`, `res release`, `res game`, `res init`, and the reconciler retiring finished entries). It
+edits under an exclusive lock, keeps the user's comments and formatting, validates before it writes,
+never overwrites a file it could not read, and replaces files atomically (temp file, fsync, rename,
+fsync of the directory). Reading the files is desired/reader.py's.
 
 Import-light (the writer is on `res run`'s hot path): tomllib, pydantic (via models) and tomlkit are
 imported inside the functions that need them, and tomlkit only when an edit cannot be made as a plain
-text edit (see `Writer.add`).
+text edit (see `Writer._appended`).
 """
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
@@ -30,363 +18,23 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from reconciler.config.locks import LockBusy, acquire, release
 from reconciler.config.paths import Paths
 
 if TYPE_CHECKING:
-    from reconciler.core.models import Desired, Game, Request
+    from reconciler.core.models import Game, Request
+from reconciler.config.files import digest
+from reconciler.desired.reader import (DesiredError, KINDS, MAX_ID, _Bad, _decode, _first_error, _ident, _open_dir, _parse_game, _parse_queue, _read_bytes, _read_file)
 
-KINDS = ("job", "note")
-MAX_FILE_BYTES = 8 << 20  # a desired file bigger than this is a mistake (thousands of entries), not a queue
-# game.toml holds two keys: a big one is an attack on the writer (tomlkit takes seconds a megabyte).
-MAX_BYTES = {"game.toml": 64 << 10}
 CHANGES_NAME = ".changes.jsonl"  # the writer's log of its own changes (reconciler/desired/changes.py reads it)
 CHANGES_LIMIT = 1 << 20
-MAX_ID = 9_999_999_999  # models.Request: r-[1-9][0-9]{0,9}
-_TOP_KEYS = ("next_id",) + KINDS
 _CACHE_NAME = ".queue.toml.ok"  # the writer's note about the last queue.toml it wrote (see _Note)
-
-
-class DesiredError(Exception):
-    """The writer could not make a change; the message is one line and nothing was changed."""
-
-
-class DesiredRead(NamedTuple):
-    """What `read_desired` returns: the desired state, and the game file's error line (None if good).
-
-    The queue file's state is in `desired.queue_ok` / `desired.queue_error`."""
-
-    desired: "Desired"
-    game_error: str | None
 
 
 class _Changed(Exception):
     """queue.toml changed between the writer reading and replacing it."""
-
-
-class _Bad(Exception):
-    """A desired file that cannot be used: what is wrong, and the line if one is to blame."""
-
-    def __init__(self, msg: str, line: int | None = None):
-        super().__init__(msg)
-        self.msg = " ".join(str(msg).split()) or "unreadable"  # always one line
-        self.line = line
-
-    def at(self, path: Path) -> str:
-        return f"{path}:{self.line}: {self.msg}" if self.line else f"{path}: {self.msg}"
-
-
-# ---------------------------------------------------------------- reading files
-
-
-def _open_dir(d: Path) -> int:
-    """An fd of the directory `d`, refusing a symlink. FileNotFoundError if it does not exist."""
-    try:
-        return os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        if os.path.islink(d):
-            raise _Bad(f"{d} is a symlink; refusing to use it") from None
-        raise _Bad(f"{d}: {e.strerror}") from None
-
-
-def _read_bytes(dfd: int, name: str) -> bytes | None:
-    """The file `name` in the directory `dfd`, or None if it does not exist. Never follows a symlink,
-    never blocks on a FIFO, refuses anything but a regular file of sane size."""
-    got = _read_file(dfd, name)
-    return None if got is None else got[0]
-
-
-def _ident(st: os.stat_result) -> tuple[int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _read_file(dfd: int, name: str) -> tuple[bytes, tuple[int, int, int, int]] | None:
-    """_read_bytes, and the file's identity (device, inode, size, mtime) when it was read."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise _Bad("is a symlink; refusing to read it") from None
-        raise _Bad(e.strerror or str(e)) from None
-    from reconciler.config.files import FileProblem, read_fd
-
-    try:
-        data, st = read_fd(fd, MAX_BYTES.get(name, MAX_FILE_BYTES))
-    except FileProblem as e:
-        raise _Bad(str(e)) from None
-    finally:
-        os.close(fd)
-    if not data:
-        # The writer never writes an empty file: zero bytes is what a crash or a cut-off save leaves.
-        raise _Bad("the file is empty (cut off?); delete it if nothing is wanted, or restore it", 1)
-    return data, _ident(st)
-
-
-def _decode(data: bytes) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _Bad("not valid UTF-8", data[: e.start].count(b"\n") + 1) from None
-
-
-# ---------------------------------------------------------------- finding the line to blame
-
-_TOML_AT = r"(?s)^(.*?)\s*\(at line (\d+), column (\d+)\)\s*$"
-_TOML_AT_END = r"(?s)^(.*?)\s*\(at end of document\)\s*$"
-_ANY_HEADER = r"^[ \t]*\["
-
-
-def _toml_bad(e: Exception, text: str) -> _Bad:
-    msg = str(e)
-    m = re.match(_TOML_AT, msg)
-    if m:
-        return _Bad(f"not valid TOML: {m.group(1)} (column {m.group(3)})", int(m.group(2)))
-    m = re.match(_TOML_AT_END, msg)
-    if m:
-        return _Bad(f"not valid TOML: {m.group(1)} at the end of the file (cut off?)", text.count("\n") + 1)
-    return _Bad(f"not valid TOML: {msg}")
-
-
-def _key_re(key: str) -> str:
-    k = re.escape(key)
-    return rf"""(?:{k}|"{k}"|'{k}')"""
-
-
-def _first_line(text: str, pattern: str, start: int = 0, end: int | None = None) -> int | None:
-    """1-based number of the first line in [start, end) (0-based line indices) matching `pattern`."""
-    rx = re.compile(pattern)
-    for i, line in enumerate(text.splitlines()[start:end], start):
-        if rx.match(line):
-            return i + 1
-    return None
-
-
-def _top_key_line(text: str, key: str) -> int | None:
-    return _first_line(text, rf"^[ \t]*(?:\[\[?[ \t]*)?{_key_re(key)}[ \t]*(?:=|\]|\.)")
-
-
-def _entry_line(text: str, kind: str, index: int, key: str | None, id_value: Any) -> int | None:
-    """Best effort: the line of `key` in the `index`-th [[kind]] table, else that table's header,
-    else the line that gives its id."""
-    lines = text.splitlines()
-    header = re.compile(rf"^[ \t]*\[\[[ \t]*{_key_re(kind)}[ \t]*\]\]")
-    starts = [i for i, line in enumerate(lines) if header.match(line)]
-    if index < len(starts):
-        start = starts[index]
-        end = next((j for j in range(start + 1, len(lines)) if re.match(_ANY_HEADER, lines[j])), len(lines))
-        if key:
-            found = _first_line(text, rf"^[ \t]*{_key_re(key)}[ \t]*[=.]", start + 1, end)
-            if found:
-                return found
-        return start + 1
-    if isinstance(id_value, str) and id_value:
-        return _first_line(text, rf"""^.*\bid[ \t]*=[ \t]*["']{re.escape(id_value)}["']""")
-    return None
-
-
-def _id_lines(text: str, id_value: str) -> list[int]:
-    rx = re.compile(rf"""^[ \t]*(?:id|"id"|'id')[ \t]*=[ \t]*["']{re.escape(id_value)}["']""")
-    return [i + 1 for i, line in enumerate(text.splitlines()) if rx.match(line)]
-
-
-def _short(value: Any) -> str:
-    r = repr(value)
-    return r if len(r) <= 40 else r[:37] + "..."
-
-
-def _first_error(e: Any) -> tuple[str | None, str]:
-    """(top-level field, 'field: message (got value)') of a pydantic ValidationError, on one line."""
-    err = e.errors()[0]
-    loc = [str(x) for x in err.get("loc", ())]
-    where = ".".join(loc) or "entry"
-    msg = err.get("msg", "invalid")
-    if loc == ["id"] and err.get("type") == "string_pattern_mismatch":
-        msg = 'must look like "r-12" (r- and a number from 1)'
-    if err.get("type") != "missing" and "input" in err and not isinstance(err["input"], dict):
-        msg += f" (got {_short(err['input'])})"
-    return (loc[0] if loc else None), f"{where}: {msg}"
-
-
-# ---------------------------------------------------------------- parsing (the reader's rules)
-
-
-class _SetAside:
-    """A queue entry that cannot be used: its id (when it has a usable one) and the line saying why."""
-
-    __slots__ = ("id", "why", "line")
-
-    def __init__(self, rid: str | None, why: str, line: int | None):
-        self.id, self.why, self.line = rid, why, line
-
-    def at(self, path: Path) -> str:
-        return _Bad(self.why, self.line).at(path)
-
-
-def _parse_queue(text: str) -> tuple[dict[str, Any], list["Request"], list[_SetAside]]:
-    """Parse and validate queue.toml text: (the TOML data, the requests sorted by id number, the
-    entries set aside). A file that is not TOML, or whose shape is wrong (unknown top-level keys, a
-    bad next_id, duplicate ids), raises _Bad naming the line to blame; one entry with a bad value is
-    set aside instead, so that one hostile or mistyped entry never stops everyone else's work."""
-    import tomllib
-
-    from pydantic import ValidationError
-
-    from reconciler.core.models import Request
-
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise _toml_bad(e, text) from None
-
-    for key in data:
-        if key not in _TOP_KEYS:
-            raise _Bad(f"unknown key {_short(key)} (this file holds next_id, [[job]] and [[note]])", _top_key_line(text, key))
-    nid = data.get("next_id")
-    if nid is not None and (type(nid) is not int or not 1 <= nid <= MAX_ID + 1):
-        raise _Bad(f"next_id: must be a whole number from 1 to {MAX_ID + 1}, not {_short(nid)}", _top_key_line(text, "next_id"))
-
-    requests: list[Request] = []
-    aside: list[_SetAside] = []
-    seen: set[str] = set()
-    for kind in KINDS:
-        entries = data.get(kind, [])
-        if not isinstance(entries, list) or not all(isinstance(x, dict) for x in entries):
-            raise _Bad(f"{kind}: must be [[{kind}]] tables", _top_key_line(text, kind))
-        for i, raw in enumerate(entries):
-            rid = raw.get("id")
-            good_id = rid if isinstance(rid, str) and re.fullmatch(r"r-[1-9][0-9]{0,9}", rid) else None
-            if good_id is not None:
-                if good_id in seen:
-                    lines = _id_lines(text, good_id)
-                    raise _Bad(f"duplicate id {good_id!r} (ids are unique)", lines[1] if len(lines) > 1 else None)
-                seen.add(good_id)
-            label = f"{kind} {good_id}" if good_id else f"{kind} #{i + 1}"
-            problem = None
-            if "kind" in raw and raw["kind"] != kind:
-                problem = (f"{label}: kind {_short(raw['kind'])} in a [[{kind}]] table (leave kind out)",
-                           _entry_line(text, kind, i, "kind", rid))
-            for key, value in raw.items():
-                if problem is None and isinstance(value, float) and not math.isfinite(value):
-                    problem = (f"{label}: {key}: must be a finite number", _entry_line(text, kind, i, key, rid))
-            if problem is None:
-                try:
-                    requests.append(Request.model_validate({**raw, "kind": kind}, strict=True))
-                    continue
-                except ValidationError as e:
-                    key, what = _first_error(e)
-                    problem = (f"{label}: {what}", _entry_line(text, kind, i, key, rid))
-            aside.append(_SetAside(good_id, problem[0], problem[1]))
-    requests.sort(key=lambda r: r.number)
-    return data, requests, aside
-
-
-def _parse_game(text: str) -> tuple[dict[str, Any], "Game"]:
-    import tomllib
-
-    from pydantic import ValidationError
-
-    from reconciler.core.models import Game
-
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise _toml_bad(e, text) from None
-    until = data.get("until")
-    if isinstance(until, float) and not math.isfinite(until):
-        raise _Bad("until: must be a finite number", _top_key_line(text, "until"))
-    try:
-        game = Game.model_validate(data, strict=True)
-    except ValidationError as e:
-        key, what = _first_error(e)
-        raise _Bad(what, _top_key_line(text, key) if key else None) from None
-    return data, game
-
-
-# ---------------------------------------------------------------- the reader
-
-
-def _read_text(paths: Paths, target: Path) -> str | None:
-    """The text of a desired file, None if it (or the state tree) does not exist. Raises _Bad."""
-    for d in (paths.root, paths.desired):
-        if os.path.islink(d):
-            raise _Bad(f"{d} is a symlink; refusing to use it")
-    try:
-        dfd = _open_dir(paths.desired)
-    except FileNotFoundError:
-        return None
-    try:
-        data = _read_bytes(dfd, target.name)
-    finally:
-        os.close(dfd)
-    return None if data is None else _decode(data)
-
-
-def read_queue(paths: Paths) -> list["Request"]:
-    """The usable requests in queue.toml (sorted by id number); [] if the file does not exist.
-    Raises DesiredError (one line `<path>:<line>: <error>`) if it cannot be read at all."""
-    return read_queue_set_aside(paths)[0]
-
-
-def read_queue_set_aside(paths: Paths) -> tuple[list["Request"], list[str]]:
-    """(the usable requests, one line per entry set aside). Raises DesiredError like read_queue."""
-    try:
-        text = _read_text(paths, paths.queue)
-        if text is None:
-            return [], []
-        _, requests, aside = _parse_queue(text)
-        return requests, [a.at(paths.queue) for a in aside]
-    except _Bad as b:
-        raise DesiredError(b.at(paths.queue)) from None
-
-
-def read_game(paths: Paths, last_good: "Game | None" = None) -> tuple["Game", str | None]:
-    """(game, error line). A missing game.toml is game mode off; a broken one gives `last_good`
-    (or off if there is none) and its error line."""
-    from reconciler.core.models import Game
-
-    try:
-        text = _read_text(paths, paths.game)
-        return (Game() if text is None else _parse_game(text)[1]), None
-    except _Bad as b:
-        return (last_good if last_good is not None else Game()), b.at(paths.game)
-
-
-def read_desired(paths: Paths, last_good: "list[Request] | None" = None, last_good_game: "Game | None" = None) -> DesiredRead:
-    """Read both desired files for one reconcile pass.
-
-    read_desired(paths, last_good=None, last_good_game=None) -> DesiredRead(desired, game_error)
-
-    * queue.toml missing: no requests, `queue_ok` True (a real empty state).
-    * queue.toml unusable (bad TOML, cut off, empty, a wrong type, an unknown key, a duplicate or
-      invalid id, a value the model rejects, a symlink, not a regular file, unreadable): never read as
-      empty. `desired.requests` is `last_good` (or []), `queue_ok` False, and `queue_error` one line
-      `<path>:<line>: <error>` (`<path>: <error>` when no line is to blame).
-    * game.toml missing: game mode off. Unusable: `desired.game` is `last_good_game` (or off) and
-      `game_error` is its one-line error; nothing is raised.
-
-    Requests come sorted by id number: the order they were asked in (ids are allocated in order under
-    the writer's lock), which is the FIFO order of the queue. Nothing here takes a lock: the writer
-    replaces files atomically, so a reader sees a whole old file or a whole new one.
-    """
-    from reconciler.core.models import Desired
-
-    game, game_error = read_game(paths, last_good_game)
-    try:
-        text = _read_text(paths, paths.queue)
-        requests, aside = ([], []) if text is None else _parse_queue(text)[1:]
-    except _Bad as b:
-        desired = Desired(requests=list(last_good or []), queue_ok=False, queue_error=b.at(paths.queue), game=game,
-                          game_ok=game_error is None)
-        return DesiredRead(desired, game_error)
-    return DesiredRead(Desired(requests=requests, game=game, game_ok=game_error is None,
-                               set_aside=[a.at(paths.queue) for a in aside], held=[a.id for a in aside if a.id]),
-                       game_error)
 
 
 # ---------------------------------------------------------------- writing TOML text
@@ -580,12 +228,6 @@ def _write_atomic(dfd: int, name: str, data: bytes, durable: bool = True) -> Non
         os.fsync(dfd)
 
 
-def _digest(data: bytes) -> str:
-    try:
-        from _blake2 import blake2b  # cheap to import; hashlib pulls in OpenSSL (~15 ms)
-    except ImportError:  # pragma: no cover
-        from hashlib import blake2b
-    return blake2b(data, digest_size=20).hexdigest()
 
 
 # ---------------------------------------------------------------- the writer
@@ -635,7 +277,7 @@ class _Note:
 
     def queue(self, data: bytes) -> _Queue | None:
         """The queue as noted, if `data` is exactly the file noted and plain text edits work on it."""
-        if not self.plain or self.digest != _digest(data):
+        if not self.plain or self.digest != digest(data):
             return None
         try:
             text = data.decode("utf-8")
@@ -646,7 +288,7 @@ class _Note:
     @staticmethod
     def save(dfd: int, data: bytes, q: _Queue, floor: int) -> None:
         c = q.counts
-        line = f"v1 {_digest(data)} {max(q.next_id, floor)} {q.top} {c.get('job', 0)} {c.get('note', 0)} {int(q.plain)}\n"
+        line = f"v1 {digest(data)} {max(q.next_id, floor)} {q.top} {c.get('job', 0)} {c.get('note', 0)} {int(q.plain)}\n"
         try:
             _write_atomic(dfd, _CACHE_NAME, line.encode(), durable=False)
         except OSError:
@@ -765,11 +407,20 @@ class Writer:
         except Exception:  # best effort: a missing or broken state.db must not stop `res run`
             return 0
 
-    def _floor(self, q: _Queue, note: _Note | None) -> int:
-        """The lowest id number that may be given out besides the file's own counter."""
-        if q.data is None:
-            return 1  # the writer's own last file: its counter already covers both floors
+    def _given_out(self, note: _Note | None) -> int:
+        """The lowest id number never given out as far as the file's neighbours tell: past state.db's
+        highest id and the counter of the writer's note (either survives the file being moved away
+        or its counter lowered by hand)."""
         return max(self._store_top() + 1, note.next_id if note else 1)
+
+    def _next_free(self, q: _Queue, note: _Note | None = None, past: int = 0, given_out: bool = False) -> int:
+        """The one rule of the id counter: the next id number is past the file's counter, past every
+        id in the file and past `past`; with `given_out`, past every id ever given out too (unless the
+        file is the writer's own last one, whose counter already is)."""
+        n = max(q.next_id, q.top + 1, past + 1)
+        if given_out and q.data is not None:
+            n = max(n, self._given_out(note))
+        return n
 
     def _commit_queue(self, dfd: int, q: _Queue, new_text: str, note: _Note | None, op: str = "edit",
                       ids: Iterable[str] = ()) -> None:
@@ -787,7 +438,7 @@ class Writer:
 
         who = self.who or process_chain(os.getpid())
         line = json.dumps({"at": time.time(), "file": file, "op": op, "ids": ids, "who": who,
-                           "digest": _digest(data)}, separators=(",", ":")) + "\n"
+                           "digest": digest(data)}, separators=(",", ":")) + "\n"
         try:
             fd = os.open(CHANGES_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                          dir_fd=dfd)
@@ -829,15 +480,40 @@ class Writer:
         """Append a new request: allocate its id under the lock ("r-" + max(next_id, 1 + the highest
         id present, 1 + the highest id state.db knows); next_id goes past it), fill `created` if
         absent, validate through models.Request before anything is written, append a [[job]] or
-        [[note]] table. Returns the Request as written (and as the reader will read it back).
-
-        The common case is a plain text edit (the new table appended, the counter's digits
-        replaced), checked by reading the new pieces back; a file the plain edit cannot handle
-        exactly (multi-line strings, inline arrays of tables, ...) is edited with tomlkit and the
-        whole result checked against the intended data."""
+        [[note]] table (`_appended`). Returns the Request as written (and as the reader will read it
+        back)."""
         from pydantic import ValidationError
 
-        from reconciler.core.models import Request
+        from reconciler.core.models import Request, parse
+
+        base = _entry_dict(self._checked(request_fields, kind))
+
+        def edit(dfd: int) -> "Request":
+            note = _Note.load(dfd)
+            q = self._load_queue(dfd, note)
+            n = self._next_free(q, note, given_out=True)
+            if n > MAX_ID:
+                raise DesiredError(f"{self.paths.queue}: no ids left (next would be r-{n}); nothing was changed")
+            entry = {"id": f"r-{n}", **base}
+            # exactly what the reader will make of the new table
+            try:
+                made = parse(Request, {**entry, "kind": kind})
+            except ValidationError as e:
+                raise DesiredError(f"{kind}: {_first_error(e)[1]}; nothing was written") from None
+            q, new_text = self._appended(dfd, q, [(kind, entry)], n + 1)
+            q.top = n
+            self._commit_queue(dfd, q, new_text, note, "add", [made.id])
+            return made
+
+        return self._retrying(edit)
+
+    @staticmethod
+    def _checked(request_fields: dict[str, Any], kind: str) -> "Request":
+        """The new request as models.Request validates it (its id a stand-in), with every text it
+        holds storable in queue.toml; DesiredError (nothing written) otherwise."""
+        from pydantic import ValidationError
+
+        from reconciler.core.models import Request, parse
 
         if kind not in KINDS:
             raise DesiredError(f"kind {kind!r}: must be one of {', '.join(KINDS)}")
@@ -852,92 +528,82 @@ class Writer:
             if isinstance(value, float) and not math.isfinite(value):
                 raise DesiredError(f"{kind}: {key}: must be a finite number; nothing was written")
         try:
-            req = Request.model_validate({**fields, "id": "r-1", "kind": kind})
+            req = parse(Request, {**fields, "id": "r-1", "kind": kind})
         except ValidationError as e:
             raise DesiredError(f"{kind}: {_first_error(e)[1]}; nothing was written") from None
-        _check_text("title", req.title)
-        _check_text("project", req.project)
-        _check_text("cwd", req.cwd)
-        for i, arg in enumerate(req.cmd):
-            _check_text(f"cmd[{i}]", arg)
+        texts = [("title", req.title), ("project", req.project), ("cwd", req.cwd)]
+        texts += [(f"cmd[{i}]", arg) for i, arg in enumerate(req.cmd)]
         for k, v in req.env.items():
-            _check_text(f"env {k!r}", k)
-            _check_text(f"env {k}", v)
+            texts += [(f"env {k!r}", k), (f"env {k}", v)]
             if "=" in k or not k:
                 raise DesiredError(f"env {k!r}: not a variable name")
-        if req.lock is not None:
-            _check_text("lock", req.lock)
-        if req.owner_name is not None:
-            _check_text("owner_name", req.owner_name)
+        texts += [(name, v) for name, v in (("lock", req.lock), ("owner_name", req.owner_name)) if v is not None]
+        for where, text in texts:
+            _check_text(where, text)
+        return req
 
-        base = _entry_dict(req)
+    def _appended(self, dfd: int, q: _Queue, entries: list[tuple[str, dict[str, Any]]], next_id: int) -> tuple[_Queue, str]:
+        """(the queue, its new text) with `entries` appended as [[kind]] tables and the counter at
+        `next_id`. The common case is a plain text edit (the new tables appended, the counter's digits
+        replaced), checked by reading the new pieces back; a file the plain edit cannot handle exactly
+        (multi-line strings, inline arrays of tables, ...) is edited with tomlkit and the whole result
+        checked against the intended data."""
+        added = {k: sum(1 for kind, _ in entries if kind == k) for k in KINDS}
+        new_text = self._appended_plain(q, entries, next_id) if q.plain else None
+        if new_text is None:
+            q = self._full(dfd, q)
+            new_text = self._appended_tomlkit(q, entries, next_id)
+            q.counts = {k: len(q.data.get(k, [])) + added[k] for k in KINDS}
+            q.plain = _plain(new_text, q.counts)
+        else:  # a plain edit of plain text stays plain: each block has one bare header, no multi-line string
+            q.counts = {k: q.counts.get(k, 0) + added[k] for k in KINDS}
+        q.next_id = next_id
+        return q, new_text
 
-        def edit(dfd: int) -> "Request":
-            note = _Note.load(dfd)
-            q = self._load_queue(dfd, note)
-            n = max(q.next_id, q.top + 1, self._floor(q, note))
-            if n > MAX_ID:
-                raise DesiredError(f"{self.paths.queue}: no ids left (next would be r-{n}); nothing was changed")
-            entry = {"id": f"r-{n}", **base}
-            # exactly what the reader will make of the new table
-            try:
-                made = Request.model_validate({**entry, "kind": kind}, strict=True)
-            except ValidationError as e:
-                raise DesiredError(f"{kind}: {_first_error(e)[1]}; nothing was written") from None
-            new_text = self._added_plain(q, kind, entry, n + 1) if q.plain else None
-            q.counts = {**q.counts, kind: q.counts.get(kind, 0) + 1}
-            if new_text is None:
-                q = self._full(dfd, q)
-                new_text = self._added_tomlkit(q, kind, entry, n + 1)
-                q.counts = {k: len(q.data.get(k, [])) + (k == kind) for k in KINDS}
-                q.plain = _plain(new_text, q.counts)
-            # (a plain edit of plain text stays plain: the block has one bare header, no multi-line string)
-            q.next_id, q.top = n + 1, n
-            self._commit_queue(dfd, q, new_text, note, "add", [made.id])
-            return made
-
-        return self._retrying(edit)
-
-    def _added_plain(self, q: _Queue, kind: str, entry: dict[str, Any], next_id: int) -> str | None:
+    def _appended_plain(self, q: _Queue, entries: list[tuple[str, dict[str, Any]]], next_id: int) -> str | None:
         import tomllib
 
-        block = _entry_text(kind, entry)
         text = _set_next_id(q.text, next_id)
         if text is None:
             return None
-        # Read the pieces back: the new table alone, and the part before the first table (which in
+        # Read the pieces back: each new table alone, and the part before the first table (which in
         # plain text holds nothing but comments and next_id).
-        if tomllib.loads(block) != {kind: [entry]}:
-            raise DesiredError(f"{self.paths.queue}: the new entry would not read back as written; nothing was changed")
+        blocks = []
+        for kind, entry in entries:
+            block = _entry_text(kind, entry)
+            if tomllib.loads(block) != {kind: [entry]}:
+                raise DesiredError(f"{self.paths.queue}: the new entry would not read back as written; nothing was changed")
+            blocks.append(block)
         cut = re.search(_HEADER_M, text)
         head = text[: cut.start()] if cut else text
         if tomllib.loads(head) != {"next_id": next_id}:
             return None
         if text and not text.endswith("\n"):
             text += "\n"
-        return text + block
+        return text + "".join(blocks)
 
-    def _added_tomlkit(self, q: _Queue, kind: str, entry: dict[str, Any], next_id: int) -> str:
+    def _appended_tomlkit(self, q: _Queue, entries: list[tuple[str, dict[str, Any]]], next_id: int) -> str:
         import tomlkit
 
         assert q.data is not None
         try:
             doc = tomlkit.parse(q.text)
             doc["next_id"] = next_id
-            table = tomlkit.table()
-            for k, v in entry.items():
-                table.append(k, _to_tomlkit(v))
-            if kind in doc:
-                if not isinstance(doc[kind], tomlkit.items.AoT):
-                    raise DesiredError(
-                        f"{self.paths.queue}: {kind} is written as an inline array; write its entries as [[{kind}]]"
-                        " tables so they can be added to; nothing was changed"
-                    )
-                doc[kind].append(table)
-            else:
-                aot = tomlkit.aot()
-                aot.append(table)
-                doc.append(kind, aot)
+            for kind, entry in entries:
+                table = tomlkit.table()
+                for k, v in entry.items():
+                    table.append(k, _to_tomlkit(v))
+                if kind in doc:
+                    if not isinstance(doc[kind], tomlkit.items.AoT):
+                        raise DesiredError(
+                            f"{self.paths.queue}: {kind} is written as an inline array; write its entries as [[{kind}]]"
+                            " tables so they can be added to; nothing was changed"
+                        )
+                    doc[kind].append(table)
+                else:
+                    aot = tomlkit.aot()
+                    aot.append(table)
+                    doc.append(kind, aot)
             new_text = tomlkit.dumps(doc)
         except DesiredError:
             raise
@@ -945,7 +611,10 @@ class Writer:
             raise DesiredError(f"{self.paths.queue}: could not edit it ({' '.join(str(e).split())}); nothing was changed") from None
         expected = dict(q.data)
         expected["next_id"] = next_id
-        expected[kind] = list(q.data.get(kind, [])) + [entry]
+        for kind in KINDS:
+            new = [entry for k, entry in entries if k == kind]
+            if new:
+                expected[kind] = list(q.data.get(kind, [])) + new
         self._verify(new_text, expected)
         return new_text
 
@@ -975,55 +644,67 @@ class Writer:
             if not q.exists:
                 return []
             if q.data is None:
-                # The writer's own last file, validated and plain: a plain text edit, each removed
-                # table checked on its own. (Its counter is already past every id in it.)
-                done = _remove_plain(q.text, wanted)
+                done = self._removed_own(dfd, q, note, wanted)
                 if done is not None:
-                    new_text, removed = done
-                    if not removed:
-                        return []
-                    for kind in removed.values():
-                        q.counts[kind] -= 1
-                    self._commit_queue(dfd, q, new_text, note, "remove", list(removed))
-                    return [i for i in wanted if i in removed]
+                    return done
                 q = self._full(dfd, q)
-            assert q.data is not None
-            doomed: dict[str, set[int]] = {}
-            found: set[str] = set()
-            for kind in KINDS:
-                for i, raw in enumerate(q.data.get(kind, [])):
-                    if raw.get("id") in wanted:
-                        doomed.setdefault(kind, set()).add(i)
-                        found.add(raw["id"])
-            if not found:
-                return []
-            next_id = max(q.next_id, q.top + 1)
-            expected: dict[str, Any] = dict(q.data)
-            expected["next_id"] = next_id
-            for kind, idx in doomed.items():
-                expected[kind] = [e for i, e in enumerate(q.data[kind]) if i not in idx]
-            counts = {k: len(expected.get(k, [])) for k in KINDS}
-
-            new_text = None
-            if q.plain:
-                done = _remove_plain(q.text, found)
-                text = done[0] if done is not None else None
-                if text is not None and next_id != q.data.get("next_id"):
-                    text = _set_next_id(text, next_id)
-                if text is not None:
-                    try:
-                        self._verify(text, expected)
-                        new_text = text
-                    except DesiredError:
-                        pass
-            if new_text is None:
-                new_text = self._removed_tomlkit(q, doomed, next_id, expected)
-            q.next_id, q.counts = next_id, counts
-            q.plain = _plain(new_text, counts)
-            self._commit_queue(dfd, q, new_text, note, "remove", sorted(found))
-            return [i for i in wanted if i in found]
+            return self._removed_any(dfd, q, note, wanted)
 
         return self._retrying(edit)
+
+    def _removed_own(self, dfd: int, q: _Queue, note: _Note | None, wanted: list[str]) -> list[str] | None:
+        """The writer's own last file, validated and plain: a plain text edit, each removed table
+        checked on its own (its counter is already past every id in it). None: not possible here."""
+        done = _remove_plain(q.text, wanted)
+        if done is None:
+            return None
+        new_text, removed = done
+        if not removed:
+            return []
+        for kind in removed.values():
+            q.counts[kind] -= 1
+        self._commit_queue(dfd, q, new_text, note, "remove", list(removed))
+        return [i for i in wanted if i in removed]
+
+    def _removed_any(self, dfd: int, q: _Queue, note: _Note | None, wanted: list[str]) -> list[str]:
+        """Any valid file: the entries removed as a plain text edit where the whole result reads back
+        as intended, else with tomlkit; the counter kept past every id that was present."""
+        assert q.data is not None
+        doomed: dict[str, set[int]] = {}
+        found: set[str] = set()
+        for kind in KINDS:
+            for i, raw in enumerate(q.data.get(kind, [])):
+                if raw.get("id") in wanted:
+                    doomed.setdefault(kind, set()).add(i)
+                    found.add(raw["id"])
+        if not found:
+            return []
+        next_id = self._next_free(q)
+        expected: dict[str, Any] = dict(q.data)
+        expected["next_id"] = next_id
+        for kind, idx in doomed.items():
+            expected[kind] = [e for i, e in enumerate(q.data[kind]) if i not in idx]
+        counts = {k: len(expected.get(k, [])) for k in KINDS}
+        new_text = self._removed_plain(q, found, next_id, expected) if q.plain else None
+        if new_text is None:
+            new_text = self._removed_tomlkit(q, doomed, next_id, expected)
+        q.next_id, q.counts = next_id, counts
+        q.plain = _plain(new_text, counts)
+        self._commit_queue(dfd, q, new_text, note, "remove", sorted(found))
+        return [i for i in wanted if i in found]
+
+    def _removed_plain(self, q: _Queue, found: set[str], next_id: int, expected: dict[str, Any]) -> str | None:
+        done = _remove_plain(q.text, found)
+        text = done[0] if done is not None else None
+        if text is not None and next_id != q.data.get("next_id"):
+            text = _set_next_id(text, next_id)
+        if text is None:
+            return None
+        try:
+            self._verify(text, expected)
+        except DesiredError:
+            return None
+        return text
 
     def _removed_tomlkit(self, q: _Queue, doomed: dict[str, set[int]], next_id: int, expected: dict[str, Any]) -> str:
         import tomlkit
@@ -1062,42 +743,10 @@ class Writer:
             missing = [r for r in reqs if r.id not in present]
             if not missing:
                 return []
-            next_id = max(q.next_id, q.top + 1, max(r.number for r in missing) + 1)
-            text = _set_next_id(q.text, next_id) if q.plain else None
-            if text is not None:
-                blocks = "".join(_entry_text(r.kind, {"id": r.id, **_entry_dict(r)}) for r in missing)
-                text = (text if text.endswith("\n") or not text else text + "\n") + blocks
-            expected: dict[str, Any] = dict(q.data)
-            expected["next_id"] = next_id
-            for kind in KINDS:
-                added = [{"id": r.id, **_entry_dict(r)} for r in missing if r.kind == kind]
-                if added:
-                    expected[kind] = list(q.data.get(kind, [])) + added
-            if text is not None:
-                try:
-                    self._verify(text, expected)
-                except DesiredError:
-                    text = None
-            if text is None:
-                import tomlkit
-
-                try:
-                    doc = tomlkit.parse(q.text)
-                    doc["next_id"] = next_id
-                    for r in missing:
-                        table = tomlkit.table()
-                        for k, v in {"id": r.id, **_entry_dict(r)}.items():
-                            table.append(k, _to_tomlkit(v))
-                        if r.kind not in doc:
-                            doc.append(r.kind, tomlkit.aot())
-                        doc[r.kind].append(table)
-                    text = tomlkit.dumps(doc)
-                except Exception as e:
-                    raise DesiredError(f"{self.paths.queue}: could not write entries back ({' '.join(str(e).split())})") from None
-                self._verify(text, expected)
-            q.next_id, q.top = next_id, max(q.top, max(r.number for r in missing))
-            q.counts = {k: len(expected.get(k, [])) for k in KINDS}
-            q.plain = _plain(text, q.counts)
+            highest = max(r.number for r in missing)
+            q, text = self._appended(dfd, q, [(r.kind, {"id": r.id, **_entry_dict(r)}) for r in missing],
+                                     self._next_free(q, past=highest))
+            q.top = max(q.top, highest)
             self._commit_queue(dfd, q, text, None, "restore", [r.id for r in missing])
             return [r.id for r in missing]
 
@@ -1114,12 +763,12 @@ class Writer:
 
         from pydantic import ValidationError
 
-        from reconciler.core.models import Game
+        from reconciler.core.models import Game, parse
 
         if until is not None and not (isinstance(until, (int, float)) and math.isfinite(until)):
             raise DesiredError(f"until {until!r}: must be a finite time")
         try:
-            game = Game.model_validate({"on": on, "until": None if until is None else float(until)}, strict=True)
+            game = parse(Game, {"on": on, "until": None if until is None else float(until)})
         except ValidationError as e:
             raise DesiredError(f"game: {_first_error(e)[1]}; nothing was written") from None
         path = self.paths.game
@@ -1177,11 +826,10 @@ class Writer:
                 text = _template(name)
                 if name == "queue.toml":
                     note = _Note.load(dfd)
-                    n = max(self._store_top() + 1, note.next_id if note else 1)
+                    n = self._given_out(note)
                     if exists:
                         try:
-                            q = self._load_queue(dfd)
-                            n = max(n, q.next_id, q.top + 1)
+                            n = self._next_free(self._load_queue(dfd), note, given_out=True)
                         except DesiredError:
                             pass
                     if n > 1:
@@ -1222,7 +870,11 @@ def _entry_dict(req: "Request") -> dict[str, Any]:
     """The table for a request, without id and kind, in the documented key order: every field of a
     job; a note leaves out the job-only keys while they are empty; None is left out (TOML has no
     null); float fields are written as floats (`cpus = 1.0`, not `1`)."""
-    fields = type(req).model_fields
+    from dataclasses import fields as fields_of
+
+    from reconciler.core.models import FLOAT_FIELDS
+
+    fields = [f.name for f in fields_of(req)]
     names = [n for n in _KEY_ORDER if n in fields] + [n for n in fields if n not in _KEY_ORDER]
     job_only = {"cmd": [], "cwd": "", "env": {}, "agent": "none"}
     out: dict[str, Any] = {}
@@ -1238,7 +890,7 @@ def _entry_dict(req: "Request") -> dict[str, Any]:
             value = list(value)
         elif isinstance(value, dict):
             value = dict(value)
-        elif fields[name].annotation is float and type(value) is int:
+        elif name in FLOAT_FIELDS and type(value) is int:
             value = float(value)
         out[name] = value
     return out

@@ -74,11 +74,13 @@ class Ticker:
                 self.last = await self.engine.tick()
             except StoreReplaced as e:
                 log.error("%s", e)
+                self.last = None
                 self.dirty = False
                 if self.on_fatal is not None:
                     self.on_fatal(e)
             except Exception:
                 log.exception("pass %d failed", self.begun)
+                self.last = None  # a failed pass hands back no plan, never the one before it as new
             self.finished = self.begun
             async with self.done:
                 self.done.notify_all()
@@ -108,26 +110,15 @@ def take_serve_lock(paths: Paths) -> int:
 async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = False) -> None:
     """The loop. `standby`: wait while another loop holds the state directory, take over when it
     ends (its leases are then claimed as they lapse, or at once if it handed them over)."""
-    from apscheduler.schedulers.asyncio import AsyncIOScheduler
-
     from reconciler.loop.tick import Engine
 
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
-    while True:
-        try:
-            lock_fd = take_serve_lock(paths)
-            break
-        except ServeBusy:
-            if not standby:
-                raise
-        try:
-            await asyncio.wait_for(stopping.wait(), 0.2)
-            return  # asked to stop while standing by
-        except asyncio.TimeoutError:
-            pass
+    lock_fd = await _serve_lock(paths, stopping, standby)
+    if lock_fd is None:
+        return  # asked to stop while standing by
     engine = engine or Engine(paths, policy)
     ticker = Ticker(engine)
     fatal: list[Exception] = []
@@ -137,80 +128,13 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
         stopping.set()
 
     ticker.on_fatal = stop_for
-    if hasattr(engine.runtime, "watch"):
-        # A unit of ours ended or went away: a pass now settles it and starts what waited for it.
-        await engine.runtime.watch(lambda job_id, state: state in ENDED_STATES and ticker.kick())
+    # A unit of ours ended or went away: a pass now settles it and starts what waited for it.
+    await engine.runtime.watch(lambda job_id, state: state in ENDED_STATES and ticker.kick())
     await engine.connect()
     if not engine.connected and engine.manager_absent and policy.private_manager == "auto":
         await start_private_manager(engine, paths)
-
-    connections = reading = 0
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One request per connection. What a client can make the loop spend is bounded: connections
-        at once (MAX_CONNECTIONS), those still sending (MAX_READING), the size of a request
-        (REQUEST_LIMIT), and the time it may take to send it (REQUEST_S): at most MAX_READING ×
-        REQUEST_LIMIT of buffers. A client that hangs up early costs nothing but its connection."""
-        nonlocal connections, reading
-        connections += 1
-        try:
-            if connections > MAX_CONNECTIONS or reading >= MAX_READING:
-                answer = {"code": 1, "line": "res: the reconciler loop has too many requests open; try again"}
-            else:
-                try:
-                    reading += 1
-                    try:
-                        line = await asyncio.wait_for(reader.readline(), REQUEST_S)
-                    finally:
-                        reading -= 1
-                    if not line.endswith(b"\n"):
-                        return  # hung up (or past the size limit) before a whole request: nothing was asked
-                    answer = await answer_request(engine, ticker, json.loads(line), reader,
-                                                  say=lambda obj: writer.write(json.dumps(obj).encode() + b"\n"))
-                except asyncio.TimeoutError:
-                    return  # a client that stalls mid-request is dropped
-                except (ConnectionError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):
-                    return
-                except ValueError as e:
-                    if "limit" in str(e) or "Separator" in str(e):
-                        return  # a line over REQUEST_LIMIT: not a request any res sends
-                    answer = {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
-                except Exception as e:  # a bad request gets an answer, never kills the loop
-                    answer = {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
-            if answer is None:  # the caller went away (a wait it gave up): nobody to answer
-                return
-            writer.write(json.dumps(answer).encode() + b"\n")
-            await writer.drain()
-        except (ConnectionError, OSError):
-            pass  # the caller hung up before its answer: nothing to tell, nothing to log
-        finally:
-            connections -= 1
-            writer.close()
-
-    if paths.socket.exists() or paths.socket.is_symlink():
-        paths.socket.unlink()  # ours: we hold the serve lock
-    old = os.umask(0o077)
-    try:
-        # A request is one JSON line holding the caller's command and environment: far past
-        # asyncio's default 64 KiB line limit for a long command line (ARG_MAX is 2 MiB or more).
-        server = await asyncio.start_unix_server(handle, path=str(paths.socket), limit=REQUEST_LIMIT)
-    finally:
-        os.umask(old)
-    async def interval_pass() -> None:  # a coroutine, so APScheduler runs it on our loop, not a thread
-        ticker.kick()
-
-    scheduler = AsyncIOScheduler()
-    if policy.clean_every_minutes > 0:
-        from reconciler.commands.clean import default_roots
-
-        async def cleanup() -> None:
-            await auto_clean(engine, default_roots(os.getuid()), time.time())
-
-        scheduler.add_job(cleanup, "interval", seconds=60, id="clean", max_instances=1, coalesce=True)
-    # A pass every tick_s; expired attachments are claimed by a pass, so at least every sweep_s too.
-    scheduler.add_job(interval_pass, "interval", seconds=min(policy.tick_s, policy.sweep_s), id="tick",
-                      max_instances=1, coalesce=True)
-    scheduler.start()
+    server = await _listen(paths, Requests(engine, ticker).handle)
+    scheduler = _scheduled(engine, ticker, policy)
     ticker.kick()
     log.info("serving %s (pid %d), a pass every %gs", paths.root, os.getpid(), policy.tick_s)
     if ready is not None:
@@ -233,6 +157,109 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
         raise ServeStopped(str(fatal[0]))
 
 
+async def _serve_lock(paths: Paths, stopping: asyncio.Event, standby: bool) -> int | None:
+    """The state directory's serve lock; with `standby`, waited for until it is free (None: asked
+    to stop meanwhile). ServeBusy without `standby` when another loop holds it."""
+    while True:
+        try:
+            return take_serve_lock(paths)
+        except ServeBusy:
+            if not standby:
+                raise
+        try:
+            await asyncio.wait_for(stopping.wait(), 0.2)
+            return None
+        except asyncio.TimeoutError:
+            pass
+
+
+async def _listen(paths: Paths, handle) -> asyncio.AbstractServer:
+    """The loop's socket, 0600 (created under umask 077); a stale one is ours to replace: we hold the
+    serve lock."""
+    if paths.socket.exists() or paths.socket.is_symlink():
+        paths.socket.unlink()
+    old = os.umask(0o077)
+    try:
+        # A request is one JSON line holding the caller's command and environment: far past
+        # asyncio's default 64 KiB line limit for a long command line (ARG_MAX is 2 MiB or more).
+        return await asyncio.start_unix_server(handle, path=str(paths.socket), limit=REQUEST_LIMIT)
+    finally:
+        os.umask(old)
+
+
+def _scheduled(engine, ticker: "Ticker", policy):
+    """APScheduler's jobs on this event loop: a pass every tick_s (at least every sweep_s: expired
+    attachments are claimed by a pass), and the silent cleanup when the policy asks for it."""
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+    async def interval_pass() -> None:  # a coroutine, so APScheduler runs it on our loop, not a thread
+        ticker.kick()
+
+    scheduler = AsyncIOScheduler()
+    if policy.clean_every_minutes > 0:
+        from reconciler.commands.clean import default_roots
+
+        async def cleanup() -> None:
+            await auto_clean(engine, default_roots(os.getuid()), time.time())
+
+        scheduler.add_job(cleanup, "interval", seconds=60, id="clean", max_instances=1, coalesce=True)
+    scheduler.add_job(interval_pass, "interval", seconds=min(policy.tick_s, policy.sweep_s), id="tick",
+                      max_instances=1, coalesce=True)
+    scheduler.start()
+    return scheduler
+
+
+class Requests:
+    """The socket's side of the loop: one request per connection. What a client can make the loop
+    spend is bounded: connections at once (MAX_CONNECTIONS), those still sending (MAX_READING), the
+    size of a request (REQUEST_LIMIT), and the time it may take to send it (REQUEST_S): at most
+    MAX_READING × REQUEST_LIMIT of buffers. A client that hangs up early costs nothing but its
+    connection."""
+
+    def __init__(self, engine, ticker: "Ticker"):
+        self.engine, self.ticker = engine, ticker
+        self.connections = self.reading = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            if self.connections > MAX_CONNECTIONS or self.reading >= MAX_READING:
+                answer = {"code": 1, "line": "res: the reconciler loop has too many requests open; try again"}
+            else:
+                answer = await self._answer(reader, writer)
+            if answer is None:  # nothing was asked, or the caller went away (a wait it gave up)
+                return
+            writer.write(json.dumps(answer).encode() + b"\n")
+            await writer.drain()
+        except (ConnectionError, OSError):
+            pass  # the caller hung up before its answer: nothing to tell, nothing to log
+        finally:
+            self.connections -= 1
+            writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> dict | None:
+        try:
+            self.reading += 1
+            try:
+                line = await asyncio.wait_for(reader.readline(), REQUEST_S)
+            finally:
+                self.reading -= 1
+            if not line.endswith(b"\n"):
+                return None  # hung up (or past the size limit) before a whole request: nothing was asked
+            return await answer_request(self.engine, self.ticker, json.loads(line), reader,
+                                        say=lambda obj: writer.write(json.dumps(obj).encode() + b"\n"))
+        except asyncio.TimeoutError:
+            return None  # a client that stalls mid-request is dropped
+        except (ConnectionError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):
+            return None
+        except ValueError as e:
+            if "limit" in str(e) or "Separator" in str(e):
+                return None  # a line over REQUEST_LIMIT: not a request any res sends
+            return {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
+        except Exception as e:  # a bad request gets an answer, never kills the loop
+            return {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
+
+
 async def start_private_manager(engine, paths: Paths) -> None:
     """No systemd user manager to reach (a container, CI, a root shell without lingering): boot one for
     this state directory (reconciler/runtime/usermanager.py), say so in one line, and connect to it. It
@@ -251,10 +278,11 @@ async def start_private_manager(engine, paths: Paths) -> None:
 
 
 async def auto_clean(engine, roots, now: float) -> list[str] | None:
-    """The loop's silent cleanup (issue 4, item 6): like `res clean --yes` without project patterns,
+    """The loop's silent cleanup: like `res clean --yes` without project patterns,
     at most every `clean_every_minutes` (the last run is kept in state.db, so a restarted loop does
     not clean sooner). The sweep runs in a thread; the loop keeps ticking. None when not due."""
-    from reconciler.commands.clean import clean, due, reset_failed
+    from reconciler.commands.clean import clean, reset_failed
+    from reconciler.core.clean import due
 
     policy = engine.policy
     last = engine.store.get_meta("clean_last")
@@ -262,9 +290,9 @@ async def auto_clean(engine, roots, now: float) -> list[str] | None:
         return None
     engine.store.set_meta("clean_last", repr(now))
     lines = await asyncio.to_thread(clean, roots, now, os.getuid(), policy.scratch_hours * 3600, yes=False, auto=True)
-    if engine.connected and hasattr(engine.runtime, "failed_units"):
-        lines += await reset_failed(engine.runtime.failed_units, engine.runtime.reset_failed_unit, yes=True,
-                                    prefix=policy.unit_prefix)
+    side = engine.runtime.user_side() if engine.connected else None
+    if side is not None:
+        lines += await reset_failed(side.failed_units, side.reset_failed_unit, yes=True, prefix=policy.unit_prefix)
     for line in lines:
         log.info("clean: %s", line)
     return lines
@@ -345,7 +373,7 @@ async def answer_request(engine, ticker: Ticker, req: dict, reader=None, say=Non
         from reconciler.render.lines import render_plan
 
         # The plan as data too, so `res reconcile [--json]` prints the same as without a loop.
-        return {"code": 1 if plan.notices else 0, "line": render_plan(plan), "plan": plan.model_dump(mode="json")}
+        return {"code": 1 if plan.notices else 0, "line": render_plan(plan), "plan": plan.as_data()}
     elif op == "status":
         # Read-only, its own SQLite connection: in a thread, so the loop's passes go on meanwhile.
         from reconciler.commands.status import queue_problem, status

@@ -10,11 +10,12 @@ import time
 
 from reconciler.apply.attach import Streamer
 from reconciler.apply.executor import Executor
-from reconciler.config.locks import locked
-from reconciler.core.models import Desired, Game, Phase, Plan, Request, World
+from reconciler.config.locks import locked_async
+from reconciler.core.models import Desired, Game, Phase, Plan, Request, World, dump, parse
 from reconciler.observed.world import observe_user_side, observe_world
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
+from reconciler.core.lifecycle import transition
 from reconciler.core.plan import plan
 from reconciler.render.reasons import explain
 
@@ -137,7 +138,7 @@ class Engine:
             return given
         for rec in records.values():
             if rec.attached_by == self.holder and rec.phase in (Phase.running, Phase.exited):
-                if self.store.put(rec.model_copy(update={"attached_by": None, "lease_until": None, "updated": now}),
+                if self.store.put(transition(rec, "hand_over", now),
                                   expect_phase=rec.phase, expect_holder=self.holder):
                     given.append(rec.id)
         return given
@@ -146,9 +147,11 @@ class Engine:
         """Write the slices' unit files where they are missing or differ, then daemon-reload, so the
         slices exist with their normal share before any property is set or job started in them."""
         from reconciler.observed.world import meminfo
-        from reconciler.render.unitfiles import install_unit, oomd_present, slice_units, slice_units_key, user_unit_dir
+        from reconciler.render.unitfiles import slice_units
+        from reconciler.runtime.unitfiles import install_unit, oomd_present, slice_units_key, user_unit_dir
 
-        if not hasattr(self.runtime, "daemon_reload"):
+        side = self.runtime.user_side()
+        if side is None:
             return []
         try:
             ram, oomd = meminfo()[0], oomd_present()
@@ -164,7 +167,7 @@ class Engine:
             directory = user_unit_dir()
             changed = [name for name, text in texts.items() if install_unit(directory, name, text)]
             if changed:
-                await self.runtime.daemon_reload()
+                await side.daemon_reload()
                 log.info("installed %s in %s", ", ".join(changed), directory)
             self._slice_key = key
             return []
@@ -189,7 +192,7 @@ class Engine:
         # Files any agent may have replaced are read before the lock: a slow one never holds up others.
         self.reload_policy()
         self.streamer.refresh_pricing()
-        with locked(self.paths.tick_lock):
+        async with locked_async(self.paths.tick_lock):
             self.store.check_same()  # a state.db removed or replaced under us: stop, loudly
             now = time.time()
             desired, notices = load_desired(self.paths, self.store)
@@ -278,25 +281,24 @@ def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float = 60.0) -
         return pass_here(paths, policy, adopt)
     if answer.get("plan") is None:
         raise PassFailed(answer["line"], answer["code"])
-    return Plan.model_validate(answer["plan"])
+    return parse(Plan, answer["plan"])
 
 
 def load_desired(paths: Paths, store, save: bool = True) -> tuple[Desired, list[str]]:
     """Desired state, keeping the last good version of a file that does not parse (DESIGN §2 step 2).
     `save`: remember this version as the last good one (never in a dry run)."""
-    from reconciler.desired.writer import read_desired
+    from reconciler.desired.reader import read_desired
 
     last = store.get_meta("desired_last_good")
     saved = json.loads(last) if last else None
-    last_good = [Request.model_validate(r) for r in saved["requests"]] if saved else None
-    last_game = Game.model_validate(saved["game"]) if saved else None
+    last_good = [parse(Request, r) for r in saved["requests"]] if saved else None
+    last_game = parse(Game, saved["game"]) if saved else None
     desired, game_error = read_desired(paths, last_good, last_game)
     notices = [f"{game_error}; keeping game mode as it was"] if game_error else []
     if save and (desired.queue_ok or not game_error):
         # Each file's part is remembered only from a good read of that file: a broken one's part
         # is already the last good version (read_desired substitutes it).
-        snapshot = json.dumps({"requests": [r.model_dump(mode="json") for r in desired.requests],
-                               "game": desired.game.model_dump(mode="json")})
+        snapshot = json.dumps({"requests": [dump(r) for r in desired.requests], "game": dump(desired.game)})
         if snapshot != last:
             store.set_meta("desired_last_good", snapshot)
     return desired, notices
@@ -308,7 +310,7 @@ def publish(store, world: World, p: Plan, now: float) -> None:
     queue = {a.id: a.detail for a in p.actions if a.kind in ("enqueue", "wait") and a.detail}
     held = [{"id": a.id, "title": a.title, "reason": a.reason} for a in p.actions if a.kind == "hold"]
     store.set_meta("last_tick", json.dumps({
-        "at": now, "world": world.model_dump(mode="json"),
+        "at": now, "world": dump(world),
         "budget_mem_gb": p.budget_mem_gb, "budget_cpus": p.budget_cpus, "notices": p.notices, "queue": queue,
         "held": held,
     }))

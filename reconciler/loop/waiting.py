@@ -54,8 +54,7 @@ def _wait_here(paths: Paths, policy, job_id: str, timeout: float | None, on_idle
     async def run():
         engine = Engine(paths, policy)
         changed = asyncio.Event()
-        if hasattr(engine.runtime, "watch"):
-            await engine.runtime.watch(lambda _job, state: changed.set())
+        await engine.runtime.watch(lambda _job, state: changed.set())
         await engine.connect()
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout

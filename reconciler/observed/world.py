@@ -82,7 +82,7 @@ async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], 
     return world
 
 
-# ---------------------------------------------------------------- the user's side (issue 4)
+# ---------------------------------------------------------------- the user's side (DESIGN §5.6)
 
 DESKTOP_SLICES = ("session.slice", "background.slice")  # app.slice holds systemd-run services too
 
@@ -163,11 +163,12 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
     if runtime_dir:
         world.stray_services = stray_services(os.path.join(runtime_dir, "systemd", "transient"),
                                               (policy.agents_slice, policy.jobs_slice))
-    if runtime is None or not hasattr(runtime, "unit_properties"):
+    side = runtime.user_side() if runtime is not None else None
+    if side is None:
         return []
-    slice_cg = cgroup.slice_cgroup(runtime.manager_cgroup, policy.agents_slice)
+    slice_cg = cgroup.slice_cgroup(side.manager_cgroup, policy.agents_slice)
     try:
-        props = await runtime.unit_properties(policy.agents_slice, "Slice")
+        props = await side.unit_properties(policy.agents_slice, "Slice")
     except Exception as e:  # noqa: BLE001 - unobserved: nothing is set this pass
         return [f"could not observe the agents slice {policy.agents_slice}: {' '.join(str(e).split())}"]
     used = cgroup.memory_used_bytes(slice_cg) or 0
@@ -185,7 +186,7 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
         cg = cgroup_of(p.pid)
         if cg is None:
             continue
-        unit = unit_of_cgroup(cg, runtime.manager_cgroup)
+        unit = unit_of_cgroup(cg, side.manager_cgroup)
         # Only children in the session's own cgroup go with it: one the agent put in a unit of its
         # own (systemd-run --scope -p MemoryMax=…) keeps that unit and its limits.
         kids = [k for k in descendants(procs, p.pid) if procs[k].uid == me and cgroup_of(k) == cg]
@@ -196,7 +197,7 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
             if first.endswith(".scope"):
                 s.scope = first
                 try:
-                    s.scope_memory_high = (await runtime.unit_properties(first, "Scope")).get("MemoryHigh")
+                    s.scope_memory_high = (await side.unit_properties(first, "Scope")).get("MemoryHigh")
                 except Exception:  # noqa: BLE001 - the session ended meanwhile: the next pass sees
                     continue
         sessions.append(s)

@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     lease_until REAL,
     ended       REAL,
     updated     REAL NOT NULL DEFAULT 0,
-    record      TEXT NOT NULL              -- models.JobRecord, model_dump_json()
+    record      TEXT NOT NULL              -- models.JobRecord, models.dump_json()
 );
 CREATE INDEX IF NOT EXISTS jobs_phase ON jobs (phase);
 CREATE INDEX IF NOT EXISTS jobs_num ON jobs (num);
@@ -245,10 +245,10 @@ class Store:
     def _load(job_id: str, raw: str) -> "JobRecord":
         from pydantic import ValidationError
 
-        from reconciler.core.models import JobRecord
+        from reconciler.core.models import JobRecord, parse_json
 
         try:
-            return JobRecord.model_validate_json(raw)
+            return parse_json(JobRecord, raw)
         except ValidationError as e:
             err = e.errors()[0]
             raise StoreError(f"record {job_id}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
@@ -324,8 +324,10 @@ class Store:
         * expect_holder: ANY (default): any; a string or None: the stored `attached_by` must equal it
           (a missing record counts as held by None).
         """
+        from reconciler.core.models import dump_json
+
         conn = self._writable()
-        data = record.model_dump_json()
+        data = dump_json(record)
         job_id = record.request.id
         with self.transaction():
             row = conn.execute("SELECT phase, holder FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -412,7 +414,7 @@ class Store:
         return default if got is None else got
 
     def set_meta(self, key: str, value: str) -> None:
-        """Store text (JSON is the caller's to encode, e.g. Desired.model_dump_json())."""
+        """Store text (JSON is the caller's to encode)."""
         if not isinstance(value, str):
             raise TypeError("meta values are text")
         conn = self._writable()

@@ -1,15 +1,18 @@
-"""The one small interface between the executor and whatever runs jobs (issue 2, item 15).
+"""The one small interface between the shell and whatever runs jobs.
 
 systemd (user manager over D-Bus) is the first implementation; a cluster engine (Slurm) is meant to be
 the second, so nothing above this interface may assume systemd: callers speak job ids, the runtime
-chooses unit names, cgroup paths and the like.
+chooses unit names, cgroup paths and the like. Every call the shell makes on a runtime is in `Runtime`;
+what only a workstation's own manager has (slices, scopes, unit files: the user's side, DESIGN §5.6)
+is in `UserSide`, which `Runtime.user_side()` gives where there is one. No caller probes a runtime
+for a method (`hasattr`): what it may call is what these say.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from reconciler.core.models import ExitObs, JobObs
 
@@ -66,6 +69,40 @@ class Runtime(Protocol):
     async def forget(self, job_id: str) -> None:
         """Drop what the runtime keeps of an ended, settled job (failed unit, exit record)."""
         ...
+
+    async def watch(self, callback: Callable[[str, str], object]) -> None:
+        """Call `callback(job_id, state)` whenever a job of ours changes state, from now on (a runtime
+        that cannot tell does nothing: the loop's sweep interval still finds every change)."""
+        ...
+
+    def user_side(self) -> "UserSide | None":
+        """The workstation's own side (slices, scopes, unit files), or None for a runtime without one."""
+        ...
+
+
+class UserSide(Protocol):
+    """What only the user's own service manager has: the agents slice and its values, agent sessions
+    moved into scopes, the slices' unit files, units left failed."""
+
+    @property
+    def manager_cgroup(self) -> str:
+        """The manager's own cgroup (its ControlGroup): the root under which its slices live."""
+        ...
+
+    async def daemon_reload(self) -> None: ...
+
+    async def unit_properties(self, unit: str, interface: str) -> dict: ...
+
+    async def set_unit_properties(self, unit: str, values: dict[str, int]) -> None: ...
+
+    async def start_scope(self, name: str, slice_name: str, pids: list[int], description: str,
+                          props: dict[str, int]) -> None: ...
+
+    async def failed_units(self) -> list[str]:
+        """Names of the runtime's own units left in the failed state."""
+        ...
+
+    async def reset_failed_unit(self, name: str) -> None: ...
 
 
 def read_output(log_path: Path, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:

@@ -302,6 +302,10 @@ class SystemdRuntime:
         except Exception:  # noqa: BLE001 - closing a broken connection is closing it
             pass
 
+    def user_side(self) -> "SystemdRuntime":
+        """The user manager is the workstation's own: slices, scopes and unit files are here too."""
+        return self
+
     async def watch(self, callback) -> None:
         """From now on (and across reconnects), call `callback(job_id, state)` whenever one of our job
         units changes its ActiveState ("inactive", "failed", …) or is collected ("removed"): what
@@ -659,7 +663,7 @@ class SystemdRuntime:
         return out
 
     # ------------------------------------------------------------------ slices, scopes, unit files
-    # Beyond jobs (issue 4): the agents slice's properties for game mode, agent sessions adopted into
+    # Beyond jobs: the agents slice's properties for game mode, agent sessions adopted into
     # scopes, unit files reloaded. systemd only; callers reach them through this runtime.
 
     @property

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from reconciler.commands import clean as C
+from reconciler.core import clean as rules
+from reconciler.render import clean as text
 from reconciler.commands.clean import LITTER, PROJECT, SCRATCH, Entry, Live, Root
 
 NOW = 1_780_000_000.0
@@ -125,17 +127,17 @@ def test_slug():
 
 
 def test_due():
-    assert C.due(None, NOW, 600)
-    assert not C.due(NOW - 599, NOW, 600)
-    assert C.due(NOW - 600, NOW, 600)
-    assert C.due(NOW + 60, NOW, 600)  # the clock went back: run
-    assert not C.due(NOW - 10, NOW, every_s=30)
+    assert rules.due(None, NOW, 600)
+    assert not rules.due(NOW - 599, NOW, 600)
+    assert rules.due(NOW - 600, NOW, 600)
+    assert rules.due(NOW + 60, NOW, 600)  # the clock went back: run
+    assert not rules.due(NOW - 10, NOW, every_s=30)
 
 
 def test_fmt_bytes_and_show():
-    assert C.fmt_bytes(int(1.2 * 1024**3)) == "1.2 GB"
-    assert C.fmt_bytes(5 * 1024**2) == "5.0 MB"
-    assert C.fmt_bytes(4096) == "4 KB"
+    assert text.fmt_bytes(int(1.2 * 1024**3)) == "1.2 GB"
+    assert text.fmt_bytes(5 * 1024**2) == "5.0 MB"
+    assert text.fmt_bytes(4096) == "4 KB"
     assert C.show("/tmp/a\nb") == "/tmp/a\\x0ab"
 
 

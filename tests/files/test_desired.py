@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.desired.writer import DesiredError, DesiredRead, Writer, read_desired, read_game, read_queue
-from reconciler.core.models import Game, Request
+from reconciler.desired.reader import DesiredError, DesiredRead, read_desired, read_game, read_queue
+from reconciler.desired.writer import Writer
+from reconciler.core.models import Game, Request, dump
 from reconciler.config.paths import Paths
 
 JOB = dict(title="make e2e", project="proj-a", mem_gb=10.0, cpus=1.0, est_s=2400, queue=True, cmd=["make", "e2e"], cwd="/home/u/proj-a")
@@ -621,7 +622,7 @@ def test_random_edits_match_a_model(paths, writer):
             req = writer.add(fields, kind)
             assert int(req.id[2:]) > highest
             highest = int(req.id[2:])
-            model[req.id] = req.model_dump()
+            model[req.id] = dump(req)
         elif r < 0.85 and model:
             doomed = rng.sample(sorted(model), k=min(len(model), rng.randint(1, 3))) + ["r-999999"]
             assert sorted(writer.remove(doomed)) == sorted(d for d in doomed if d in model)
@@ -645,26 +646,26 @@ def test_random_edits_match_a_model(paths, writer):
             paths.queue.write_text(edited)
         got = read_desired(paths).desired
         assert got.queue_ok, got.queue_error
-        assert {r.id: r.model_dump() for r in got.requests} == model
+        assert {r.id: dump(r) for r in got.requests} == model
 
 
 def test_a_save_by_an_editor_during_an_edit_is_not_lost(paths, writer, monkeypatch):
     """Editors do not take the writer's lock: if the file changes between the writer reading and
     replacing it, the writer starts over from the new file."""
     writer.add(JOB)
-    real = Writer._added_plain
+    real = Writer._appended_plain
     calls = []
 
-    def editor_saves_meanwhile(self, q, kind, entry, next_id):
+    def editor_saves_meanwhile(self, q, entries, next_id):
         if not calls:
             text = paths.queue.read_text() + "\n# saved by an editor meanwhile\n"
             tmp = paths.desired / "editor.tmp"
             tmp.write_text(text)
             os.replace(tmp, paths.queue)
-        calls.append(entry["id"])
-        return real(self, q, kind, entry, next_id)
+        calls.append(entries[0][1]["id"])
+        return real(self, q, entries, next_id)
 
-    monkeypatch.setattr(Writer, "_added_plain", editor_saves_meanwhile)
+    monkeypatch.setattr(Writer, "_appended_plain", editor_saves_meanwhile)
     assert writer.add(JOB).id == "r-2"
     assert calls == ["r-2", "r-2"]  # started over once
     assert "# saved by an editor meanwhile" in paths.queue.read_text()

@@ -77,3 +77,51 @@ def test_before_the_loop_takes_a_request_the_clients_own_net_holds(tmp_path):
         gate.set()
         server.close()
     assert e.value.accepted is None
+
+
+def test_a_failed_pass_hands_back_no_plan_not_the_one_before():
+    from reconciler.core.models import Plan
+    from reconciler.loop.serve import Ticker
+
+    calls = []
+
+    async def tick():
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("disk gone")
+        return Plan(notices=[f"pass {len(calls)}"])
+
+    async def go():
+        ticker = Ticker(SimpleNamespace(tick=tick))
+        first = await ticker.pass_after_now()
+        failed = await ticker.pass_after_now()
+        third = await ticker.pass_after_now()
+        return first, failed, third
+
+    first, failed, third = asyncio.run(go())
+    assert first.notices == ["pass 1"] and failed is None and third.notices == ["pass 3"]
+
+
+def test_a_lock_wait_does_not_stop_the_event_loop(tmp_path):
+    """The pass's lock is waited for on a worker thread: the loop goes on answering meanwhile."""
+    from reconciler.config.locks import acquire, locked_async, release
+
+    path = tmp_path / "tick.lock"
+    held = acquire(path)
+    beats = []
+
+    async def go():
+        async def heartbeat():
+            while True:
+                beats.append(1)
+                await asyncio.sleep(0.01)
+
+        hb = asyncio.ensure_future(heartbeat())
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.3, release, held)  # the other holder lets go
+        async with locked_async(path):
+            pass
+        hb.cancel()
+
+    asyncio.run(go())
+    assert len(beats) >= 5  # the heartbeat ran while the lock was waited for

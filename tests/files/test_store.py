@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core.models import LIVE, JobRecord, Phase, Request
+from reconciler.core.models import LIVE, JobRecord, Phase, Request, copy
 from reconciler.config.paths import Paths
 from reconciler.recorded.store import ABSENT, SCHEMA_VERSION, Store, StoreError, max_number
 
@@ -38,7 +38,7 @@ def test_put_get_records(paths):
         assert list(s.records()) == ["r-2", "r-10"]  # id order, numerically
         assert s.records(phases=LIVE) == {"r-10": b}
         assert s.records(phases=[]) == {}
-        b2 = b.model_copy(update={"phase": Phase.exited, "rc": 0})
+        b2 = copy(b, **{"phase": Phase.exited, "rc": 0})
         assert s.put(b2) and s.get("r-10") == b2  # upsert
     assert stat.S_IMODE(paths.db.stat().st_mode) == 0o600
     assert stat.S_IMODE(paths.root.stat().st_mode) == 0o700
@@ -51,25 +51,25 @@ def test_compare_and_set(paths):
     with Store.open(paths) as s:
         r = rec(1)
         assert s.put(r, expect_phase=ABSENT)
-        assert not s.put(r.model_copy(update={"why": "again"}), expect_phase=ABSENT)  # a re-run enqueue
-        starting = r.model_copy(update={"phase": Phase.starting, "attached_by": "h/1/a", "lease_until": 60.0})
+        assert not s.put(copy(r, **{"why": "again"}), expect_phase=ABSENT)  # a re-run enqueue
+        starting = copy(r, **{"phase": Phase.starting, "attached_by": "h/1/a", "lease_until": 60.0})
         assert s.put(starting, expect_phase=Phase.queued)
         # a pass that was cut off and runs again with a stale view: refused, nothing changes
-        assert not s.put(r.model_copy(update={"phase": Phase.starting, "attached_by": "h/2/b"}), expect_phase=Phase.queued)
+        assert not s.put(copy(r, **{"phase": Phase.starting, "attached_by": "h/2/b"}), expect_phase=Phase.queued)
         assert s.get("r-1") == starting
         # collections of phases, plain strings
-        assert s.put(starting.model_copy(update={"lease_until": 80.0}), expect_phase=(Phase.starting, Phase.running))
+        assert s.put(copy(starting, **{"lease_until": 80.0}), expect_phase=(Phase.starting, Phase.running))
         assert not s.put(starting, expect_phase="running")
         # the holder: only the instance that holds the attachment writes
-        running = s.get("r-1").model_copy(update={"phase": Phase.running, "log_offset": 100})
+        running = copy(s.get("r-1"), **{"phase": Phase.running, "log_offset": 100})
         assert not s.put(running, expect_holder="h/2/b")
         assert not s.put(running, expect_holder=None)
         assert s.put(running, expect_phase=Phase.starting, expect_holder="h/1/a")
         assert s.get("r-1").log_offset == 100
         # claiming an expired attachment: compare-and-set on the old holder
-        claimed = running.model_copy(update={"attached_by": "h/3/c", "lease_until": 200.0})
+        claimed = copy(running, **{"attached_by": "h/3/c", "lease_until": 200.0})
         assert s.put(claimed, expect_holder="h/1/a")
-        assert not s.put(claimed.model_copy(update={"attached_by": "h/4/d"}), expect_holder="h/1/a")
+        assert not s.put(copy(claimed, **{"attached_by": "h/4/d"}), expect_holder="h/1/a")
         assert s.get("r-1").attached_by == "h/3/c"
         # an expectation about a record that does not exist
         assert not s.put(rec(2), expect_phase=Phase.queued)

@@ -1,4 +1,4 @@
-"""The hostile tier (issue 9): a careless or hostile agent on the same machine runs as the same user,
+"""The hostile tier: a careless or hostile agent on the same machine runs as the same user,
 can write every file res owns and talks to its socket. One test per class of what it tried; each
 failed on the main before. Real units on the real user manager, real processes, real files."""
 from __future__ import annotations

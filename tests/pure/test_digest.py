@@ -2,7 +2,7 @@
 
 tests/fixtures/claude/*.jsonl are `claude -p … --output-format stream-json --verbose` logs (stdout and
 stderr in one file, as a job's log is) built event for event on the documented and captured shapes
-cited in reconciler/core/digest.py; no live Claude Code run was possible where they were written, so the
+cited in docs/agent-output.md; no live Claude Code run was possible where they were written, so the
 ids and texts are made up and the token counts chosen for hand arithmetic. Costs below are worked by
 hand from policies/pricing.toml (USD per 1M tokens).
 """

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 
-from reconciler.commands.doctor import Facts, Mount, cgroup_dir, decide, fstype_of, v1_hierarchies, v2_mount
+from reconciler.commands.doctor import Mount, cgroup_dir, fstype_of, v1_hierarchies, v2_mount
+from reconciler.core.doctor import Facts, decide
 
 UNIT_DIR = "/home/u/.config/systemd/user"
 

@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 from reconciler.core.capacity import capacity
 from reconciler.core.game import slice_target
-from reconciler.core.models import Game, JobObs, JobRecord, Phase, Request, World
+from reconciler.core.models import Game, JobObs, JobRecord, Phase, Request, World, copy
 from reconciler.core.quantities import GIB, UTC, fmt_clock
 from reconciler.render.game import on_line, shortfall_line, slice_diff
 
@@ -43,8 +43,8 @@ def test_shortfall_names_the_holders_and_when_the_reserve_is_free():
     world = World(mem_total_gb=32, mem_available_gb=20.0, nproc=16, jobs={"r-4": JobObs(state="active", mem_used_gb=2.0)})
     on = Game(on=True, until=NOW + 3600)
     # 17 available − 12 game reserve − 2 headroom − (8 − 2) unused of r-4 = −3
-    cap = capacity(POLICY, on, world.model_copy(update={"mem_available_gb": 17.0}), [rec], NOW)
+    cap = capacity(POLICY, on, copy(world, **{"mem_available_gb": 17.0}), [rec], NOW)
     eta = fmt_clock(NOW - 600 + 3600, UTC)
     assert shortfall_line(cap, NOW, UTC) == (f'reserve short by 3.0 GB: held by "dotnet e2e" (r-4) until ~{eta}; '
                                         f"full reserve expected free ~{eta}")
-    assert shortfall_line(capacity(POLICY, on, world.model_copy(update={"mem_available_gb": 30.0}), [rec], NOW), NOW, UTC) is None
+    assert shortfall_line(capacity(POLICY, on, copy(world, **{"mem_available_gb": 30.0}), [rec], NOW), NOW, UTC) is None

@@ -21,7 +21,7 @@ from reconciler.core.hist import (
     suggestion_for,
     title_kind,
 )
-from reconciler.core.models import JobRecord, Phase, Request
+from reconciler.core.models import JobRecord, Phase, Request, copy
 
 T0 = 1764490000.0
 _ids = iter(range(1, 10**6))
@@ -249,9 +249,9 @@ def test_categories_come_from_the_outcome_code_not_from_the_words():
     at its limit; the words of `why` are read only for records from before the codes."""
     from reconciler.core.hist import counted, killed_at_limit
 
-    coded = rec(why="whatever the wording").model_copy(update={"detail": {"code": "memory_limit"}})
+    coded = copy(rec(why="whatever the wording"), **{"detail": {"code": "memory_limit"}})
     assert killed_at_limit(coded) and counted(coded)
-    failed = rec(why="exited 0").model_copy(update={"detail": {"code": "start_failed"}})
+    failed = copy(rec(why="exited 0"), **{"detail": {"code": "start_failed"}})
     assert not counted(failed)
     legacy = rec(why="killed at its memory limit (4.0 GB); raise --mem (try --mem 6G)")
     assert legacy.detail is None and killed_at_limit(legacy)

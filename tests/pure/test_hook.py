@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from reconciler.commands import hook
-from reconciler.desired.writer import Writer, read_game
+from reconciler.desired.reader import read_game
+from reconciler.desired.writer import Writer
 from reconciler.config.paths import Paths
 
 NOW = 1764490000.0  # 2025-11-30 08:06:40 UTC

@@ -1,12 +1,13 @@
 """Pure tier: capacity, admission, lifecycle decisions and wording, with hand-written literals."""
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 
 from reconciler.core.capacity import capacity
-from reconciler.core.models import Desired, ExitObs, Game, JobObs, JobRecord, Phase, Request, World
+from reconciler.core.models import DEFAULT_CPUS, Desired, ExitObs, Game, JobObs, JobRecord, Phase, Request, World, copy
 from reconciler.core.plan import plan as decide
 from reconciler.core.quantities import UTC, fmt_clock
 from reconciler.render.lines import render_plan
@@ -45,7 +46,7 @@ def run_plan(requests, records=(), w=None, game=None, now=NOW, queue_ok=True, re
     their entries are gone) and their units are seen alive (unless `seen` is False), so that each test
     states only what it is about."""
     requests = list(requests)
-    records = [r.model_copy(update={"released": True}) if r.id in released else r for r in records]
+    records = [copy(r, **{"released": True}) if r.id in released else r for r in records]
     given = {r.id for r in requests}
     for r in records:
         if r.phase not in (Phase.done, Phase.refused, Phase.cancelled, Phase.queued) and r.id not in given and r.id not in released:
@@ -95,14 +96,14 @@ def test_game_mode_raises_the_reserve_until_it_expires():
 
 def test_cpu_reserve_scales_down_on_a_small_machine():
     # the shipped 4-CPU reserve is a quarter of a 16-core machine; on 2 cores it is half a CPU, so
-    # agents are not queued behind one another for a single CPU (issue 8, item 8)
+    # agents are not queued behind one another for a single CPU
     assert capacity(POLICY, Game(), world(nproc=2), [], NOW).cpus == pytest.approx(1.5)
     assert capacity(POLICY, Game(), world(nproc=16), [], NOW).cpus == pytest.approx(12.0)
     on = Game(on=True, until=NOW + 60)
     assert capacity(POLICY, on, world(nproc=2), [], NOW).cpus == pytest.approx(1.0)  # game: half of it
     assert capacity(POLICY, on, world(nproc=16), [], NOW).cpus == pytest.approx(8.0)
     # three default (half-CPU) jobs start at once on two cores
-    p = run_plan([req(n, mem=1.0, cpus=Request.model_fields["cpus"].default) for n in (1, 2, 3)], w=world(nproc=2))
+    p = run_plan([req(n, mem=1.0, cpus=DEFAULT_CPUS) for n in (1, 2, 3)], w=world(nproc=2))
     assert kinds(p) == [("start", "r-1"), ("start", "r-2"), ("start", "r-3")]
 
 
@@ -162,7 +163,7 @@ def test_cpu_shortage_is_named_in_cpus():
 
 
 def test_a_head_that_waits_for_cpus_is_named_for_cpus_not_memory():
-    """The refusal names the resource that blocks, from the structured reason (issue 8, item 6)."""
+    """The refusal names the resource that blocks, from the structured reason."""
     hog = running(1, mem=1.0, cpus=11, title="build", est=600)
     head = req(2, mem=2.0, cpus=2, queue=True, title="attrs pytest")
     p = run_plan([head, req(3, mem=1.0, cpus=0.5)], records=[hog], w=world(avail=30, nproc=16))  # 1 cpu free
@@ -251,9 +252,9 @@ def test_starting_job_seen_active_becomes_running():
 
 
 def test_starting_job_never_appeared_is_requeued_after_its_lease():
-    rec = running(1, phase=Phase.starting).model_copy(update={"lease_until": NOW - 1})
+    rec = copy(running(1, phase=Phase.starting), **{"lease_until": NOW - 1})
     assert kinds(run_plan([req(1)], records=[rec])) == [("requeue", "r-1")]
-    rec = rec.model_copy(update={"lease_until": NOW + 30})
+    rec = copy(rec, **{"lease_until": NOW + 30})
     assert kinds(run_plan([req(1)], records=[rec])) == []
 
 
@@ -277,7 +278,7 @@ def test_released_running_job_is_stopped_and_settled_as_released():
     rec = running(1)
     p = run_plan([], records=[rec], released=["r-1"])
     assert [(a.kind, a.reason) for a in p.actions] == [("stop", "released")]
-    stopped = rec.model_copy(update={"stop_reason": "released"})
+    stopped = copy(rec, **{"stop_reason": "released"})
     ex = ExitObs(result="success", code="killed", status="TERM", at=NOW)
     (a,) = run_plan([], records=[stopped], released=["r-1"], w=world(jobs={"r-1": JobObs(exit=ex)})).actions
     assert (a.kind, a.why, a.rc) == ("settle", "released", 143)
@@ -300,10 +301,10 @@ def test_a_session_verdict_taken_from_the_exit_code_alone_keeps_the_exit_why():
     rec = running(1, agent="claude")
     by_rc = DigestState(agent="claude", outcome="failure", failure_reason="exit code 143", finished=True, rc=143)
     outside = {"code": "stopped_outside", "signal": "TERM"}
-    assert agent_outcome(rec.model_copy(update={"digest": by_rc}), outside) is outside
+    assert agent_outcome(copy(rec, **{"digest": by_rc}), outside) is outside
     assert outcome_why(outside) == "stopped from outside res (signal TERM)"
     said = by_rc.model_copy(update={"result_seen": True, "failure_reason": "error_during_execution"})
-    verdict = agent_outcome(rec.model_copy(update={"digest": said}), {"code": "exited", "rc": 1})
+    verdict = agent_outcome(copy(rec, **{"digest": said}), {"code": "exited", "rc": 1})
     assert verdict == {"code": "agent_failed", "failure": "error_during_execution"}
     assert outcome_why(verdict) == "agent failed: error_during_execution"
 
@@ -311,7 +312,7 @@ def test_a_session_verdict_taken_from_the_exit_code_alone_keeps_the_exit_why():
 def test_a_lease_of_a_holder_that_is_gone_is_void_at_once():
     """DESIGN §5.4: a holder on this host whose process is gone holds nothing, however long its lease."""
     gone = "host/123/abcd/99"
-    rec = running(1).model_copy(update={"attached_by": gone, "lease_until": NOW + 600})
+    rec = copy(running(1), **{"attached_by": gone, "lease_until": NOW + 600})
     ex = ExitObs(result="success", code="exited", status="0", at=NOW - 1)
     w = world(jobs={"r-1": JobObs(state="absent", exit=ex)})
     held = plan(Desired(requests=[rec.request]), {"r-1": rec}, w, NOW, POLICY, me="host/1/x/1")
@@ -322,7 +323,7 @@ def test_a_lease_of_a_holder_that_is_gone_is_void_at_once():
     assert free.actions[0].reason == "host/123 is gone"
     # a `starting` record of a starter that is gone, with no unit: requeued at once (the unit's name
     # is the idempotency key, so a start the dead one did get through is never doubled)
-    starting = rec.model_copy(update={"phase": Phase.starting})
+    starting = copy(rec, **{"phase": Phase.starting})
     w2 = world(jobs={}, ok=True)
     w2.gone_holders = [gone]
     p = plan(Desired(requests=[rec.request]), {"r-1": starting}, w2, NOW, POLICY, me="host/1/x/1")
@@ -331,8 +332,8 @@ def test_a_lease_of_a_holder_that_is_gone_is_void_at_once():
 
 def test_an_exit_record_counts_only_once_its_unit_ended_and_only_its_own():
     """A job (or a neighbour) writing an exit record cannot end a running job, free its reservation
-    or make `res release --stop` answer "already done" (issue 9, class 1)."""
-    rec = running(1, mem=8.0).model_copy(update={"invocation": "a1b2"})
+    or make `res release --stop` answer "already done"."""
+    rec = copy(running(1, mem=8.0), **{"invocation": "a1b2"})
     forged = ExitObs(result="success", code="exited", status="0", at=NOW, invocation="a1b2")
     p = run_plan([req(2, mem=10.0)], records=[rec],
                  w=world(avail=25.0, jobs={"r-1": JobObs(state="active", exit=forged)}))
@@ -341,7 +342,7 @@ def test_an_exit_record_counts_only_once_its_unit_ended_and_only_its_own():
     own = run_plan([], records=[rec], w=world(jobs={"r-1": JobObs(state="absent", exit=forged)})).actions
     assert [(a.kind, a.rc) for a in own] == [("settle", 0)]
     # ended, but the record carries another run's id: not believed
-    other = forged.model_copy(update={"invocation": "ffff"})
+    other = copy(forged, **{"invocation": "ffff"})
     (a,) = run_plan([], records=[rec], w=world(jobs={"r-1": JobObs(state="inactive", exit=other)})).actions
     assert (a.kind, a.rc, a.detail) == ("settle", None, {"code": "lost", "lost": "foreign_exit"})
     assert a.why == "lost: its exit record is another run's (not written by its unit)"
@@ -349,7 +350,7 @@ def test_an_exit_record_counts_only_once_its_unit_ended_and_only_its_own():
 
 def test_entries_state_db_lost_are_taken_back_never_started_again():
     """state.db deleted (or replaced by an empty one) next to a queue: an entry whose log exists ran
-    before; with its unit there it is taken back, without one it is settled as lost (issue 9, class 5)."""
+    before; with its unit there it is taken back, without one it is settled as lost."""
     ended = ExitObs(result="success", code="exited", status="0", at=NOW)
     w = world(jobs={"r-1": JobObs(state="active"), "r-2": JobObs(state="absent", exit=ended)})
     w.ran_before = ["r-1", "r-2", "r-3"]
@@ -415,7 +416,7 @@ def test_queued_entry_removed_from_desired_is_cancelled_and_finished_ones_retire
 
 def test_an_entry_gone_without_res_release_is_written_back_not_stopped():
     """queue.toml deleted, laid down again, or cut by hand: not the user's word to stop anything
-    (issue 9, class 8). Every live or queued record whose entry is gone is written back."""
+    Every live or queued record whose entry is gone is written back."""
     job, note = running(1, mem=1.0), running(2, kind="note", mem=1.0)
     queued = JobRecord(request=req(3, queue=True), phase=Phase.queued)
     p = plan(Desired(requests=[]), {r.id: r for r in (job, note, queued)},
@@ -441,14 +442,14 @@ def test_plan_rendering_lines_and_summary():
     assert render_plan(run_plan([])) == "No changes. The world matches the desired state."
     # an entry waiting in the queue is not "the world matches": the summary says who waits and why
     waiting = running(1, mem=1, lock="k", title="holder")
-    p3 = run_plan([req(2, mem=1, queue=True, lock="k")], records=[waiting.model_copy(update={"phase": Phase.running})])
-    p3.actions = [a.model_copy(update={"kind": "wait"}) for a in p3.actions]  # as a later pass sees it
+    p3 = run_plan([req(2, mem=1, queue=True, lock="k")], records=[copy(waiting, **{"phase": Phase.running})])
+    p3.actions = [dataclasses.replace(a, kind="wait") for a in p3.actions]  # as a later pass sees it
     assert render_plan(p3) == f"No changes; 1 queued entry waits (r-2: position 1; est. start ~{fmt_clock(NOW - 300 + 600, UTC)}; lock 'k' held by r-1).", render_plan(p3)
 
 
 def test_queue_forecast_follows_a_lock_chain_in_order():
     """Three entries on one lock, each --for 5m, behind a running holder of it: each starts when the
-    one before it is expected to end, never earlier than its predecessor (issue 8, item 7)."""
+    one before it is expected to end, never earlier than its predecessor."""
     holder = running(1, mem=1.0, lock="gate", started=NOW - 60, est=300)  # ends at NOW + 240
     queued = [req(n, mem=1.0, est=300, queue=True, lock="gate") for n in (2, 3, 4)]
     p = run_plan(queued, records=[holder], w=world(avail=30.0))
@@ -479,7 +480,7 @@ def test_queue_forecast_gives_every_waiting_position_a_start_time():
     assert starts == [fmt_clock(NOW + 300, UTC)] * 3 + [fmt_clock(NOW + 900, UTC)] * 2
 
 
-# ---------------------------------------------------------------- attachments, budgets, caps (issue 3)
+# ---------------------------------------------------------------- attachments, budgets, caps (DESIGN §5.4–5.5)
 
 from reconciler.core.digest import DigestState  # noqa: E402
 
@@ -492,7 +493,7 @@ def session(n, **kw):
 
 
 def attached(rec, holder=OTHER, lease_until=NOW + 30, **update):
-    return rec.model_copy(update={"attached_by": holder, "lease_until": lease_until, **update})
+    return copy(rec, **{"attached_by": holder, "lease_until": lease_until, **update})
 
 
 def plan_as(me, requests, records=(), w=None, pricing_error=None, policy=POLICY, now=NOW):
@@ -599,18 +600,20 @@ def test_a_broken_pricing_table_starts_no_session():
     assert p.actions[0].never and "no agent session starts until it is fixed" in p.actions[0].reason
 
 
-def test_actions_made_without_validation_equal_validated_ones():
-    """The planner's fast constructor (one action per queued entry) gives what validation gives,
-    fields in the same order, fresh mutable defaults each time."""
-    from reconciler.core.models import Action
-    from reconciler.core.plan import _act
+def test_a_plan_as_data_is_plain_json_in_field_order():
+    import json
 
-    a = _act(kind="wait", id="r-3", reason="position 1", title="t", mem_gb=2.0)
-    assert a.model_dump_json() == Action(kind="wait", id="r-3", reason="position 1", title="t", mem_gb=2.0).model_dump_json()
-    assert a.model_fields_set == {"kind", "id", "reason", "title", "mem_gb"}
-    b = _act(kind="wait", id="r-4")
+    from reconciler.core.models import Action, Plan
+
+    p = Plan(actions=[Action(kind="wait", id="r-3", reason="position 1", title="t", mem_gb=2.0, detail={"code": "queued"})],
+             budget_mem_gb=4.0, notices=["n"])
+    data = json.loads(json.dumps(p.as_data()))
+    assert list(data) == ["actions", "budget_mem_gb", "budget_cpus", "notices"]
+    assert list(data["actions"][0])[:3] == ["kind", "id", "reason"]
+    assert data["actions"][0]["detail"] == {"code": "queued"} and data["notices"] == ["n"]
+    a, b = Action(kind="wait", id="r-4"), Action(kind="wait", id="r-5")
     a.props["x"] = 1
-    assert b.props == {} and a.pids is not b.pids
+    assert b.props == {} and a.pids is not b.pids  # fresh mutable defaults each time
 
 
 def test_attaching_a_job_given_up_cleanly_is_bookkeeping_a_lapsed_lease_is_a_change():

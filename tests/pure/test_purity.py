@@ -12,9 +12,9 @@ CORE = Path(__file__).resolve().parents[2] / "reconciler" / "core"
 
 # Standard-library modules a rule may use: computation only, no I/O, no clock.
 ALLOWED = {"__future__", "bisect", "collections", "dataclasses", "enum", "fnmatch", "functools", "heapq", "itertools",
-           "json", "math", "operator", "re", "shlex", "signal", "statistics", "string", "tomllib", "typing"}
-# Until the core's own model is plain dataclasses (issue 10, item 5), pydantic validates inside it;
-# it does no I/O.
+           "json", "math", "operator", "posixpath", "re", "shlex", "signal", "statistics", "string", "tomllib", "typing"}
+# pydantic: the constraints on the model's fields, checked where data comes in (models.parse); it
+# does no I/O.
 ALLOWED_THIRD_PARTY = {"pydantic"}
 # Calls that read the world even from an allowed module, or built-ins that do I/O.
 FORBIDDEN_CALLS = {"open", "input", "print", "breakpoint", "exec", "eval", "__import__"}

@@ -32,7 +32,7 @@ def test_serve_service_runs_the_loop_and_a_missing_value_is_an_error():
 
 
 def test_install_unit_writes_ours_and_never_replaces_or_removes_the_users_own(tmp_path):
-    from reconciler.render.unitfiles import install_unit, remove_unit
+    from reconciler.runtime.unitfiles import install_unit, remove_unit
 
     text = render("jobs.slice.j2", name="agents-jobs.slice", oomd=False)
     assert install_unit(tmp_path, "agents-jobs.slice", text) is True

@@ -1,13 +1,14 @@
-"""An agent's everyday loop on a real systemd user manager, through the real CLI (issue 8): the program
+"""An agent's everyday loop on a real systemd user manager, through the real CLI: the program
 its shell would run, one call to run and wait, exit codes and JSON it can branch on, the CPU share it
 asked for, status that is for deciding, and the loop that picks up a changed policy."""
 from __future__ import annotations
 
+from reconciler.core.models import copy
 import json
 import os
 import re
 import subprocess
-import time
+import select
 
 import pytest
 
@@ -82,12 +83,12 @@ def test_run_wait_on_a_queued_job_says_so_once_then_streams(res):
                           "--for", "2m", "--", "sh", "-c", "echo second ran; exit 5"],
                          cwd=str(res.work), env=res.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     res.procs.append(p)
-    wait_for(lambda: res.status_all()["jobs"][-1]["id"] == "r-2", "r-2 queued")
-    time.sleep(0.5)
+    assert select.select([p.stderr], [], [], 120)[0], "no queued line from run --wait"
+    queued = p.stderr.readline().rstrip("\n")  # the client has its answer and now waits on r-2
     go.touch()
     out, err = p.communicate(timeout=120)
     assert p.returncode == 5 and out == "second ran\n", (out, err)
-    queued, started, done = err.splitlines()
+    started, done = err.splitlines()
     assert re.fullmatch(rf"r-2 queued, position 1; est\. start ~{CLOCK}; lock 'gate' held by r-1; cancel: res release r-2",
                         queued), err
     assert re.fullmatch(r"r-2 started; log \S+/logs/r-2\.log", started), err
@@ -161,7 +162,7 @@ def test_status_header_queue_positions_and_the_finished_grace(res):
     # age the records past the grace, as time would
     with Store.open(Paths(res.state)) as store:
         for rec in store.records().values():
-            store.put(rec.model_copy(update={"ended": rec.ended - 600}), expect_phase=rec.phase)
+            store.put(copy(rec, **{"ended": rec.ended - 600}), expect_phase=rec.phase)
     lines = res.ok("status").lines
     assert not [ln for ln in lines if re.match(r"r-\d ", ln)], lines
     assert "(4 finished entries not shown: res status --all, res hist)" in lines, lines
@@ -192,8 +193,7 @@ def test_the_loop_picks_up_a_changed_policy_and_keeps_the_last_good_one(res):
 
 def test_serve_reuses_the_private_manager_of_its_state_dir(res):
     """A machine where no user manager is reachable: `res serve` (and every call) for a state directory
-    whose private manager runs finds it without DBUS_SESSION_BUS_ADDRESS or XDG_RUNTIME_DIR (issue 8,
-    item 12). The boot itself is what the test harness (and CI, through the README's first command)
+    whose private manager runs finds it without DBUS_SESSION_BUS_ADDRESS or XDG_RUNTIME_DIR. The boot itself is what the test harness (and CI, through the README's first command)
     did with the same code."""
     state = os.environ.get("RES_TEST_MANAGER_STATE")
     if not state:

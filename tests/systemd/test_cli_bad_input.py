@@ -1,4 +1,4 @@
-"""Bad input through the real command line (DESIGN §9, issue 2 "Bad input"): each gets one clear line
+"""Bad input through the real command line (DESIGN §9): each gets one clear line
 on stderr starting `res: ` and exit 1 or 2, and changes nothing (queue.toml byte-identical, no unit);
 or, where the input is merely unusual (hostile titles and commands), a faithful job."""
 from __future__ import annotations

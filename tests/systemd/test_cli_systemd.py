@@ -1,4 +1,4 @@
-"""Issue 2's acceptance list through the real command line on a real systemd user manager.
+"""The core capabilities through the real command line on a real systemd user manager.
 
 Every `res` call is a subprocess with the cwd and environment the test chooses, so exit codes and
 output lines are exactly what a user (or an agent) sees. Capacity is shaped through RES_* variables
@@ -706,7 +706,7 @@ def test_a_hand_broken_queue_file_stops_nothing_and_loses_nothing(res, kind):
 
 def test_one_hand_broken_entry_is_set_aside_and_the_rest_goes_on(res):
     """A wrong value in one entry: that entry is held (neither started nor taken as released), named in
-    one line, and everyone else's work goes on (issue 9, class 4)."""
+    one line, and everyone else's work goes on."""
     lock, lock_go = blocker(res, "2")
     assert res.started(*lock, extra=("--lock", "k", "--title", "holds k")) == "r-1"
     waits, waits_go = blocker(res, "3")

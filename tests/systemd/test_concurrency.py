@@ -1,4 +1,4 @@
-"""Concurrency (issue 2): 16 processes call `res run --queue` at once, with memory for only a few.
+"""Concurrency: 16 processes call `res run --queue` at once, with memory for only a few.
 
 Sixteen real `res run` subprocesses are started together (a tight loop of Popen: each spends far longer
 importing than the loop takes, so they all reach the writer and the reconcile lock at the same time).

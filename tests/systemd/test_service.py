@@ -39,7 +39,7 @@ HOSTILE = 'a "b" 100% $HOME ${X} $$ \\ back\nline2\ttab \'single\' ;&|'
 
 
 def _unit_dir() -> Path:
-    from reconciler.render.unitfiles import user_unit_dir
+    from reconciler.runtime.unitfiles import user_unit_dir
 
     return user_unit_dir()
 

@@ -1,4 +1,4 @@
-"""Issue 4 through the real command line on a real systemd user manager: game mode sets the agents
+"""The user's side (DESIGN §5.6) through the real command line on a real systemd user manager: game mode sets the agents
 slice (read back over D-Bus after on, off and expiry), the slices' unit files are installed, a real
 process named `claude` is adopted with its children into a scope with its MemoryHigh, and the
 `res shell-init` alias starts a session there."""
@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import signal
-import time
 import tomllib
 
 import pytest
@@ -205,7 +204,7 @@ def test_res_adopt_through_the_running_loop(res):
     wait_for(lambda: len([q for q in processes().values() if q.ppid == p.pid]) == 2, "children started", 10)
     if foreign_sessions({p.pid}):
         pytest.skip("another claude session runs as this user; adopting would move it")
-    time.sleep(0.5)  # several of the loop's own passes: none of them adopts
+    res.passes(3)  # several of the loop's own passes: none of them adopts
     assert not cgroup_line(p.pid).startswith(f"/{res.agents_slice}")
     scope = f"{res.prefix}-claude-{p.pid}.scope"
     assert res.ok("adopt").lines == [f"adopted claude pid {p.pid} and 2 child processes into {scope}"]

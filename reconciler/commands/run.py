@@ -1,0 +1,212 @@
+"""The request commands on the command line: `res run`, `res note`, `res release`, `res wait`. Each
+makes its request from the caller's world (its cwd, its PATH, its environment, its process), asks the
+loop (or runs the passes here: commands/requests.py), and prints one line or one JSON object.
+
+Import-light: a `res run` the loop answers loads no pydantic, no D-Bus."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from reconciler.commands.base import Fail, decide, quiet_logs, say, the_policy
+from reconciler.config.environ import public_env, resolve_program
+from reconciler.config.paths import Paths
+
+
+def cmd_run(a, paths: Paths) -> int:
+    cmd = list(a.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise Fail("res: no command given (res run --mem 1G --for 5m -- COMMAND ...)", 2)
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:
+        raise Fail("res: the current directory does not exist any more; cd somewhere that does") from None
+    from reconciler.config.environ import SECRET_VALUE
+
+    for i, arg in enumerate(cmd):
+        if SECRET_VALUE.search(arg):  # it would be written to queue.toml, state.db and the unit
+            raise Fail(f"res: argument {i} of the command looks like a secret (a key, a token, a URL with a "
+                       "password); pass it in the environment instead: res never writes those down", 2)
+    caller = _caller_env()
+    program = resolve_program(cmd[0], cwd, caller.get("PATH", ""))
+    if program is None:
+        raise Fail(f"res: command not found or not executable: {cmd[0]}", 1)
+    title = _check_title(a.title if a.title is not None else _title_from(cmd))
+    cmd[0] = program  # the program this shell would run, not the one on systemd's PATH
+    env = public_env(caller)
+    fields = dict(title=title,
+                  project=a.project or _project(cwd), mem_gb=a.mem, est_s=a.est,
+                  created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
+                  agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
+                  max_iterations=a.max_iterations, **_given(cpus=a.cpus))
+    if a.tail is not None and not a.wait:
+        raise Fail("res: --tail goes with --wait", 2)
+    if not a.wait:
+        return _submit(paths, "job", fields, a.json)
+    code, line, data = _submit_answer(paths, "job", fields)
+    state = (data or {}).get("state")
+    if state not in ("queued", "running", "starting", "exited") or code != 0:
+        _print_answer(code, line, data, a.json)
+        return code
+    return _wait_for_job(paths, data["id"], line, state, a)
+
+
+def _wait_for_job(paths: Paths, job_id: str, line: str, state: str, a) -> int:
+    """`res run --wait`: the job's output as it comes (stdout), res's own lines on stderr (as
+    `systemd-run --wait` does), the job's exit code."""
+    from reconciler.loop.waiting import LogFollower, tail_lines, wait_for
+
+    def say(text: str) -> None:
+        if not a.json:
+            print(text, file=sys.stderr, flush=True)
+
+    log = paths.log(job_id)
+    say(line)  # started, or queued (once: position, est. start, what it waits for)
+    started = (lambda: say(f"{job_id} started; log {log}")) if state == "queued" else None
+    quiet = a.json or a.tail is not None
+    follow = LogFollower(log, on_start=started, echo=not quiet)
+    code, done, data = wait_for(paths, the_policy, job_id, None, on_idle=follow.poll)
+    if not quiet:
+        follow.poll()  # the rest, up to the line the unit's own stop step wrote
+    elif a.tail is not None and not a.json:
+        sys.stdout.buffer.write(tail_lines(log, a.tail))
+        sys.stdout.flush()
+    if a.json:
+        out = dict(data or {"id": job_id}, exit_code=code, line=done)
+        if a.tail is not None:
+            out["tail"] = tail_lines(log, a.tail).decode("utf-8", "replace")
+        print(json.dumps(out))
+    else:
+        print(done, file=sys.stderr)
+    return code
+
+
+def cmd_note(a, paths: Paths) -> int:
+    from reconciler.observed.procs import alive, note_owner, parse_stat
+
+    if a.until_expiry:
+        owner, name = None, None
+    elif a.owner is not None:
+        try:
+            if not alive(a.owner):  # a zombie ended already: it would free the note at once
+                raise OSError
+            with open(f"/proc/{a.owner}/stat") as f:
+                name = parse_stat(f.read())[0]
+        except (OSError, ValueError):
+            raise Fail(f"res: --owner {a.owner}: no such process", 2) from None
+        owner = a.owner
+    else:
+        owner, name = note_owner(os.getppid())
+    fields = dict(title=_check_title(a.title), project=a.project or _project(os.getcwd()), mem_gb=a.mem,
+                  est_s=a.est, created=time.time(), force=a.force, owner_pid=owner, owner_name=name,
+                  **_given(cpus=a.cpus))
+    return _submit(paths, "note", fields, a.json)
+
+
+def _submit(paths: Paths, kind: str, fields: dict, as_json: bool = False) -> int:
+    code, line, data = _submit_answer(paths, kind, fields)
+    _print_answer(code, line, data, as_json)
+    return code
+
+
+def _print_answer(code: int, line: str, data: dict | None, as_json: bool) -> None:
+    """The one line (stderr for an error), or with --json one object on stdout with the line and the
+    exit code beside the entry."""
+    if as_json:
+        print(json.dumps(dict(data or {}, exit_code=code, line=line)))
+    else:
+        say(line, code)
+
+
+def _submit_answer(paths: Paths, kind: str, fields: dict) -> tuple[int, str, dict | None]:
+    async def local(engine, resume=False):
+        from reconciler.commands import requests as ops
+
+        decided = await ops.submit(engine, engine.tick, kind, fields, resume=resume)
+        hint = ops.request_hint(engine, kind, fields)
+        if hint:
+            print(hint, file=sys.stderr)
+        return decided
+
+    from reconciler.observed.procs import process_chain
+
+    paths.ensure()
+    return decide(paths, {"op": "submit", "kind": kind, "fields": fields, "who": process_chain(os.getpid())}, local,
+                   resume=lambda engine: local(engine, resume=True))
+
+
+def cmd_release(a, paths: Paths) -> int:
+    def local(engine):
+        from reconciler.commands import requests as ops
+
+        return ops.release(engine, engine.tick, a.id, a.stop)
+
+    from reconciler.observed.procs import process_chain
+
+    code, line, data = decide(paths, {"op": "release", "id": a.id, "stop": a.stop, "who": process_chain(os.getpid())},
+                               local)
+    _print_answer(code, line, data, a.json)
+    return code
+
+
+def cmd_wait(a, paths: Paths) -> int:
+    """Exits with the job's own code; 124 timeout, 125 never ran, 1 error (README: exit codes)."""
+    from reconciler.loop.waiting import wait_for
+
+    quiet_logs()
+    code, line, data = wait_for(paths, the_policy, a.id, a.timeout)
+    if a.json:
+        print(json.dumps(dict(data or {"id": a.id}, exit_code=code, line=line)))
+    else:
+        print(line, file=sys.stderr if line.startswith("res: ") else sys.stdout)
+    return code
+
+
+def _project(cwd: str) -> str:
+    d = cwd
+    while True:
+        if os.path.exists(os.path.join(d, ".git")):
+            return os.path.basename(d) or d
+        parent = os.path.dirname(d)
+        if parent == d:
+            return os.path.basename(cwd) or cwd
+        d = parent
+
+
+def _caller_env() -> dict[str, str]:
+    """Our environment as the calling shell had it (environ.caller_environment: a pyenv shim's
+    additions taken back)."""
+    from reconciler.config.environ import caller_environment
+
+    env = dict(os.environ)
+    if "PYENV_ROOT" not in env:
+        return env
+    try:
+        with open(f"/proc/{os.getppid()}/environ", "rb") as f:
+            parent = dict(kv.decode("utf-8", "surrogateescape").partition("=")[::2] for kv in f.read().split(b"\0") if kv)
+    except OSError:
+        parent = None
+    return caller_environment(env, os.path.dirname(os.path.abspath(sys.argv[0])), parent)
+
+
+def _given(**values) -> dict:
+    """The flags that were given; the others take the request model's defaults (one home)."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _title_from(cmd: list[str]) -> str:
+    """The command as a title: the program's own name, not its path (`python3 -m pytest`)."""
+    t = " ".join(" ".join([os.path.basename(cmd[0]) or cmd[0], *cmd[1:]]).split())
+    return t if len(t) <= 80 else t[:79] + "…"
+
+
+def _check_title(title: str) -> str:
+    if len(title) > 200:
+        raise Fail(f"res: --title is {len(title)} characters; at most 200", 2)
+    if not title.strip():
+        raise Fail("res: --title is empty", 2)
+    return title

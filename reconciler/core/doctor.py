@@ -1,0 +1,114 @@
+"""The rules of `res doctor`: from the facts gathered about this machine (commands/doctor.py reads
+them), the lines to print and the exit code. Pure."""
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+WANTED = ("memory", "cpu", "io")  # the controllers res sets limits and weights with
+V1_NAMES = {"memory": "memory", "cpu": "cpu", "io": "blkio"}  # cgroup v1 hierarchy of each
+DELEGATE_FIX = ("sudo mkdir -p /etc/systemd/system/user@.service.d && printf '[Service]\\nDelegate=cpu cpuset io "
+                "memory pids\\n' | sudo tee /etc/systemd/system/user@.service.d/delegate.conf && sudo systemctl "
+                "daemon-reload, then log out and in again")
+V2_FIX = "boot with systemd.unified_cgroup_hierarchy=1 on the kernel command line (cgroup v2)"
+
+
+@dataclass
+class Facts:
+    user: str
+    manager: str | None = None  # why the user manager is unreachable; None when it answered
+    manager_version: str = ""
+    cgroup_version: int | None = None  # of the memory controller: 2 unified, 1 legacy/hybrid, None: not found
+    cgroup_hybrid: bool = False  # v1 controllers and a cgroup2 mount beside them
+    memory_mount: str = ""
+    controllers: frozenset[str] | None = None  # of WANTED, usable by the user manager; None: unknown
+    controllers_dir: str = ""  # where that was read
+    linger: bool = False
+    oomd_binary: str | None = None
+    oomd_running: bool = False
+    tmp_fstype: str | None = None
+    unit_dir: str = ""
+    unit_path: tuple[str, ...] | None = None  # the manager's UnitPath; None: unknown
+    policy_warnings: tuple[str, ...] = ()  # policy values that do not mean what they say
+    private_manager: str | None = None  # "pid N": the manager reached is the private one res serve started
+    private_allowed: bool = True  # policy private_manager = "auto"
+
+
+def decide(f: Facts) -> tuple[int, list[str]]:
+    """The doctor's lines and exit code, from gathered facts (no I/O)."""
+    ok: list[tuple[bool, str]] = []
+
+    def good(what: str) -> None:
+        ok.append((True, f"ok   {' '.join(what.split())}"))
+
+    def fix(what: str, how: str) -> None:
+        ok.append((False, f"fix  {' '.join(what.split())}: {how}"))
+
+    later = "fix the user manager first, then run res doctor again"
+    if f.manager is None:
+        version = f" (systemd {f.manager_version})" if f.manager_version else ""
+        if f.private_manager:
+            good(f"systemd user manager reachable over D-Bus{version}: the private one res serve started for this "
+                 f"state directory ({f.private_manager}), as none other was reachable")
+        else:
+            good(f"systemd user manager reachable over D-Bus{version}")
+    else:
+        private = ("; or run res serve, which starts a private one for its state directory (policy "
+                   "private_manager = \"auto\")") if f.private_allowed else ""
+        fix(f"systemd user manager unreachable ({f.manager})",
+            "log in through a systemd session (or export XDG_RUNTIME_DIR=/run/user/$(id -u)); "
+            f"`systemctl --user status` must work{private}")
+
+    if f.cgroup_version == 2:
+        good(f"cgroup v2 (unified) at {f.memory_mount}")
+    elif f.cgroup_version == 1:
+        good(f"cgroup v1{' (hybrid)' if f.cgroup_hybrid else ''}: memory hierarchy at {f.memory_mount}")
+    else:
+        fix("no cgroup hierarchy with the memory controller", V2_FIX)
+
+    if f.controllers is None:
+        how = later if f.manager else V2_FIX if f.cgroup_version is None else f"could not read {f.controllers_dir}"
+        fix("controllers delegated to the user manager not known", how)
+    else:
+        missing = [c for c in WANTED if c not in f.controllers]
+        if not missing:
+            good(f"controllers {', '.join(WANTED)} delegated to the user manager ({f.controllers_dir})")
+        else:
+            what = f"controllers {', '.join(missing)} not delegated to the user manager ({f.controllers_dir})"
+            fix(what, DELEGATE_FIX if f.cgroup_version == 2 else V2_FIX)
+
+    if f.linger:
+        good(f"lingering enabled for {f.user}: jobs survive logout")
+    else:
+        fix(f"lingering off for {f.user} (jobs and the loop end at logout)", f"loginctl enable-linger {f.user}")
+
+    if f.oomd_running:
+        good("systemd-oomd running: memory pressure ends an agent job, not your session")
+    elif f.cgroup_version != 2:
+        fix("systemd-oomd unusable without cgroup v2 (the kernel OOM killer picks the victim)", V2_FIX)
+    elif f.oomd_binary is None:
+        fix("systemd-oomd not installed", "sudo apt install systemd-oomd (or your distribution's package), "
+                                          "then sudo systemctl enable --now systemd-oomd")
+    else:
+        fix(f"systemd-oomd installed ({f.oomd_binary}) but not running", "sudo systemctl enable --now systemd-oomd")
+
+    if f.tmp_fstype == "tmpfs":
+        good("/tmp is tmpfs: files there use RAM (res status warns above 25% of it; res clean frees stale scratch)")
+    elif f.tmp_fstype:
+        good(f"/tmp is {f.tmp_fstype}, not tmpfs: files there use disk, not RAM")
+    else:
+        good("/tmp: file system unknown (not in /proc/mounts)")
+
+    if f.unit_path is None:
+        fix(f"unit dir {f.unit_dir} in the user manager's search path not known", later)
+    elif posixpath.normpath(f.unit_dir) in {posixpath.normpath(p) for p in f.unit_path}:
+        good(f"unit dir {f.unit_dir} is in the user manager's search path")
+    else:
+        fix(f"unit dir {f.unit_dir} is not in the user manager's search path",
+            "run res with the XDG_CONFIG_HOME the manager has (systemctl --user show-environment)")
+
+    for warning in f.policy_warnings:
+        what, _, how = warning.partition("; ")
+        fix(what, how)
+
+    return (0 if all(g for g, _ in ok) else 1), [line for _, line in ok]
