@@ -273,8 +273,8 @@ def _session_block(req: Request, cap: Capacity, policy, spent: float, pricing_er
     return None
 
 
-def _refuse(req: Request, detail: dict, never: bool = False, **tag) -> Action:
-    return Action(kind="refuse", id=req.id, never=never, detail=detail, **tag)
+def _refuse(req: Request, detail: dict, never: bool = False) -> Action:
+    return Action(kind="refuse", id=req.id, never=never, detail=detail, **_tag(req))
 
 
 def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: float, policy,
@@ -288,17 +288,16 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
         rec = records.get(req.id)
         if rec is not None and rec.phase != Phase.queued:
             continue
-        tag = {"title": req.title, "mem_gb": req.mem_gb, "cpus": req.cpus}
         if rec is None and req.id in hand_added:
-            adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "hand_added"}, **tag))
+            adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "hand_added"}, **_tag(req)))
         elif rec is None and req.id in ran_before:
-            adm.recover(req, world, tag)
+            adm.recover(req, world)
         elif cap.never_fits(req):
-            adm.acts.append(_refuse(req, never_detail(req, cap), never=True, **tag))
+            adm.acts.append(_refuse(req, never_detail(req, cap), never=True))
         elif req.kind == "note" or not req.queue:
-            adm.now_or_never(req, tag)
+            adm.now_or_never(req)
         else:
-            adm.queued(req, rec, tag)
+            adm.queued(req, rec)
     return adm.acts
 
 
@@ -316,21 +315,22 @@ class _Admission:
         self.position = 0  # of a queued entry among those that stay queued
         self.session_waits = False  # a queued session waits for the session caps: later sessions wait behind it
 
-    def recover(self, req: Request, world: World, tag: dict) -> None:
+    def recover(self, req: Request, world: World) -> None:
         """state.db does not know it, but its log (and maybe its unit) does: it ran before (state.db
         was lost or replaced). Taken back as what it is, never started a second time."""
         obs = world.jobs.get(req.id)
         there = obs is not None and (obs.state in ALIVE or obs.exit is not None)
-        self.acts.append(Action(kind="recover", id=req.id, detail={"code": "unit" if there else "lost"}, **tag))
+        self.acts.append(Action(kind="recover", id=req.id, detail={"code": "unit" if there else "lost"}, **_tag(req)))
         if there:
             self.cap.take(req, _new_holder(req, self.now))
 
     def _blocked(self, req: Request) -> tuple[dict, bool] | None:
         return _session_block(req, self.cap, self.policy, self.spent, self.pricing_error) if req.session else None
 
-    def start(self, req: Request, head: bool, tag: dict) -> None:
+    def start(self, req: Request, head: bool) -> None:
         cap = self.cap
-        self.acts.append(Action(kind="start", id=req.id, detail={"code": "fits", "head": head, "free_gb": cap.mem_gb}, **tag))
+        self.acts.append(Action(kind="start", id=req.id, detail={"code": "fits", "head": head, "free_gb": cap.mem_gb},
+                                **_tag(req)))
         cap.take(req, _new_holder(req, self.now))
         self.starts += 1
         if req.lock:
@@ -338,27 +338,27 @@ class _Admission:
         if self.forecast is not None:
             self.forecast.started(req.mem_gb, req.cpus, req.est_s, req.lock)
 
-    def now_or_never(self, req: Request, tag: dict) -> None:
+    def now_or_never(self, req: Request) -> None:
         """A note, or a job asked for without --queue: it starts (is granted) now or is refused."""
         cap, blocked = self.cap, self._blocked(req)
         holder = self.locks.get(req.lock) if req.lock else None
         if blocked is not None:
             detail, final = blocked
-            self.acts.append(_refuse(req, detail, never=final, **tag))
+            self.acts.append(_refuse(req, detail, never=final))
         elif holder is not None:
-            self.acts.append(_refuse(req, lock_detail(req.lock or "", holder), **tag))
+            self.acts.append(_refuse(req, lock_detail(req.lock or "", holder)))
         elif self.head is not None and not req.force:
-            self.acts.append(_refuse(req, busy_detail(req, cap, self.now, head=self.head), **tag))
+            self.acts.append(_refuse(req, busy_detail(req, cap, self.now, head=self.head)))
         elif not cap.fits(req):
-            self.acts.append(_refuse(req, busy_detail(req, cap, self.now), **tag))
+            self.acts.append(_refuse(req, busy_detail(req, cap, self.now)))
         elif req.kind == "note":
-            self.acts.append(Action(kind="grant", id=req.id, detail={"code": "fits", "free_gb": cap.mem_gb}, **tag))
+            self.acts.append(Action(kind="grant", id=req.id, detail={"code": "fits", "free_gb": cap.mem_gb}, **_tag(req)))
             cap.take(req, _new_holder(req, self.now))
         elif self.starts < self.policy.max_starts_per_tick:
-            self.start(req, False, tag)
+            self.start(req, False)
         # else: over this pass's start cap; decided next pass
 
-    def queued(self, req: Request, rec: JobRecord | None, tag: dict) -> None:
+    def queued(self, req: Request, rec: JobRecord | None) -> None:
         """--queue: strict FIFO; a blocked head holds the rest; a held lock skips the entry."""
         cap, lock = self.cap, req.lock
         holder = self.locks.get(lock) if lock else None
@@ -370,7 +370,7 @@ class _Admission:
             est = self.forecast.start_of(req.mem_gb, req.cpus, req.est_s, lock=req.lock)
             lock_holder = holder.id if holder is not None else self.queued_locks[req.lock]
             self.acts.append(_wait(req, rec, {"code": "queued", "position": self.position, "est_start": est,
-                                              "waits_for": "lock", "lock": req.lock, "lock_holder": lock_holder}, tag))
+                                              "waits_for": "lock", "lock": req.lock, "lock_holder": lock_holder}))
             return
         session = req.session
         blocked = self._blocked(req) if session else None
@@ -379,10 +379,10 @@ class _Admission:
             self.session_waits = True
             self.acts.append(_wait(req, rec, {"code": "queued", "position": self.position, "est_start": None,
                                               "waits_for": blocked[0]["resource"] if blocked else "sessions",
-                                              "block": blocked[0] if blocked else None}, tag))
+                                              "block": blocked[0] if blocked else None}))
             return
         if self.head is None and cap.fits(req) and self.starts < self.policy.max_starts_per_tick:
-            self.start(req, self.position == 1, tag)
+            self.start(req, self.position == 1)
             self.position -= 1  # it did not stay queued
             return
         if self.head is None:
@@ -397,10 +397,15 @@ class _Admission:
         else:
             detail = {"code": "queued", "position": self.position, "est_start": est, "waits_for": "queue_head",
                       "head": self.head.id}
-        self.acts.append(_wait(req, rec, detail, tag))
+        self.acts.append(_wait(req, rec, detail))
 
 
-def _wait(req: Request, rec: JobRecord | None, detail: dict, tag: dict) -> Action:
+def _tag(req: Request) -> dict:
+    """What an action shows of the entry it is about."""
+    return {"title": req.title, "mem_gb": req.mem_gb, "cpus": req.cpus}
+
+
+def _wait(req: Request, rec: JobRecord | None, detail: dict) -> Action:
     # Positional: one of these per waiting entry, thousands a pass.
     return Action("enqueue" if rec is None else "wait", req.id, "", req.title, req.mem_gb, req.cpus, detail=detail)
 
