@@ -51,7 +51,7 @@ def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | N
         reason = queued_line(detail, zone) if detail else "waiting"
         return 0, f"{job_id} queued, {reason}; cancel: res release {job_id}", data
     if rec.phase == Phase.done:
-        from reconciler.commands.status import done_line
+        from reconciler.render.status import done_line
 
         if (rec.detail or {}).get("code") == "start_failed":
             return 1, f"res: {job_id} {rec.why}", data
@@ -189,7 +189,8 @@ async def release(engine, tick: TickFn, job_id: str, stop: bool, who: str | None
 
 def request_hint(engine, kind: str, fields: dict) -> str | None:
     """`hint: …` when the request asks for more than 2× what its kind needed before (res hist)."""
-    from reconciler.core.hist import hint_for, suggestion_for
+    from reconciler.core.hist import suggestion_for
+    from reconciler.render.hist import hint_for
 
     try:
         records = finished_runs(engine.store)

@@ -11,7 +11,8 @@ from reconciler.core.plan import spent_today
 from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase, copy, dump, parse
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
-from reconciler.core.quantities import Zone, escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
+from reconciler.render.status import HEADER, field_text, status_line
+from reconciler.core.quantities import Zone, fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
 
 
 def _snapshot(store) -> dict:
@@ -49,19 +50,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
 
 FINISHED_GRACE_S = 300  # finished entries stay in the default `res status` view this long (--all: all)
 
-HEADER = f"{'ID':<6} {'PROJECT':<16} {'TITLE':<32} {'STATE':<9} {'MEM':>7} {'USED':>7} {'PEAK':>7} {'CPUS':>5} {'START':>5}  WHY / WHEN"
 
-
-def _field(value) -> str:
-    """A field of `res status ID` as text: strings escaped (a title cannot forge a `state: done` line),
-    anything else as JSON (which escapes what it holds)."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return escaped(value)
-    if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    return str(value)
 
 
 def _unit_loaded(paths: Paths, unit: str) -> bool | None:
@@ -98,35 +87,8 @@ def ended_unsettled(rec: JobRecord, paths: Paths) -> JobRecord | None:
     if ex is None or (rec.invocation and ex.invocation != rec.invocation):
         return None
     rc, peak, outcome = settle_outcome(rec, ex)
-    return copy(rec, **{"phase": Phase.exited, "rc": rc, "peak_gb": peak, "ended": ex.at or None,
-                                  "why": f"{outcome_why(outcome)} (not settled yet: no pass since it ended)",
-                                  "detail": {"code": outcome["code"]}})
-
-
-def _size(gb: float | None) -> str:
-    return "-" if gb is None else fmt_gb(gb)
-
-
-def _line(v: dict, zone: Zone) -> str:
-    """One entry under HEADER: what it asked for, uses and used, and what a reader decides on: when
-    it ends, why it waits (position, est. start, what blocks it), or how it ended."""
-    started = fmt_clock(v["started"], zone) if v["started"] else "-"
-    if v["state"] in ("done", "refused", "cancelled", "exited") and v["why"]:
-        tail = f"rc={v['rc']}" if v["rc"] is not None else ""
-        tail += f" {v['why']}" if v["why"] else ""
-    elif v["overdue"]:
-        tail = "overdue"
-    elif v["state"] == "queued":
-        tail = v["waits"] or "waiting (no pass has looked at it yet)"
-    elif v["eta"]:
-        tail = f"ETA ~{fmt_clock(v['eta'], zone)}"
-    else:
-        tail = "starting"
-    if v["agent"] != "none":
-        tail += f" ${v['spend_usd']:.2f} {v['iterations']} turns"
-    return (f"{v['id']:<6} {one_line(v['project'], 16):<16} {quoted(v['title'], 30):<32} {v['state']:<9} "
-            f"{_size(v['mem_gb']):>7} {_size(v['used_gb']):>7} {_size(v['peak_gb']):>7} {fmt_cpus(v['cpus']).split()[0]:>5} "
-            f"{started:>5}  {one_line(tail.strip(), 160)}").rstrip()
+    return copy(rec, phase=Phase.exited, rc=rc, peak_gb=peak, ended=ex.at or None,
+                why=f"{outcome_why(outcome)} (not settled yet: no pass since it ended)", detail={"code": outcome["code"]})
 
 
 def queue_problems(paths: Paths) -> list[str]:
@@ -196,7 +158,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
         v = job_view(rec, snap, now, paths, zone)
         if as_json:
             return json.dumps(v, indent=2), 0
-        return "\n".join(f"{k}: {_field(val)}" for k, val in v.items()), 0
+        return "\n".join(f"{k}: {field_text(val)}" for k, val in v.items()), 0
     warn = notices(paths, snap)
 
     world = snap.get("world") or {}
@@ -218,7 +180,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
         return json.dumps({"jobs": views, "budget": budget, "notices": warn, "held": snap.get("held", []),
                            "changes": changes, **side}, indent=2), 0
     hidden = sum(1 for r in records.values() if r.phase in TERMINAL) - sum(1 for v in views if v["state"] in ("done", "refused", "cancelled"))
-    lines = [HEADER] + [_line(v, zone) for v in views] if views else ["no entries"]
+    lines = [HEADER] + [status_line(v, zone) for v in views] if views else ["no entries"]
     if hidden:
         lines.append(f"({hidden} finished entr{'y' if hidden == 1 else 'ies'} not shown: res status --all, res hist)")
     if budget["mem_gb"] is None:
@@ -278,22 +240,3 @@ def entry_json(rec: JobRecord, paths: Paths, detail: dict | None = None) -> dict
             "position": reason.get("position"), "est_start": reason.get("est_start"),
             "started": rec.started, "eta": rec.eta() if rec.phase not in TERMINAL else None, "ended": rec.ended,
             "rc": rec.rc, "peak_gb": rec.peak_gb, "why": rec.why, "reason": reason}
-
-
-def done_line(rec: JobRecord) -> str:
-    """`r-1 done rc=0 peak 28 MB in 3 s`: how a finished entry ended, in one line."""
-    why = one_line(rec.why or "")
-    if rec.phase == Phase.refused:
-        return f"{rec.id} refused: {why or 'refused'}"
-    if rec.phase == Phase.cancelled:
-        return f"{rec.id} cancelled" + (f": {why}" if why else "")
-    if rec.phase != Phase.done:
-        return f"{rec.id} {rec.phase.value}" + (f": {why}" if why else "")
-    if rec.request.kind == "note":
-        return f"{rec.id} note ended" + (f": {why}" if why else "")
-    if rec.rc is None and rec.started is not None and (rec.detail or {}).get("code") == "start_failed":
-        return f"{rec.id} never ran ({why})"
-    peak = f" peak {fmt_gb(rec.peak_gb)}" if rec.peak_gb is not None else ""
-    took = f" in {fmt_span(rec.ended - rec.started)}" if rec.ended and rec.started else ""
-    tail = "" if why in ("", "exited 0") else f" ({why})"
-    return f"{rec.id} done rc={rec.rc if rec.rc is not None else '?'}{peak}{took}{tail}"

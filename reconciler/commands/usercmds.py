@@ -61,7 +61,8 @@ def cmd_game(a, paths: Paths, policy, decide) -> tuple[int, list[str]]:
 
 
 def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
-    from reconciler.core.hist import hist_rows, render_hist
+    from reconciler.core.hist import hist_rows
+    from reconciler.render.hist import render_hist
     from reconciler.commands.requests import finished_runs
     from reconciler.recorded.store import Store
 

@@ -25,7 +25,8 @@ A suggestion needs at least 3 counted runs (MIN_RUNS): mem = p95 peak × 1.15, o
 peak is a limit a run was killed at (its real need is past it, by an unknown amount), rounded up to
 256 MB steps below 1 GB and to 0.1 GB from 1 GB on (`suggest_mem_gb`: the same rule names the --mem to
 try in the line of a job killed at its limit); for = p90 duration × 1.5, rounded up to a whole minute.
-`hint_for` gives the one stderr line `run` / `note` print when they ask for more than 2× that.
+render/hist.py makes its table and the one stderr line `run` / `note` print when they ask for more than
+2× that (`hint_for`).
 
 Import-light: no pydantic (records are used by attribute), no dataclasses.
 """
@@ -34,7 +35,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Iterable, NamedTuple
 
-from reconciler.core.quantities import fmt_gb, fmt_span, one_line, quoted
+from reconciler.core.quantities import one_line
 
 if TYPE_CHECKING:
     from reconciler.core.models import JobRecord
@@ -233,65 +234,10 @@ def suggestion_for(records: Iterable["JobRecord"], project: str, title: str) -> 
     return _row(project, kind, got).suggestion if got else None
 
 
-# ---------------------------------------------------------------- text
-
-
-def hint_for(request_mem_gb: float, request_est_s: float, suggestion: Suggestion | None) -> str | None:
-    """One stderr line when a `run` / `note` asks for more than 2× the suggestion (memory or
-    duration), else None:
-    `hint: "build" in proj-a peaked at 1.2 GB (p95, 7 runs); --mem 1.4G would do`"""
+def oversized(request_mem_gb: float, request_est_s: float, suggestion: Suggestion | None) -> tuple[bool, bool]:
+    """(asks for more than HINT_FACTOR × the suggested memory, … × the suggested duration)."""
     if suggestion is None:
-        return None
+        return False, False
     s = suggestion
-    big_mem = s.mem_gb is not None and request_mem_gb > HINT_FACTOR * s.mem_gb
-    long_for = s.est_s is not None and request_est_s > HINT_FACTOR * s.est_s
-    if not (big_mem or long_for):
-        return None
-    where = quoted(s.kind, 40) + (f" in {one_line(s.project)[:40]}" if s.project else "")
-    runs = f"{s.n} runs" + (f", {s.killed} killed at the limit" if s.killed else "")
-    if big_mem and long_for:
-        what = f"peaked at {fmt_gb(s.peak_p95_gb)} (p95) and took {fmt_span(s.dur_p90_s)} (p90) over {runs}"
-        flags = f"--mem {mem_flag(s.mem_gb)} --for {for_flag(s.est_s)}"
-    elif big_mem:
-        what = f"peaked at {fmt_gb(s.peak_p95_gb)} (p95, {runs})"
-        flags = f"--mem {mem_flag(s.mem_gb)}"
-    else:
-        what = f"took {fmt_span(s.dur_p90_s)} (p90, {runs})"
-        flags = f"--for {for_flag(s.est_s)}"
-    return f"hint: {where} {what}; {flags} would do"
-
-
-_HEADER = ("project", "kind", "runs", "req", "peak p50", "peak p95", "est", "took p50", "took p90", "suggest", "")
-_RIGHT = {2, 3, 4, 5, 6, 7, 8}
-
-
-def _gb(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f} GB"
-
-
-def _dur(x: float | None) -> str:
-    return "-" if x is None else fmt_span(x)
-
-
-def render_hist(rows: list[HistRow]) -> str:
-    """An aligned table, one line per row; `suggest` shows the flags to use (or why there are none),
-    the last column flags runs killed at their memory limit."""
-    if not rows:
-        return "no finished jobs to learn from yet"
-    lines = [_HEADER]
-    for r in rows:
-        s = r.suggestion
-        if s is None:
-            sugg = f"- (needs {MIN_RUNS} runs)"
-        else:
-            sugg = " ".join(f for f in ((f"--mem {mem_flag(s.mem_gb)}" if s.mem_gb is not None else ""),
-                                        (f"--for {for_flag(s.est_s)}" if s.est_s is not None else "")) if f)
-        note = f"{r.killed} killed at the limit" if r.killed else ""
-        lines.append((one_line(r.project)[:24] or "-", quoted(r.kind, 30), str(r.n), _gb(r.req_gb), _gb(r.peak_p50_gb),
-                      _gb(r.peak_p95_gb), _dur(r.est_s), _dur(r.dur_p50_s), _dur(r.dur_p90_s), sugg, note))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(_HEADER))]
-    out = []
-    for line in lines:
-        cells = [c.rjust(w) if i in _RIGHT else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths))]
-        out.append("  ".join(cells).rstrip())
-    return "\n".join(out)
+    return (s.mem_gb is not None and request_mem_gb > HINT_FACTOR * s.mem_gb,
+            s.est_s is not None and request_est_s > HINT_FACTOR * s.est_s)

@@ -84,7 +84,8 @@ def _wait_here(paths: Paths, policy, job_id: str, timeout: float | None, on_idle
 def finished(store, paths: Paths, job_id: str, timed_out: bool, timeout: float | None) -> tuple[int, str, dict | None] | None:
     """The answer to a wait once there is one: the entry is finished, gone, or the time is up."""
     from reconciler.core.models import TERMINAL
-    from reconciler.commands.status import EXIT_TIMEOUT, done_line, entry_json, wait_code
+    from reconciler.commands.status import EXIT_TIMEOUT, entry_json, wait_code
+    from reconciler.render.status import done_line
     from reconciler.core.quantities import fmt_span
 
     rec = store.get(job_id)

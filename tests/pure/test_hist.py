@@ -10,17 +10,16 @@ from reconciler.core.hist import (
     HistRow,
     Suggestion,
     for_flag,
-    hint_for,
     hist_rows,
     median,
     mem_flag,
     percentile,
-    render_hist,
     round_for_s,
     round_mem_gb,
     suggestion_for,
     title_kind,
 )
+from reconciler.render.hist import hint_for, render_hist
 from reconciler.core.models import JobRecord, Phase, Request, copy
 
 T0 = 1764490000.0

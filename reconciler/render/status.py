@@ -1,0 +1,67 @@
+"""The lines of `res status` (its table and an entry's fields) and of a finished entry (`res wait`,
+`res run --wait`). Made from the entry as data (commands/status.py job_view)."""
+from __future__ import annotations
+
+import json
+
+from reconciler.core.models import JobRecord, Phase
+from reconciler.core.quantities import Zone, escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
+
+HEADER = f"{'ID':<6} {'PROJECT':<16} {'TITLE':<32} {'STATE':<9} {'MEM':>7} {'USED':>7} {'PEAK':>7} {'CPUS':>5} {'START':>5}  WHY / WHEN"
+
+
+def field_text(value) -> str:
+    """A field of `res status ID` as text: strings escaped (a title cannot forge a `state: done` line),
+    anything else as JSON (which escapes what it holds)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return escaped(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _size(gb: float | None) -> str:
+    return "-" if gb is None else fmt_gb(gb)
+
+
+def status_line(v: dict, zone: Zone) -> str:
+    """One entry under HEADER: what it asked for, uses and used, and what a reader decides on: when
+    it ends, why it waits (position, est. start, what blocks it), or how it ended."""
+    started = fmt_clock(v["started"], zone) if v["started"] else "-"
+    if v["state"] in ("done", "refused", "cancelled", "exited") and v["why"]:
+        tail = f"rc={v['rc']}" if v["rc"] is not None else ""
+        tail += f" {v['why']}" if v["why"] else ""
+    elif v["overdue"]:
+        tail = "overdue"
+    elif v["state"] == "queued":
+        tail = v["waits"] or "waiting (no pass has looked at it yet)"
+    elif v["eta"]:
+        tail = f"ETA ~{fmt_clock(v['eta'], zone)}"
+    else:
+        tail = "starting"
+    if v["agent"] != "none":
+        tail += f" ${v['spend_usd']:.2f} {v['iterations']} turns"
+    return (f"{v['id']:<6} {one_line(v['project'], 16):<16} {quoted(v['title'], 30):<32} {v['state']:<9} "
+            f"{_size(v['mem_gb']):>7} {_size(v['used_gb']):>7} {_size(v['peak_gb']):>7} {fmt_cpus(v['cpus']).split()[0]:>5} "
+            f"{started:>5}  {one_line(tail.strip(), 160)}").rstrip()
+
+
+def done_line(rec: JobRecord) -> str:
+    """`r-1 done rc=0 peak 28 MB in 3 s`: how a finished entry ended, in one line."""
+    why = one_line(rec.why or "")
+    if rec.phase == Phase.refused:
+        return f"{rec.id} refused: {why or 'refused'}"
+    if rec.phase == Phase.cancelled:
+        return f"{rec.id} cancelled" + (f": {why}" if why else "")
+    if rec.phase != Phase.done:
+        return f"{rec.id} {rec.phase.value}" + (f": {why}" if why else "")
+    if rec.request.kind == "note":
+        return f"{rec.id} note ended" + (f": {why}" if why else "")
+    if rec.rc is None and rec.started is not None and (rec.detail or {}).get("code") == "start_failed":
+        return f"{rec.id} never ran ({why})"
+    peak = f" peak {fmt_gb(rec.peak_gb)}" if rec.peak_gb is not None else ""
+    took = f" in {fmt_span(rec.ended - rec.started)}" if rec.ended and rec.started else ""
+    tail = "" if why in ("", "exited 0") else f" ({why})"
+    return f"{rec.id} done rc={rec.rc if rec.rc is not None else '?'}{peak}{took}{tail}"
