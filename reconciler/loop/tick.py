@@ -45,6 +45,9 @@ def policy_files_key() -> tuple:
     return tuple(out)
 
 
+WRITER_WAIT_S = 2.0  # how long a pass waits for a writer at work before it tracks changes next pass
+
+
 def make_runtime(paths: Paths, policy):
     """The job runtime (systemd for now), imported only when a pass needs it."""
     from reconciler.runtime.systemd import SystemdRuntime
@@ -174,17 +177,24 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - jobs still run; the slices are retried next pass
             return [f"could not install the slice unit files: {' '.join(str(e).split())}"]
 
-    def track_changes(self, now: float) -> list[str]:
-        """Changes to the user's own files, recorded (reconciler/desired/changes.py); the queue entries added
-        outside res. A failure here is logged, never a pass lost."""
-        from reconciler.desired.changes import track
+    async def track_changes(self, now: float) -> list[str]:
+        """Changes to the user's own files, recorded (desired/changes.py); the queue entries added
+        outside res. Read under the writer's lock: a writer replaces queue.toml and then logs its
+        change, and a pass that read between the two would take the writer's own entry for one added
+        by hand. When that cannot be done now, the entries held before stay held (a failure here is
+        logged, never a pass lost, never an entry let go unseen)."""
+        from reconciler.config.locks import LockBusy
         from reconciler.config.policy import user_policy_path
+        from reconciler.desired.changes import track
 
         try:
-            return sorted(track(self.paths, self.store, user_policy_path(), now))
+            async with locked_async(self.paths.writer_lock, timeout=WRITER_WAIT_S):
+                return sorted(track(self.paths, self.store, user_policy_path(), now))
+        except LockBusy:
+            pass  # a writer is at work: this pass judges nothing new, the next one does
         except Exception as e:  # noqa: BLE001 - bookkeeping: the pass goes on
             log.warning("tracking changes to the user's files: %s", e)
-            return []
+        return sorted(self.store.get_meta_json("hand_added", []))
 
     async def tick(self) -> Plan:
         if not self.connected:
@@ -199,7 +209,7 @@ class Engine:
             if self.policy_error:
                 notices.append(self.policy_error)
             records = self.store.records()
-            desired.hand_added = self.track_changes(now)
+            desired.hand_added = await self.track_changes(now)
             if self.store.bad:  # unreadable rows: reported, and nothing admitted under their ids
                 desired.held = sorted(set(desired.held) | set(self.store.bad))
                 notices.extend(f"state.db: {why}; set aside (res release {job_id} drops it)"
