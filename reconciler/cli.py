@@ -13,6 +13,7 @@ import sys
 
 from reconciler.commands.base import Fail, print_lines, quiet_logs, the_policy
 from reconciler.config.paths import Paths
+from reconciler.core.agents import AGENTS
 from reconciler.core.quantities import BadValue, parse_count, parse_cpus, parse_duration_s, parse_pid, parse_size_gb, parse_usd
 
 
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--queue", action="store_true", help="wait in the queue instead of being refused")
     run.add_argument("--lock", help="never run two jobs holding the same KEY at once")
     run.add_argument("--force", action="store_true", help="ignore the ledger (not the reserve, not locks)")
-    run.add_argument("--agent", default="none", choices=["none", "claude"],
+    run.add_argument("--agent", default="none", choices=AGENTS,
                      help="digest the output of this agent kind (claude: stream-json); none: a plain command")
     run.add_argument("--max-cost-usd", type=_arg(parse_usd, "--max-cost-usd"), default=None,
                      help="stop the job once its spend passes this (agent sessions: policy default)")

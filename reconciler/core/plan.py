@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 
 from reconciler.core.attachments import holder_name
+from reconciler.core.digest import running_spend_usd, spend_is_estimated
 from reconciler.core.hist import mem_flag, suggest_mem_gb
 from reconciler.core.capacity import (HOLDING, Capacity, QueueForecast, busy_detail, capacity, daily_detail, holder_of, lock_detail,
                        never_detail, sessions_detail, short_of)
@@ -191,9 +192,11 @@ def budget_trip(rec: JobRecord, policy, now: float, log_bytes: int | None = None
     if limit_gb and log_bytes is not None and log_bytes > limit_gb * GIB:
         return {"code": "log_limit", "limit_gb": limit_gb, "written_gb": log_bytes / GIB}
     max_cost, max_duration, max_iterations = effective_limits(rec.request, policy)
-    spend = rec.spend_usd
+    spend = running_spend_usd(rec.digest)
     if max_cost and spend > max_cost:
-        return {"code": "budget", "budget": "cost", "used": spend, "limit": max_cost}
+        d = rec.digest
+        return {"code": "budget", "budget": "cost", "used": spend, "limit": max_cost,
+                "estimated": spend_is_estimated(d), "messages": d.messages if d is not None else 0}
     if max_duration and rec.started is not None and now - rec.started > max_duration:
         return {"code": "budget", "budget": "duration", "used": now - rec.started, "limit": max_duration}
     iterations = rec.digest.iterations if rec.digest else 0

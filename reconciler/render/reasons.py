@@ -114,6 +114,9 @@ def stop_text(d: dict) -> str:
     budget, used, limit = d["budget"], d["used"], d["limit"]
     if budget == "cost":
         shown, cap = fmt_usd_pair(used, limit)
+        if d.get("estimated"):  # what the lines add up to: the agent has not reported it yet
+            n = d.get("messages", 0)
+            return f"budget: cost ~{shown} (estimated, {n} message{'s' if n != 1 else ''}) > {cap}"
         return f"budget: cost {shown} > {cap}"
     if budget == "duration":
         return f"budget: duration {fmt_span(used)} > {fmt_span(limit)}"

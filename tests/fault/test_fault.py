@@ -3,8 +3,9 @@ units, the fake agent (tests/fake_agent.py) as the job.
 
 Every case checks the final state (every job done, its rc right) and that the job's log was ingested
 exactly once: `lines` in `res status --json` is the number of lines in logs/r-N.log, and the fake
-agent's numbered events give input_tokens = k(k+1)/2, output_tokens = k, iterations = k for the k
-events it printed (a line counted twice or skipped shows in those sums), and spend was added once (the
+agent's numbered events give input_tokens = k(k+1)/2, output_tokens = k for the k events it printed,
+and iterations = 1 + its tool-result lines (a line counted twice or skipped shows in those sums),
+and spend was added once (the
 result's cost, else tokens × the claude-sonnet-4-5 rate of policies/pricing.toml).
 
 Intervals are seconds here (lease 3 s, renew 1 s, sweep and tick 0.5 s). Nothing asserts on a tight
@@ -138,6 +139,12 @@ def log_facts(res, job_id: str) -> tuple[int, int, int]:
     return lines, len(data), len(seqs)
 
 
+def tool_results(res, job_id: str) -> int:
+    """The fake agent's tool-result lines in a job's log (whole lines only)."""
+    text = (res.state / "logs" / f"{job_id}.log").read_bytes().decode()
+    return sum(1 for line in text.split("\n")[:-1] if line.startswith('{"type": "user"'))
+
+
 def ingested_once(res, job_id: str, st: dict | None = None, n: int | None = None, cost: float | None = None) -> dict:
     """The job's whole log was read into its digest exactly once, and its spend added once. `n`: the
     fake agent ran to the end (n events, and a result event when `cost` is given)."""
@@ -145,10 +152,11 @@ def ingested_once(res, job_id: str, st: dict | None = None, n: int | None = None
     lines, size, k = log_facts(res, job_id)
     if n is not None:
         assert k == n, f"{job_id}: {k} events in the log, expected {n}"
-        assert lines == 1 + n + n // 10 + (cost is not None), f"{job_id}: {lines} lines in the log"
+        assert lines == 1 + n + (n - 1) + n // 10 + (cost is not None), f"{job_id}: {lines} lines in the log"
     assert st["lines"] == lines, f"{job_id}: digest read {st['lines']} lines, the log has {lines}: {st}"
     assert st["log_offset"] == size, st
-    assert (st["input_tokens"], st["output_tokens"], st["iterations"]) == (k * (k + 1) // 2, k, k), st
+    calls = 1 + tool_results(res, job_id) if k else 0  # Claude Code's own count: a call, then one per tool result
+    assert (st["input_tokens"], st["output_tokens"], st["iterations"]) == (k * (k + 1) // 2, k, calls), st
     want = cost if cost is not None else token_cost(k)
     assert abs(st["spend_usd"] - want) < 2e-6, f"{job_id}: spend {st['spend_usd']} != {want}"
     return st

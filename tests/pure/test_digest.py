@@ -43,12 +43,14 @@ def run(lines, rc=None, finish=True, agent="claude", table=TABLE):
     return d
 
 
-def asst(mid, out=10, inp=1, cw=0, cr=0, model=SONNET, parent=None, cw1h=None, **extra):
+def asst(mid, out=10, inp=1, cw=0, cr=0, model=SONNET, parent=None, cw1h=None, content=(), **extra):
+    """An assistant line; `content` empty unless a test is about the estimate from it (an empty one
+    estimates nothing, so the line's own output count is what counts)."""
     usage = {"input_tokens": inp, "cache_creation_input_tokens": cw, "cache_read_input_tokens": cr, "output_tokens": out}
     if cw1h is not None:
         usage["cache_creation"] = {"ephemeral_5m_input_tokens": cw - cw1h, "ephemeral_1h_input_tokens": cw1h}
     ev = {"type": "assistant", "message": {"model": model, "id": mid, "type": "message", "role": "assistant",
-                                           "content": [{"type": "text", "text": "…"}], "usage": usage},
+                                           "content": list(content), "usage": usage},
           "parent_tool_use_id": parent, "session_id": "s-1"}
     ev.update(extra)
     return json.dumps(ev, separators=(",", ":"))
@@ -66,7 +68,8 @@ def result(subtype="success", is_error=False, cost=None, turns=None, **extra):
 
 INIT = json.dumps({"type": "system", "subtype": "init", "session_id": "s-1", "model": SONNET, "tools": ["Bash"]})
 TOOL_RESULT = json.dumps({"type": "user", "message": {"role": "user", "content": [
-    {"type": "tool_result", "tool_use_id": "toolu_1", "content": '{"usage":{"output_tokens":999999}}'}]}})
+    {"type": "tool_result", "tool_use_id": "toolu_1", "content": '{"usage":{"output_tokens":999999}}'}]},
+    "parent_tool_use_id": None})
 
 
 # ---------------------------------------------------------------- usage per message id
@@ -102,7 +105,7 @@ def test_distinct_messages_add_up_and_tool_results_are_not_read():
     d = run([INIT, asst("msg_A", out=10), TOOL_RESULT, asst("msg_B", out=20), asst("msg_C", out=30, parent="toolu_9")],
             finish=False)
     assert d.state.output_tokens == 60
-    assert d.state.iterations == 2  # msg_C is a sub-agent's: it costs, but is no turn of the session
+    assert d.state.iterations == 2  # the first call, and one after the tool's result; msg_C is a sub-agent's
     assert d.state.lines == 5
 
 
@@ -116,7 +119,7 @@ def test_seen_message_ids_are_bounded_to_the_last_ones():
 
 def test_a_message_without_an_id_counts_on_its_own():
     d = run([asst("", out=7), asst("", out=7)], finish=False)
-    assert d.state.output_tokens == 14 and d.state.iterations == 2
+    assert d.state.output_tokens == 14 and d.state.iterations == 1  # calls are counted by tool results
 
 
 def test_the_model_of_the_init_event_prices_a_message_that_names_none():
@@ -241,7 +244,10 @@ def test_success_fixture():
     #   1×3 + 96×15 + 640×3.75 + 20024×0.30 = 9850.2      → 53364.0 per 1M
     assert before.spend_usd == pytest.approx(0.053364, abs=1e-12)
     assert (before.input_tokens, before.output_tokens, before.cache_write_tokens, before.cache_read_tokens) == (5, 695, 7296, 51880)
-    assert before.iterations == 3 and before.outcome is None
+    # Claude Code counts one turn per tool result line, and message B's two parallel tool calls have
+    # a result line each (as in the real nightgauge-2.1.223-nopartial-two-bash-calls.jsonl: two
+    # results, three turns): 1 + 3 lines = 4. This hand-built file's result says 3; it wins once seen.
+    assert before.iterations == 4 and before.outcome is None
     d = run(lines, rc=0)
     s = d.state
     assert s.lines == 12  # the stderr warning line included
@@ -273,15 +279,17 @@ def test_crash_with_no_result_leaves_the_outcome_to_the_exit_code():
     d = run(lines, finish=False)
     s = d.state
     assert s.lines == 12 and not s.result_seen and s.outcome is None
-    # opus 4.6 (5 / 25 / 6.25 / 0.50): 6×5 + 220×25 + 9800×6.25 = 66780; 2×5 + 1×25 + 310×6.25 + 9800×0.50 = 6872.5
-    assert s.spend_usd == pytest.approx(0.0736525, abs=1e-12)
-    assert (s.input_tokens, s.output_tokens, s.cache_write_tokens, s.cache_read_tokens) == (8, 221, 10110, 9800)
+    # opus 4.6 (5 / 25 / 6.25 / 0.50): 6×5 + 220×25 + 9800×6.25 = 66780. Message 2 was cut off with a
+    # placeholder of 1 output token; its 72 characters of text say at least 72 / 2 + 12 = 48:
+    # 2×5 + 48×25 + 310×6.25 + 9800×0.50 = 8047.5 → 74827.5 per 1M
+    assert s.spend_usd == pytest.approx(0.0748275, abs=1e-12)
+    assert (s.input_tokens, s.output_tokens, s.cache_write_tokens, s.cache_read_tokens) == (8, 268, 10110, 9800)
     assert s.iterations == 2
     for rc, outcome, why in ((1, "failure", "exit code 1"), (0, "success", None), (None, "failure", "no exit code (killed or lost)"),
                              (-9, "failure", "exit code -9")):
         d = run(lines, rc=rc)
         assert (d.state.outcome, d.state.failure_reason) == (outcome, why)
-        assert d.state.spend_usd == pytest.approx(0.0736525, abs=1e-12)  # spend kept, not lost with the crash
+        assert d.state.spend_usd == pytest.approx(0.0748275, abs=1e-12)  # spend kept, not lost with the crash
 
 
 def test_error_result_with_a_cost_fails_the_run_and_keeps_its_cost():
@@ -451,3 +459,12 @@ def test_broken_pricing_is_an_error_naming_what_is_wrong(shipped, override, mess
     with pytest.raises(PricingError, match=message) as e:
         load_pricing(shipped, override)
     assert "\n" not in str(e.value)
+
+
+def test_every_agent_the_command_line_accepts_has_a_digest():
+    from reconciler.core.agents import AGENTS
+    from reconciler.core.digest import _KINDS
+
+    assert set(AGENTS) == set(_KINDS)
+    with pytest.raises(DigestError, match=r"unknown agent 'codex' \(known: none, claude\)"):
+        make_digest("codex", TABLE)

@@ -532,15 +532,21 @@ def test_my_own_job_is_not_reattached_and_a_dry_run_claims_nothing():
 
 def test_budget_trips_stop_the_job_with_the_reason():
     cost = attached(running(1, agent="claude", max_cost_usd=0.5), holder=ME,
-                    digest=DigestState(agent="claude", spend_usd=0.52))
+                    digest=DigestState(agent="claude", spend_usd=0.52, result_seen=True))
     assert [(a.kind, a.reason) for a in plan_as(ME, [], [cost]).actions] == [("stop", "budget: cost $0.52 > $0.50")]
+    # mid-run, before any result: the estimate from the lines, said to be one
+    running_cost = attached(running(6, agent="claude", max_cost_usd=1.0), holder=ME,
+                            digest=DigestState(agent="claude", spend_usd=1.02, estimate_usd=1.02, messages=12))
+    (stop,) = plan_as(ME, [], [running_cost]).actions
+    assert stop.reason == "budget: cost ~$1.04 (estimated, 12 messages) > $1.00"  # 1.02 × 1.02 margin
+    assert (stop.detail["estimated"], stop.detail["messages"]) == (True, 12)
     slow = attached(running(2, max_duration_s=1800, started=NOW - 1900), holder=ME)
     assert plan_as(ME, [], [slow]).actions[0].reason == "budget: duration 32 min > 30 min"
     loops = attached(running(3, agent="claude", max_iterations=40), holder=ME,
                      digest=DigestState(agent="claude", iterations=41))
     assert plan_as(ME, [], [loops]).actions[0].reason == "budget: iterations 41 > 40"
     tiny = attached(running(5, agent="claude", max_cost_usd=0.01), holder=ME,
-                    digest=DigestState(agent="claude", spend_usd=0.010164))
+                    digest=DigestState(agent="claude", spend_usd=0.010164, result_seen=True))
     assert plan_as(ME, [], [tiny]).actions[0].reason == "budget: cost $0.0102 > $0.0100"
     under = attached(running(4, agent="claude", max_cost_usd=0.5), holder=ME,
                      digest=DigestState(agent="claude", spend_usd=0.49))

@@ -1,0 +1,138 @@
+"""The Claude digest on real transcripts: `claude -p … --output-format stream-json --verbose` output
+that people committed to public repositories, copied byte for byte (tests/fixtures/claude/real,
+SOURCES.md there). For each: the final spend is the agent's own total_cost_usd; the running spend a
+budget checks, just before each result, is never below 0.8× of that result's total and not above
+1.5× of what the process reports in the end; iterations before a result are the agent's own count
+(its num_turns); and a resume at every line boundary ends in the identical state. Each is checked
+with the partial-message lines (stream_event) and, where the file has them, without."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from reconciler.core.digest import make_digest, running_spend_usd
+from reconciler.core.pricing import load_pricing
+
+ROOT = Path(__file__).resolve().parents[2]
+REAL = ROOT / "tests" / "fixtures" / "claude" / "real"
+TABLE = load_pricing((ROOT / "policies" / "pricing.toml").read_text())
+FILES = sorted(REAL.glob("*.jsonl"))
+
+# Results whose total leaves out what was really streamed before them, so that a conservative
+# running spend is above it: an interrupted turn (Claude Code reports its streamed tokens as $0 or
+# partly), and a process whose later turns come after such a one.
+UNDER_REPORTED = {
+    "laplus-2.1.220-partial-interrupted-error-with-cost.jsonl": "interrupted mid-tool-use: error_during_execution",
+    "laplus-2.1.220-partial-multiturn-interrupt-error-then-success.jsonl":
+        "turn 1 interrupted and reported as $0 with zero usage though its tokens were streamed",
+}
+
+
+def lines_of(path: Path, partial: bool) -> list[str]:
+    out = [line for line in path.read_text(encoding="utf-8").split("\n") if line]
+    return out if partial else [line for line in out if '"stream_event"' not in line[:40]]
+
+
+def variants():
+    for path in FILES:
+        yield pytest.param(path, True, id=f"{path.stem}")
+        if '"stream_event"' in path.read_text(encoding="utf-8"):
+            yield pytest.param(path, False, id=f"{path.stem}-without-partial")
+
+
+def replay(lines: list[str]):
+    """(the digest after every line, and at each result line: running spend and iterations just
+    before it, with the result event itself)."""
+    d = make_digest("claude", TABLE)
+    at_results = []
+    for line in lines:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            ev = None
+        if isinstance(ev, dict) and ev.get("type") == "result":
+            at_results.append((running_spend_usd(d.state), d.iterations, ev))
+        d.push(line)
+    d.finish(0)
+    return d, at_results
+
+
+def test_there_are_real_transcripts_of_every_kind_the_issue_names():
+    names = " ".join(p.name for p in FILES)
+    assert len(FILES) >= 8
+    for kind in ("partial", "nopartial", "subagent", "multiturn", "error"):
+        assert kind in names, kind
+
+
+@pytest.mark.parametrize("path, partial", variants())
+def test_the_final_spend_is_the_agents_own_total(path, partial):
+    d, at_results = replay(lines_of(path, partial))
+    final = at_results[-1][2]["total_cost_usd"]
+    assert d.state.spend_usd == final
+    assert d.state.result_seen
+
+
+@pytest.mark.parametrize("path, partial", variants())
+def test_the_running_spend_before_each_result_is_within_bounds(path, partial):
+    _, at_results = replay(lines_of(path, partial))
+    final = at_results[-1][2]["total_cost_usd"]
+    for running, _, ev in at_results:
+        total = ev["total_cost_usd"]
+        if total > 0:
+            assert running >= 0.8 * total, (running, total)  # never under-reads
+        if path.name not in UNDER_REPORTED and final > 0:
+            assert running <= 1.5 * max(total, final), (running, total, final)
+
+
+@pytest.mark.parametrize("path, partial", variants())
+def test_iterations_are_the_agents_own_turns(path, partial):
+    _, at_results = replay(lines_of(path, partial))
+    before = 0
+    for _, iterations, ev in at_results:
+        # The turns of this result's own turn (num_turns is per turn in a multi-turn process).
+        assert iterations - before in (ev["num_turns"], 0), (iterations, before, ev["num_turns"])
+        before += ev["num_turns"]
+
+
+@pytest.mark.parametrize("path, partial", variants())
+def test_a_resume_at_every_line_boundary_ends_in_the_same_state(path, partial):
+    lines = lines_of(path, partial)
+    whole, _ = replay(lines)
+    want = whole.state.model_dump_json()
+    for k in range(len(lines) + 1):
+        first = make_digest("claude", TABLE)
+        for line in lines[:k]:
+            first.push(line)
+        again = make_digest("claude", TABLE, first.state.model_dump_json())  # committed, then resumed
+        for line in lines[k:]:
+            again.push(line)
+        again.finish(0)
+        assert again.state.model_dump_json() == want, f"cut after line {k}"
+
+
+def test_partial_messages_give_the_exact_output_count():
+    """laplus tool-use: the assistant lines say 3 and 2 output tokens (placeholders); the
+    message_delta events say 114 and 43, which the result's usage adds up to (157)."""
+    path = REAL / "laplus-2.1.220-partial-tool-use.jsonl"
+    lines = lines_of(path, True)
+    d = make_digest("claude", TABLE)
+    for line in lines[:-1]:  # all but the result
+        d.push(line)
+    assert sorted(d.state.exact_output.values()) == [43, 114]
+    assert sorted(c[2] for c in d.state.seen_message_ids.values()) == [43, 114]
+    assert d.state.output_tokens == 157
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if '"stream_event"' in p.read_text(encoding="utf-8")],
+                         ids=lambda p: p.stem)
+def test_the_quick_read_of_stream_events_agrees_with_a_full_parse(path):
+    """message_start / message_delta lines in Claude Code's compact shape are read with a pattern;
+    the same events written another way (spaces after the separators) take the full parse."""
+    lines = lines_of(path, True)
+    spaced = [json.dumps(json.loads(line)) if '"stream_event"' in line[:40] else line for line in lines]
+    quick, _ = replay(lines)
+    full, _ = replay(spaced)
+    assert quick.state.exact_output == full.state.exact_output
+    assert quick.state.model_dump_json() == full.state.model_dump_json()
