@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from reconciler.core.agents import model_from_command
 from reconciler.core.digest import make_digest
 from reconciler.core.lifecycle import transition
 from reconciler.core.models import JobRecord, copy
@@ -64,7 +65,7 @@ def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_r
     line without a newline is complete and the digest is finished with `final_rc`. Nothing is
     committed here."""
     try:
-        digest = make_digest(rec.request.agent, pricing, rec.digest)
+        digest = make_digest(rec.request.agent, pricing, rec.digest, model=model_from_command(rec.request.cmd))
         offset = rec.log_offset
         budget = limit
         reached_end = False

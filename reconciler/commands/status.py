@@ -11,7 +11,7 @@ from reconciler.core.plan import spent_today
 from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase, copy, dump, parse
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
-from reconciler.core.digest import running_spend_usd, spend_is_estimated
+from reconciler.core.digest import running_spend_usd, spend_is_estimated, unknown_format
 from reconciler.render.status import HEADER, field_text, status_line
 from reconciler.core.quantities import Zone, fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
 
@@ -41,7 +41,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "log": str(paths.log(rec.id)) if req.kind == "job" else None,
         "attached_by": rec.attached_by, "lease_until": rec.lease_until,
         "agent": req.agent, "spend_usd": round(rec.spend_usd, 6), "spend_estimated": spend_is_estimated(d),
-        "running_spend_usd": round(running_spend_usd(d), 6),
+        "running_spend_usd": round(running_spend_usd(d), 6), "unknown_format": unknown_format(d),
         "input_tokens": d.input_tokens if d else 0, "output_tokens": d.output_tokens if d else 0,
         "iterations": d.iterations if d else 0, "lines": d.lines if d else 0,
         "log_offset": rec.log_offset, "attach_failures": rec.attach_failures, "last_error": rec.last_error,

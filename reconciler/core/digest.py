@@ -86,6 +86,8 @@ class DigestState(BaseModel):
     turns_before: int = Field(default=0, ge=0)  # num_turns of the results already seen in this process
     turn_calls: int = Field(default=0, ge=0)  # model calls of the turn under way (0: none yet)
     messages: int = Field(default=0, ge=0)  # distinct messages counted (sub-agents' included)
+    context_chars: int = Field(default=0, ge=0)  # codex, gemini: characters shown to the model so far (estimates)
+    recognized: int = Field(default=0, ge=0)  # lines that were events of the agent's format
     model: str | None = None  # from the init event
     session_id: str | None = None
     result_seen: bool = False
@@ -152,6 +154,12 @@ class NullDigest(Digest):
 # model), which only the result's modelUsage shows: 0.27 % and 0.50 % of the spend in the two real
 # transcripts that have them (tests/fixtures/claude/real). Counted on the running estimate as 2 %.
 BACKGROUND_MARGIN = 0.02
+# Output in no format the digest knows (a session without --output-format stream-json, another
+# CLI): after this many lines with not one event understood, each line counts at UNKNOWN_LINE_USD
+# for a budget (a model call cost 0.4–12 cents and took 2–30 lines in the real transcripts), so
+# that a budget still bites and the spend is never a silent $0.00.
+UNKNOWN_AFTER_LINES = 20
+UNKNOWN_LINE_USD = 0.01
 # What one output token is worth in characters of the content on an assistant line, at the least
 # (real transcripts: 0.6–3.7 chars a token over 15 messages; tests/pure/test_digest_real.py), and the
 # tokens each content block costs beyond its characters (framing, a tool call's name and id).
@@ -177,14 +185,17 @@ class ClaudeDigest(Digest):
                 return  # stderr text, a banner: counted, otherwise ignored
         head = line[:40]  # "type" comes first on every line but a result (there it may come late)
         if '"user"' in head:  # tool results: most of the bytes; only whether it starts a model call
+            self.recognized += 1
             self._user(line)
             return
         if '"stream_event"' in head:
+            self.recognized += 1
             if '"message_start"' in line or '"message_delta"' in line:
                 self._stream_line(line)
             return  # text deltas: nothing in them that counts
         elif '"system"' in head:
             if '"init"' not in line[:80]:
+                self.recognized += 1
                 return  # hooks, status, thinking-token ticks
         elif '"rate_limit_event"' in head or '"control_' in head:
             return
@@ -195,6 +206,8 @@ class ClaudeDigest(Digest):
         if type(ev) is not dict:
             return
         kind = ev.get("type")
+        if kind in ("assistant", "result", "system", "stream_event"):
+            self.recognized += 1
         if kind == "assistant":
             self._assistant(ev)
         elif kind == "stream_event":
@@ -457,14 +470,20 @@ def _keep(d: dict, key: str, value) -> None:
         del d[next(iter(d))]
 
 
-_KINDS: dict[str, type[Digest]] = {"none": NullDigest, "claude": ClaudeDigest}
+def _kinds() -> dict[str, type[Digest]]:
+    from reconciler.core.codex import CodexDigest
+    from reconciler.core.gemini import GeminiDigest
+
+    return {"none": NullDigest, "claude": ClaudeDigest, "codex": CodexDigest, "gemini": GeminiDigest}
 
 
 def make_digest(agent: str, pricing: PricingTable | None,
-                state: DigestState | dict[str, Any] | str | bytes | None = None) -> Digest:
-    """The digest for `--agent <agent>`, fresh or resumed from a committed state (model, dict or JSON)."""
+                state: DigestState | dict[str, Any] | str | bytes | None = None, model: str | None = None) -> Digest:
+    """The digest for `--agent <agent>`, fresh or resumed from a committed state (model, dict or JSON).
+    `model`: what the session's command line asks for (agents.model_from_command), where the output
+    does not say it exactly."""
     kind = (agent or "none").strip().lower()
-    cls = _KINDS.get(kind)
+    cls = _kinds().get(kind)
     if cls is None:
         raise DigestError(f"unknown agent {agent!r} (known: {', '.join(AGENTS)})")
     st: DigestState | None
@@ -479,9 +498,11 @@ def make_digest(agent: str, pricing: PricingTable | None,
         err = e.errors()[0]
         where = ".".join(str(x) for x in err["loc"]) or "state"
         raise DigestError(f"digest state: {where}: {err['msg']}") from None
+    if cls is NullDigest:
+        return cls(pricing, st)
     if cls is ClaudeDigest:
         return ClaudeDigest(pricing, st)  # type: ignore[arg-type]
-    return cls(pricing, st)
+    return cls(pricing, st, model=model)  # type: ignore[call-arg]
 
 
 def running_spend_usd(state: DigestState | None) -> float:
@@ -489,7 +510,16 @@ def running_spend_usd(state: DigestState | None) -> float:
     up, whichever is larger, with the margin for calls no line shows. Never below what was reported."""
     if state is None:
         return 0.0
-    return max(state.spend_usd, state.estimate_usd * (1 + BACKGROUND_MARGIN))
+    running = max(state.spend_usd, state.estimate_usd * (1 + BACKGROUND_MARGIN))
+    if unknown_format(state):
+        running = max(running, state.lines * UNKNOWN_LINE_USD)
+    return running
+
+
+def unknown_format(state: DigestState | None) -> bool:
+    """An agent session whose output matched no event of its format in UNKNOWN_AFTER_LINES lines."""
+    return (state is not None and state.agent != "none" and state.recognized == 0
+            and state.lines >= UNKNOWN_AFTER_LINES)
 
 
 def spend_is_estimated(state: DigestState | None) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 
 from reconciler.core.attachments import holder_name
-from reconciler.core.digest import running_spend_usd, spend_is_estimated
+from reconciler.core.digest import running_spend_usd, spend_is_estimated, unknown_format
 from reconciler.core.hist import mem_flag, suggest_mem_gb
 from reconciler.core.capacity import (HOLDING, Capacity, QueueForecast, busy_detail, capacity, daily_detail, holder_of, lock_detail,
                        never_detail, sessions_detail, short_of)
@@ -245,6 +245,8 @@ def agent_outcome(rec: JobRecord, outcome: dict) -> dict:
     code alone says nothing the exit's own outcome (exit code, signal, stopped from outside) does not
     say better."""
     d = rec.digest
+    if rec.request.session and unknown_format(d):  # said, whatever else decided
+        return {**outcome, "unknown_format": True, "lines": d.lines}
     if not rec.request.session or d is None or d.outcome != "failure" or rec.stop_reason \
             or outcome.get("code") == "memory_limit":
         return outcome

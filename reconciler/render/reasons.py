@@ -134,6 +134,10 @@ _LOST = {"foreign_exit": "lost: its exit record is another run's (not written by
 
 def outcome_why(d: dict) -> str:
     """The `why` of an ended job, from its outcome (core.plan.settle_outcome, agent_outcome)."""
+    if d.get("unknown_format"):
+        rest = {k: v for k, v in d.items() if k not in ("unknown_format", "lines")}
+        return (f"{outcome_why(rest)}; its output matched no known agent format ({d['lines']} lines): "
+                "spend estimated at 1 cent a line")
     code = d["code"]
     if "stop_reason" in d:
         return d["stop_reason"]

@@ -41,7 +41,9 @@ def status_line(v: dict, zone: Zone) -> str:
         tail = f"ETA ~{fmt_clock(v['eta'], zone)}"
     else:
         tail = "starting"
-    if v["agent"] != "none":
+    if v["agent"] != "none" and v.get("unknown_format"):
+        tail += f" ~${v['running_spend_usd']:.2f}: output in no known {v['agent']} format"
+    elif v["agent"] != "none":
         tail += f" ${v['spend_usd']:.2f} {v['iterations']} turns"
     return (f"{v['id']:<6} {one_line(v['project'], 16):<16} {quoted(v['title'], 30):<32} {v['state']:<9} "
             f"{_size(v['mem_gb']):>7} {_size(v['used_gb']):>7} {_size(v['peak_gb']):>7} {fmt_cpus(v['cpus']).split()[0]:>5} "
