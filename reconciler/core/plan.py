@@ -196,7 +196,8 @@ def budget_trip(rec: JobRecord, policy, now: float, log_bytes: int | None = None
     if max_cost and spend > max_cost:
         d = rec.digest
         return {"code": "budget", "budget": "cost", "used": spend, "limit": max_cost,
-                "estimated": spend_is_estimated(d), "messages": d.messages if d is not None else 0}
+                "estimated": spend_is_estimated(d), "messages": d.messages if d is not None else 0,
+                "reported": d.spend_usd if d is not None and d.result_seen else None}
     if max_duration and rec.started is not None and now - rec.started > max_duration:
         return {"code": "budget", "budget": "duration", "used": now - rec.started, "limit": max_duration}
     iterations = rec.digest.iterations if rec.digest else 0

@@ -117,6 +117,10 @@ def stop_text(d: dict) -> str:
         if d.get("estimated"):  # what the lines add up to: the agent has not reported it yet
             n = d.get("messages", 0)
             return f"budget: cost ~{shown} (estimated, {n} message{'s' if n != 1 else ''}) > {cap}"
+        reported = d.get("reported")
+        if reported is not None and used > reported + 1e-9:  # its lines say more than it reported
+            said, _ = fmt_usd_pair(reported, limit)
+            return f"budget: cost ~{shown} (its lines; it reported {said}) > {cap}"
         return f"budget: cost {shown} > {cap}"
     if budget == "duration":
         return f"budget: duration {fmt_span(used)} > {fmt_span(limit)}"

@@ -540,6 +540,11 @@ def test_budget_trips_stop_the_job_with_the_reason():
     (stop,) = plan_as(ME, [], [running_cost]).actions
     assert stop.reason == "budget: cost ~$1.04 (estimated, 12 messages) > $1.00"  # 1.02 × 1.02 margin
     assert (stop.detail["estimated"], stop.detail["messages"]) == (True, 12)
+    # reported, but less than its own lines add up to (a background sub-agent, an interrupted turn)
+    under = attached(running(7, agent="claude", max_cost_usd=0.05), holder=ME,
+                     digest=DigestState(agent="claude", spend_usd=0.11, estimate_usd=0.16, result_seen=True))
+    (stop,) = plan_as(ME, [], [under]).actions
+    assert stop.reason == "budget: cost ~$0.16 (its lines; it reported $0.11) > $0.05"  # 0.16 × 1.02
     slow = attached(running(2, max_duration_s=1800, started=NOW - 1900), holder=ME)
     assert plan_as(ME, [], [slow]).actions[0].reason == "budget: duration 32 min > 30 min"
     loops = attached(running(3, agent="claude", max_iterations=40), holder=ME,
