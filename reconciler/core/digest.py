@@ -39,6 +39,7 @@ Counting rules (measured on the real transcripts in tests/fixtures/claude/real; 
 from __future__ import annotations
 
 import json
+import json.scanner
 import math
 import re
 from typing import Any, Literal
@@ -190,7 +191,10 @@ class ClaudeDigest(Digest):
             return
         if '"stream_event"' in head:
             self.recognized += 1
-            if '"message_start"' in line or '"message_delta"' in line:
+            if line.startswith(_COMPACT_EVENT):  # the event's type at a known place: no scan of the line
+                if line.startswith(("message_start", "message_delta"), len(_COMPACT_EVENT)):
+                    self._stream_line(line)
+            elif '"message_start"' in line or '"message_delta"' in line:
                 self._stream_line(line)
             return  # text deltas: nothing in them that counts
         elif '"system"' in head:
@@ -200,8 +204,8 @@ class ClaudeDigest(Digest):
         elif '"rate_limit_event"' in head or '"control_' in head:
             return
         try:
-            ev = json.loads(line)
-        except (ValueError, RecursionError):
+            ev = _parse(line)
+        except (ValueError, RecursionError, StopIteration):
             return  # a truncated or garbled line
         if type(ev) is not dict:
             return
@@ -418,8 +422,20 @@ class ClaudeDigest(Digest):
             self.input_tokens, self.output_tokens, self.cache_write_tokens, self.cache_read_tokens = totals
 
 
+_SCAN = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner, without json.loads' wrappers
+
+
+def _parse(line: str) -> Any:
+    """One JSON value that is the whole line (trailing white space allowed), as json.loads reads it."""
+    value, end = _SCAN(line, 0)
+    if end != len(line) and line[end:].strip():
+        raise ValueError("extra data after the value")
+    return value
+
+
 _CONTENT = re.compile(r'"content"\s*:\s*([\["])')
 # The compact shape Claude Code writes: {"type":"stream_event","event":{"type":"message_start",…
+_COMPACT_EVENT = '{"type":"stream_event","event":{"type":"'
 _STREAM_HEAD = re.compile(r'\{"type":"stream_event","event":\{"type":"(message_start|message_delta)"')
 _MESSAGE_ID = re.compile(r'"message":\{[^{}]*?"id":"([^"\\]+)"')
 # A message_delta's own usage: output_tokens before any nested object (output_tokens_details, iterations)
@@ -463,10 +479,12 @@ def _estimate(chars: int, blocks: int) -> int:
 
 
 def _keep(d: dict, key: str, value) -> None:
-    """d[key] = value, the newest last; at most SEEN_IDS_KEPT keys (the oldest go)."""
-    d.pop(key, None)
+    """d[key] = value; at most SEEN_IDS_KEPT keys, the first seen going first."""
+    if key in d:
+        d[key] = value
+        return
     d[key] = value
-    while len(d) > SEEN_IDS_KEPT:
+    if len(d) > SEEN_IDS_KEPT:
         del d[next(iter(d))]
 
 

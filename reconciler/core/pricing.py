@@ -135,11 +135,13 @@ def usage_tokens(usage: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
     """(input, output, cache write, cache read, the part of the cache write for 1 hour) of an
     Anthropic API `usage` object (input_tokens, output_tokens, cache_creation_input_tokens,
     cache_read_input_tokens, optional cache_creation split); anything not a count is 0."""
-    cw = tokens(usage.get("cache_creation_input_tokens"))
-    split = usage.get("cache_creation")
-    cw1h = tokens(split.get("ephemeral_1h_input_tokens")) if isinstance(split, Mapping) else 0
-    return (tokens(usage.get("input_tokens")), tokens(usage.get("output_tokens")), cw,
-            tokens(usage.get("cache_read_input_tokens")), min(cw1h, cw))
+    get = usage.get
+    cw = tokens(get("cache_creation_input_tokens"))
+    split = get("cache_creation")
+    # dict first: what JSON gives, and an ABC check costs as much as the rest of this line
+    cw1h = tokens(split.get("ephemeral_1h_input_tokens")) if type(split) is dict or isinstance(split, Mapping) else 0
+    return (tokens(get("input_tokens")), tokens(get("output_tokens")), cw,
+            tokens(get("cache_read_input_tokens")), min(cw1h, cw))
 
 
 def load_pricing(shipped_text: str, override_text: str | None = None, *,
