@@ -26,8 +26,8 @@ import math
 import re
 from typing import Any
 
-from reconciler.core.digest import CHARS_PER_TOKEN, TOKENS_PER_BLOCK, Digest, DigestError, DigestState
-from reconciler.core.pricing import PricingTable, tokens
+from reconciler.core.digest import CHARS_PER_TOKEN, TOKENS_PER_BLOCK, CallEstimating
+from reconciler.core.pricing import tokens
 
 # The largest input a single model call of a fresh `codex exec` showed in the real samples
 # (0.147.0: 17,792 tokens in one call); smaller ones: 3,020 (0.46.0), 14,429 (0.142.5).
@@ -36,30 +36,12 @@ TOOL_ITEMS = frozenset({"command_execution", "file_change", "mcp_tool_call", "we
 _REROUTED = re.compile(r"model rerouted: \S+ -> (\S+)")
 
 
-class CodexDigest(Digest):
+class CodexDigest(CallEstimating):
     agent = "codex"
+    base_input_tokens = BASE_INPUT_TOKENS
+    events = frozenset({"thread.started", "turn.started", "turn.completed", "turn.failed", "error", "item.*"})
 
-    def __init__(self, pricing: PricingTable, state: DigestState | None = None, model: str | None = None):
-        if not isinstance(pricing, PricingTable):
-            raise DigestError("the codex digest needs a pricing table")
-        super().__init__(pricing, state)
-        if model and not self.model:
-            self.model = model
-
-    def push(self, line: str) -> None:
-        self.lines += 1
-        if line[:1] != "{":
-            return  # stderr text ("Reading prompt from stdin..."): counted, otherwise ignored
-        try:
-            ev = json.loads(line)
-        except (ValueError, RecursionError):
-            return
-        if type(ev) is not dict:
-            return
-        kind = ev.get("type")
-        if kind in ("thread.started", "turn.started", "turn.completed", "turn.failed", "error") \
-                or (isinstance(kind, str) and kind.startswith("item.")):
-            self.recognized += 1
+    def event(self, kind: str, ev: dict[str, Any]) -> None:
         if kind == "thread.started":
             tid = ev.get("thread_id")
             if isinstance(tid, str) and tid:
@@ -101,30 +83,12 @@ class CodexDigest(Digest):
             if m is not None:
                 self.model = m.group(1).rstrip(".,);")
 
-    def _call(self, n: int, shown_chars: int = 0) -> None:
-        """The turn's `n`-th model call begins: its input, estimated, counts now."""
-        self.turn_calls = n
-        self.iterations = self.turns_before + n
-        self.context_chars += shown_chars
-        self._estimate(input_tokens=BASE_INPUT_TOKENS + math.ceil(self.context_chars / CHARS_PER_TOKEN))
-
     def _estimate_output(self, chars: int) -> None:
         self._estimate(output_tokens=math.ceil(chars / CHARS_PER_TOKEN) + TOKENS_PER_BLOCK)
 
-    def _estimate(self, input_tokens: int = 0, output_tokens: int = 0) -> None:
-        usd = self.pricing.cost_tokens(self.model or None, input_tokens, output_tokens)
-        self.estimate_usd += usd
-        if not self.result_seen:
-            self.spend_usd += usd
-            self.input_tokens += input_tokens
-            self.output_tokens += output_tokens
-
     def _completed(self, usage: Any) -> None:
-        self.result_seen = True
+        self._turn_done()
         self.outcome, self.failure_reason = "success", None
-        self.turns_before += self.turn_calls
-        self.turn_calls = 0
-        self.iterations = self.turns_before
         if type(usage) is not dict:
             return
         inp, cached, out = tokens(usage.get("input_tokens")), tokens(usage.get("cached_input_tokens")), tokens(usage.get("output_tokens"))

@@ -422,6 +422,63 @@ class ClaudeDigest(Digest):
             self.input_tokens, self.output_tokens, self.cache_write_tokens, self.cache_read_tokens = totals
 
 
+class CallEstimating(Digest):
+    """An agent whose output carries its usage only at the end (Codex, Gemini): each event line is a
+    JSON object with a `type`, and until the usage comes each model call is estimated at
+    `base_input_tokens` of uncached input plus what the session has shown the model since, priced at
+    the session's model (the command line's, else what the output names, else the dearest rates)."""
+
+    base_input_tokens = 0
+    events: frozenset = frozenset()  # the `type`s of the agent's format
+
+    def __init__(self, pricing: PricingTable, state: DigestState | None = None, model: str | None = None):
+        if not isinstance(pricing, PricingTable):
+            raise DigestError(f"the {self.agent} digest needs a pricing table")
+        super().__init__(pricing, state)
+        self.asked_model = model  # the command line's -m: more exact than what the output names
+        if model and not self.model:
+            self.model = model
+
+    def push(self, line: str) -> None:
+        self.lines += 1
+        if line[:1] != "{":
+            return  # stderr text, a notice: counted, otherwise ignored
+        try:
+            ev = _parse(line)
+        except (ValueError, RecursionError, StopIteration):
+            return
+        if type(ev) is not dict:
+            return
+        kind = ev.get("type")
+        if kind in self.events or (isinstance(kind, str) and kind.startswith("item.") and "item.*" in self.events):
+            self.recognized += 1
+            self.event(kind, ev)
+
+    def event(self, kind: str, ev: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _call(self, n: int, shown_chars: int = 0) -> None:
+        """The turn's `n`-th model call begins: its input, estimated, counts now."""
+        self.turn_calls = n
+        self.iterations = self.turns_before + n
+        self.context_chars += shown_chars
+        self._estimate(input_tokens=self.base_input_tokens + math.ceil(self.context_chars / CHARS_PER_TOKEN))
+
+    def _estimate(self, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        usd = self.pricing.cost_tokens(self.model or None, input_tokens, output_tokens)
+        self.estimate_usd += usd
+        if not self.result_seen:
+            self.spend_usd += usd
+            self.input_tokens += input_tokens
+            self.output_tokens += output_tokens
+
+    def _turn_done(self) -> None:
+        self.result_seen = True
+        self.turns_before += self.turn_calls
+        self.turn_calls = 0
+        self.iterations = self.turns_before
+
+
 _SCAN = json.scanner.make_scanner(json.JSONDecoder())  # the C scanner, without json.loads' wrappers
 
 

@@ -23,38 +23,20 @@ import json
 import math
 from typing import Any
 
-from reconciler.core.digest import CHARS_PER_TOKEN, Digest, DigestError, DigestState
-from reconciler.core.pricing import PricingTable, tokens
+from reconciler.core.digest import CHARS_PER_TOKEN, CallEstimating
+from reconciler.core.pricing import tokens
 
 # The input of a one-call session in the real samples: 7,352 (0.11.0, "Say hello"); with one tool
 # call, 12,821 over two calls.
 BASE_INPUT_TOKENS = 8_000
 
 
-class GeminiDigest(Digest):
+class GeminiDigest(CallEstimating):
     agent = "gemini"
+    base_input_tokens = BASE_INPUT_TOKENS
+    events = frozenset({"init", "message", "tool_use", "tool_result", "error", "result"})
 
-    def __init__(self, pricing: PricingTable, state: DigestState | None = None, model: str | None = None):
-        if not isinstance(pricing, PricingTable):
-            raise DigestError("the gemini digest needs a pricing table")
-        super().__init__(pricing, state)
-        self.asked_model = model  # the command line's -m: more exact than init's alias
-        if model and not self.model:
-            self.model = model
-
-    def push(self, line: str) -> None:
-        self.lines += 1
-        if line[:1] != "{":
-            return  # stray text (a deprecation notice, "Rename failed…"): counted, otherwise ignored
-        try:
-            ev = json.loads(line)
-        except (ValueError, RecursionError):
-            return
-        if type(ev) is not dict:
-            return
-        kind = ev.get("type")
-        if kind in ("init", "message", "tool_use", "tool_result", "error", "result"):
-            self.recognized += 1
+    def event(self, kind: str, ev: dict[str, Any]) -> None:
         if kind == "init":
             m, sid = ev.get("model"), ev.get("session_id")
             if isinstance(m, str) and m and not self.asked_model:
@@ -77,25 +59,8 @@ class GeminiDigest(Digest):
         elif kind == "result":
             self._result(ev)
 
-    def _call(self, n: int, shown_chars: int = 0) -> None:
-        self.turn_calls = n
-        self.iterations = self.turns_before + n
-        self.context_chars += shown_chars
-        self._estimate(input_tokens=BASE_INPUT_TOKENS + math.ceil(self.context_chars / CHARS_PER_TOKEN))
-
-    def _estimate(self, input_tokens: int = 0, output_tokens: int = 0) -> None:
-        usd = self.pricing.cost_tokens(self.model or None, input_tokens, output_tokens)
-        self.estimate_usd += usd
-        if not self.result_seen:
-            self.spend_usd += usd
-            self.input_tokens += input_tokens
-            self.output_tokens += output_tokens
-
     def _result(self, ev: dict[str, Any]) -> None:
-        self.result_seen = True
-        self.turns_before += self.turn_calls
-        self.turn_calls = 0
-        self.iterations = self.turns_before
+        self._turn_done()
         stats = ev.get("stats")
         if type(stats) is dict:
             self._usage(stats)
