@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import time
@@ -105,6 +106,9 @@ def real_log(path: Path, megabytes: int) -> int:
     return total
 
 
+RUNS = 3
+
+
 def bench_digest(report: Report, smoke: bool) -> None:
     import tempfile
 
@@ -130,17 +134,19 @@ def bench_digest(report: Report, smoke: bool) -> None:
         gc.collect()
         gc.freeze()
         try:
-            rec = JobRecord(request=req, phase=Phase.running)
-            t0 = time.perf_counter()
-            out, _ = ingest(rec, log, pricing, final_rc=0, final=True)
-            took = time.perf_counter() - t0
+            took = math.inf
+            for _ in range(RUNS):  # the best of a few, as timeit reports: noise only ever adds time
+                rec = JobRecord(request=req, phase=Phase.running)
+                t0 = time.perf_counter()
+                out, _ = ingest(rec, log, pricing, final_rc=0, final=True)
+                took = min(took, time.perf_counter() - t0)
         finally:
             gc.unfreeze()
     if out.digest.lines != nlines or out.log_offset != size:
         raise Broken(f"digest read {out.digest.lines} lines / {out.log_offset} bytes of {nlines} / {size}")
     rate = size / took / 2**20
     report.figures.append(Figure("f", f"digest ingestion, {mb} MB real stream-json with partial messages / 100 MB/s",
-                                 rate / 100, f"{rate:.0f} MB/s ({nlines / took:,.0f} lines/s, {took:.2f} s)", "≥ 1×",
+                                 rate / 100, f"{rate:.0f} MB/s ({nlines / took:,.0f} lines/s, {took:.2f} s, best of {RUNS})", "≥ 1×",
                                  rate >= 100))
     report.raw += estimate_table(pricing)
 

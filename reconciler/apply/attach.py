@@ -15,7 +15,7 @@ from reconciler.core.pricing import PricingError, PricingTable, load_pricing
 from reconciler.config.resources import shipped
 from reconciler.runtime import read_output
 
-CHUNK = 4 << 20
+CHUNK = 1 << 20  # read at a time: the bytes, their text and its lines stay in a core's cache
 PRICING_LIMIT = 1 << 20
 # Bytes of a job's log read in one pass: a job that writes without end (`yes`) never holds up a pass;
 # its reader catches up over the next passes. A plain command's log past this at its end is skipped
@@ -53,10 +53,6 @@ def load_pricing_files() -> tuple[PricingTable | None, str | None]:
         return None, f"pricing table unreadable: {e}"
 
 
-def _lines(data: bytes) -> list[str]:
-    return data.decode("utf-8", "replace").split("\n")
-
-
 def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_rc: int | None = None,
            final: bool = False, limit: int | None = None) -> tuple[JobRecord, bool]:
     """(the record with its log read on from `log_offset`, whether the read reached the end). At
@@ -77,8 +73,7 @@ def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_r
             if not data:
                 reached_end = True
                 break
-            for line in _lines(data)[:-1]:
-                digest.push(line)
+            digest.push_lines(data)
             offset = new_offset
             if budget is not None:
                 budget -= len(data)

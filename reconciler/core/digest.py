@@ -124,6 +124,12 @@ class Digest:
     def push(self, line: str) -> None:
         self.lines += 1
 
+    def push_lines(self, data: bytes) -> None:
+        """push() each complete line of `data` (a log's bytes; a line ends with a newline, and what
+        follows the last one is not a line yet), decoded as UTF-8 with bad bytes replaced."""
+        for line in data.decode("utf-8", "replace").split("\n")[:-1]:
+            self.push(line)
+
     def finish(self, rc: int | None) -> None:
         """The process exited with `rc` (None: unknown, e.g. killed). Idempotent: the first call counts."""
         if self.finished:
@@ -198,9 +204,9 @@ class ClaudeDigest(Digest):
                 self._stream_line(line)
             return  # text deltas: nothing in them that counts
         elif '"system"' in head:
-            if '"init"' not in line[:80]:
+            if '"init"' not in line[:80] or self._init_line(line):
                 self.recognized += 1
-                return  # hooks, status, thinking-token ticks
+                return  # hooks, status, thinking-token ticks; an init line read in place
         elif '"rate_limit_event"' in head or '"control_' in head:
             return
         try:
@@ -227,6 +233,18 @@ class ClaudeDigest(Digest):
                     self.session_id = sid
 
     # ---------------------------------------------------------------- events
+
+    def _init_line(self, line: str) -> bool:
+        """The session's model and id from an init line without parsing its lists of tools, where
+        each key is there once (so at the top level) with a plain string: else False."""
+        if line.count('"model":') != 1 or line.count('"session_id":') != 1:
+            return False
+        model, sid = _INIT_MODEL.search(line), _INIT_SESSION.search(line)
+        if model is None or sid is None:
+            return False
+        self.model, self.session_id = model.group(1), sid.group(1)
+        return True
+
 
     def _assistant(self, ev: dict[str, Any]) -> None:
         err = ev.get("error")
@@ -490,7 +508,7 @@ def _parse(line: str) -> Any:
     return value
 
 
-_CONTENT = re.compile(r'"content"\s*:\s*([\["])')
+_CONTENT = re.compile(r'"content"[ \t\r\n]*:[ \t\r\n]*([\["])')  # JSON's white space only
 # The compact shape Claude Code writes: {"type":"stream_event","event":{"type":"message_start",…
 _COMPACT_EVENT = '{"type":"stream_event","event":{"type":"'
 _STREAM_HEAD = re.compile(r'\{"type":"stream_event","event":\{"type":"(message_start|message_delta)"')
@@ -508,6 +526,8 @@ def _stream_of(line: str) -> str | None:
     return m.group(1) if m is not None else None
 
 
+_INIT_MODEL = re.compile(r'"model":"([^"\\]+)"')
+_INIT_SESSION = re.compile(r'"session_id":"([^"\\]+)"')
 _PARENT = re.compile(r'"parent_tool_use_id":"([^"\\]+)"')
 
 

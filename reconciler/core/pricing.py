@@ -136,12 +136,20 @@ def usage_tokens(usage: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
     Anthropic API `usage` object (input_tokens, output_tokens, cache_creation_input_tokens,
     cache_read_input_tokens, optional cache_creation split); anything not a count is 0."""
     get = usage.get
-    cw = tokens(get("cache_creation_input_tokens"))
+    inp, out, cw, cr = (get("input_tokens"), get("output_tokens"), get("cache_creation_input_tokens"),
+                        get("cache_read_input_tokens"))
     split = get("cache_creation")
+    if type(inp) is type(out) is type(cw) is type(cr) is int and min(inp, out, cw, cr) >= 0:
+        # the usual usage, read without a call per field
+        if split is None:
+            return inp, out, cw, cr, 0
+        h = split.get("ephemeral_1h_input_tokens") if type(split) is dict else None
+        if type(h) is int:
+            return inp, out, cw, cr, min(h if h > 0 else 0, cw)
+    cw = tokens(cw)
     # dict first: what JSON gives, and an ABC check costs as much as the rest of this line
     cw1h = tokens(split.get("ephemeral_1h_input_tokens")) if type(split) is dict or isinstance(split, Mapping) else 0
-    return (tokens(get("input_tokens")), tokens(get("output_tokens")), cw,
-            tokens(get("cache_read_input_tokens")), min(cw1h, cw))
+    return tokens(inp), tokens(out), cw, tokens(cr), min(cw1h, cw)
 
 
 def load_pricing(shipped_text: str, override_text: str | None = None, *,

@@ -105,19 +105,33 @@ class UserSide(Protocol):
     async def reset_failed_unit(self, name: str) -> None: ...
 
 
-def read_output(log_path: Path, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:
-    """Bytes of a job's log from `offset`, up to the last complete line; returns (data, new offset)."""
+LONGEST_LINE = 16 << 20  # a log line longer than this is cut: never a stall, never much memory
+
+
+def read_output(log_path: Path, offset: int, limit: int = 1 << 20, longest: int = LONGEST_LINE) -> tuple[bytes, int]:
+    """Bytes of a job's log from `offset`, about `limit` of them, up to the end of the last complete
+    line in them; returns (data, new offset). A line that does not end within `limit` is read on to
+    its end (an agent's line can hold a whole file it wrote), up to `longest` bytes, past which it
+    is cut (returned without its newline)."""
     try:
         with open(log_path, "rb") as f:
             f.seek(offset)
             data = f.read(limit)
+            end = data.rfind(b"\n")
+            while end < 0 and len(data) >= limit and len(data) < longest:
+                more = f.read(min(len(data), longest - len(data)))  # twice as much each time
+                if not more:
+                    break
+                end = more.rfind(b"\n")
+                if end >= 0:
+                    end += len(data)
+                data += more
     except FileNotFoundError:
         return b"", offset
-    end = data.rfind(b"\n")
     if end < 0:
-        if len(data) < limit:
+        if len(data) < longest:
             return b"", offset  # a line still being written
-        return data, offset + len(data)  # a line longer than `limit` is cut, never a stall
+        return data, offset + len(data)  # a line longer than `longest` is cut, never a stall
     return data[: end + 1], offset + end + 1
 
 

@@ -136,3 +136,27 @@ def test_the_quick_read_of_stream_events_agrees_with_a_full_parse(path):
     full, _ = replay(spaced)
     assert quick.state.exact_output == full.state.exact_output
     assert quick.state.model_dump_json() == full.state.model_dump_json()
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
+def test_the_init_line_read_in_place_agrees_with_a_full_parse(path):
+    """An init line (a few KB of tool and command lists) gives its model and session id without a
+    parse; the same line written with spaces after the separators takes the full parse."""
+    lines = lines_of(path, True)
+    spaced = [json.dumps(json.loads(line)) if '"init"' in line[:80] else line for line in lines]
+    quick, _ = replay(lines)
+    full, _ = replay(spaced)
+    init = json.loads([line for line in lines if '"init"' in line[:80]][-1])  # a process may start again
+    assert quick.state.model == init["model"] and quick.state.session_id == init["session_id"]
+    assert quick.state.model_dump_json() == full.state.model_dump_json()
+
+
+def test_an_init_line_with_a_model_key_twice_is_parsed_whole():
+    """Hand-built from the real init line (no real one shows it): an agent listed with a model of
+    its own ahead of the session's model. The key is not taken where it first appears."""
+    line = next(line for line in lines_of(FILES[0], True) if '"init"' in line[:80])
+    ev = json.loads(line)
+    nested = {"type": ev["type"], "subtype": ev["subtype"], "session_id": ev["session_id"],
+              "agents": [{"name": "reviewer", "model": "claude-haiku-4-5"}], "model": ev["model"]}
+    d, _ = replay([json.dumps(nested, separators=(",", ":"))])
+    assert d.state.model == ev["model"] != "claude-haiku-4-5"
