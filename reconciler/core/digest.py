@@ -531,6 +531,9 @@ _INIT_SESSION = re.compile(r'"session_id":"([^"\\]+)"')
 _PARENT = re.compile(r'"parent_tool_use_id":"([^"\\]+)"')
 
 
+_TOOL_INPUT_JSON = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(…, ensure_ascii=False), made once
+
+
 def _content_size(content: Any) -> tuple[int, int]:
     """(characters of output in a message's content blocks, how many blocks): text, thinking, a tool
     call's name and input as JSON."""
@@ -547,7 +550,7 @@ def _content_size(content: Any) -> tuple[int, int]:
         elif kind == "thinking":
             chars += len(block.get("thinking") or "")
         elif kind == "tool_use":
-            chars += len(str(block.get("name") or "")) + len(json.dumps(block.get("input"), ensure_ascii=False))
+            chars += len(str(block.get("name") or "")) + len(_TOOL_INPUT_JSON(block.get("input")))
     return chars, blocks
 
 
