@@ -9,6 +9,8 @@ d. request-to-start latency with `res serve` running: from the moment `res run` 
 """
 from __future__ import annotations
 
+import os
+import signal
 import re
 import subprocess
 import time
@@ -53,9 +55,13 @@ def bench_run(report: Report, rounds: int) -> None:
         served.close()
         alone.close()
 
+    times["first"] = [_first_call() for _ in range(max(1, rounds // 4))]
     sysd, py = median_ms(times["systemd-run"]), median_ms(times["python"])
     serve, no_serve = median_ms(times["serve"]), median_ms(times["no serve"])
+    first = median_ms(times["first"])
     report.figures += [
+        Figure("a", "res run (first call, starts the loop) / systemd-run", first / sysd,
+               f"{first:.0f} ms vs {sysd:.1f} ms", "≤ 8×", first / sysd <= 8),
         Figure("a", "res run (serve running) / systemd-run", serve / sysd,
                f"{serve:.0f} ms vs {sysd:.1f} ms", "≤ 10×", serve / sysd <= 10),
         Figure("a", "res run (no serve) / systemd-run", no_serve / sysd,
@@ -70,7 +76,29 @@ def bench_run(report: Report, rounds: int) -> None:
         f"a  python3 -S -c pass (no site-packages)      {spread(times['python -S'])}",
         f"a  res run --mem 100M --for 1m -- true, serve {spread(times['serve'])}",
         f"a  the same, no serve (the CLI runs the pass) {spread(times['no serve'])}",
+        f"a  the same, the first call (starts the loop) {spread(times['first'])}",
     ]
+
+
+def _first_call() -> float:
+    """`res run` in a state directory with no loop, loop_autostart on: the call that starts the loop
+    (as a transient user unit) and is answered by it. The loop is stopped after, by its pid."""
+    env = ResEnv("af", **POLICY)
+    env.env["RES_LOOP_AUTOSTART"] = "true"
+    try:
+        t, r = env.res("run", "--mem", "100M", "--for", "1m", "--", "true")
+        _started(r, "res run (first call)")
+        if "started one" not in r.stderr:
+            raise Broken(f"the first call did not start the loop: {r.stderr.strip()!r}")
+        env.settle()
+        pid = int((env.state / "serve.lock").read_text().split()[0])
+        os.kill(pid, signal.SIGTERM)  # the loop that call started, by its pid
+        deadline = time.monotonic() + 30
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return t
+    finally:
+        env.close()
 
 
 def bench_latency(report: Report, rounds: int) -> None:

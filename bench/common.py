@@ -109,6 +109,7 @@ class ResEnv:
             "RES_AGENTS_SLICE": f"{self.tag}.slice",
             "RES_JOBS_SLICE": f"{self.tag}-jobs.slice",
             "RES_UNIT_PREFIX": self.tag,
+            "RES_LOOP_AUTOSTART": "false",  # a benchmark starts the loop it measures itself
         })
         self.env.update({f"RES_{k.upper()}": str(v) for k, v in policy.items()})
         self.serve_proc: subprocess.Popen | None = None

@@ -10,26 +10,72 @@ Writes, atomically (a temporary file in the same directory, then os.replace) and
     {"result": "exit-code", "code": "exited", "status": "3", "peak_bytes": 123, "oom_kills": 0, "at": 1.7e9}
 
 Stdlib only; of the package it loads only observed/mounts.py, by its path (it runs isolated, -I -S:
-the package is not on sys.path). Never raises and always exits 0: a missing value is written as null. When the job was
+the package is not on sys.path). It runs between a job's end and the moment its unit is seen ended, so
+it imports as little as it can: no `json` (it writes its one flat object itself), no `importlib`. Never raises and always exits 0: a missing value is written as null. When the job was
 state directory's disk cannot take the record, it goes to RES_EXIT_FALLBACK (in the runtime
 directory). When the job was killed at its memory limit it also prints one `res: killed at its memory limit …` line, which lands at
 the end of the job's log.
 """
-import json
 import os
 import sys
 import time
 
 
-def _mounts():
-    """observed/mounts.py, loaded by its path (this script runs isolated: no package on sys.path)."""
-    import importlib.util
+class _Module:
+    pass
 
-    spec = importlib.util.spec_from_file_location(
-        "_res_mounts", os.path.join(os.path.dirname(os.path.abspath(__file__)), "observed", "mounts.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+
+def _mounts():
+    """observed/mounts.py, run from its path (this script runs isolated: no package on sys.path)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "observed", "mounts.py")
+    with open(path) as f:
+        code = compile(f.read(), path, "exec")
+    namespace = {"__name__": "_res_mounts", "__file__": path}
+    exec(code, namespace)
+    module = _Module()
+    module.__dict__.update(namespace)
     return module
+
+
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _json_string(s):
+    """A JSON string in ASCII, as json.dumps writes one: a quote and a backslash escaped, anything
+    outside printable ASCII (a control character, an undecodable byte kept as a surrogate) as \\uXXXX."""
+    out = []
+    for c in s:
+        o = ord(c)
+        if c == '"' or c == "\\":
+            out.append("\\" + c)
+        elif c in _SHORT:
+            out.append(_SHORT[c])
+        elif 0x20 <= o < 0x7F:
+            out.append(c)
+        elif o > 0xFFFF:
+            o -= 0x10000
+            out.append("\\u%04x\\u%04x" % (0xD800 | (o >> 10), 0xDC00 | (o & 0x3FF)))
+        else:
+            out.append("\\u%04x" % o)
+    return '"' + "".join(out) + '"'
+
+
+def to_json(record):
+    """The record (str, int, float, bool or None values) as one JSON object, as json.dumps writes it."""
+    parts = []
+    for key, value in record.items():
+        if value is None:
+            text = "null"
+        elif value is True or value is False:
+            text = "true" if value else "false"
+        elif isinstance(value, int):
+            text = str(int(value))
+        elif isinstance(value, float):
+            text = repr(value) if value == value and abs(value) != float("inf") else "null"
+        else:
+            text = _json_string(str(value))
+        parts.append("%s: %s" % (_json_string(key), text))
+    return "{" + ", ".join(parts) + "}"
 
 
 def _read(path):
@@ -137,7 +183,7 @@ def write_atomic(path, record):
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         try:
-            data = (json.dumps(record) + "\n").encode()
+            data = (to_json(record) + "\n").encode()
             if os.write(fd, data) != len(data):
                 raise OSError(28, "short write")
             os.fsync(fd)

@@ -16,6 +16,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 import usermgr  # noqa: E402
 
 RUN_TAG = "t" + secrets.token_hex(3)  # unique per test run
+# A `res` call that finds no loop starts one (policy loop_autostart): in the tests only where a test
+# asks for it (tests/systemd/test_autostart.py), so that every other test decides as it says, and no
+# loop of a test outlives it.
+os.environ["RES_LOOP_AUTOSTART"] = "false"
 
 # The tier of a test is its folder (DESIGN §9): `python3 -m pytest -q tests/pure` runs in seconds with
 # nothing booted; `-m "not systemd"` leaves out every test that needs a user manager.

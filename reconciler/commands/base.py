@@ -57,7 +57,7 @@ def decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str, d
     except NoAnswer:
         fn = resume or local
     except NoDaemon:
-        pass
+        start_the_loop(paths)  # in the background: this call decides here, the next ones ask it
     except Unanswered as e:
         if e.accepted:  # written, not decided: say so, so nothing starts behind the caller's back
             raise Fail(f"res: the reconciler loop took {e.accepted} but did not decide it; it may "
@@ -66,6 +66,16 @@ def decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str, d
     import asyncio
 
     return asyncio.run(with_engine(paths, fn))
+
+
+def start_the_loop(paths: Paths) -> None:
+    """No loop listens: start one where the policy says so (loop.start), saying so in one line on
+    stderr, and go on without waiting for it."""
+    from reconciler.loop.start import autostart
+
+    _, line = autostart(paths, the_policy(), wait=False)
+    if line:
+        print(line, file=sys.stderr)
 
 
 def say(line: str, code: int) -> None:

@@ -78,6 +78,7 @@ class Policy(BaseSettings):
     cpu_quota: bool
     max_log_gb: float = Field(ge=0, le=65536)
     private_manager: Literal["auto", "never"]
+    loop_autostart: bool
     max_cost_usd: float = Field(ge=0, le=1e6)
     max_duration: int = Field(ge=0, le=365 * 86400)  # seconds; the file may say "30m"
     max_iterations: int = Field(ge=0, le=10**9)

@@ -53,6 +53,8 @@ class Ticker:
         self.last: Plan | None = None
         self.before: dict[int, list] = {}  # pass number -> what to call right before it begins
         self.on_fatal = None  # called with an error after which no pass may run
+        self.on_begin = None  # called right before each pass begins
+        self.on_end = None  # called after each pass, whatever its outcome
 
     def kick(self, before=None) -> int:
         """Ask for a pass; returns the number of the pass that will answer. `before()` is called
@@ -70,6 +72,8 @@ class Ticker:
             self.begun += 1
             for before in self.before.pop(self.begun, []):
                 before()
+            if self.on_begin is not None:
+                self.on_begin()
             try:
                 self.last = await self.engine.tick()
             except StoreReplaced as e:
@@ -81,6 +85,8 @@ class Ticker:
             except Exception:
                 log.exception("pass %d failed", self.begun)
                 self.last = None  # a failed pass hands back no plan, never the one before it as new
+            if self.on_end is not None:
+                self.on_end()
             self.finished = self.begun
             async with self.done:
                 self.done.notify_all()
@@ -136,7 +142,8 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
     server = await _listen(paths, Requests(engine, ticker).handle)
     scheduler = _scheduled(engine, ticker, policy)
     ticker.kick()
-    log.info("serving %s (pid %d), a pass every %gs", paths.root, os.getpid(), policy.tick_s)
+    log.info("serving %s (pid %d): a pass on every event, a look every %gs, a pass at least every %gs",
+             paths.root, os.getpid(), policy.tick_s, SAFETY_NET_S)
     if ready is not None:
         ready()
     try:
@@ -187,14 +194,52 @@ async def _listen(paths: Paths, handle) -> asyncio.AbstractServer:
         os.umask(old)
 
 
-def _scheduled(engine, ticker: "Ticker", policy):
-    """APScheduler's jobs on this event loop: a pass every tick_s (at least every sweep_s: expired
-    attachments are claimed by a pass), and the silent cleanup when the policy asks for it."""
-    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+# A pass at least this often whatever the looks say: what no event or look tells (a property of
+# the agents slice set by hand, a stray transient service) is seen within it.
+SAFETY_NET_S = 60.0
 
-    async def interval_pass() -> None:  # a coroutine, so APScheduler runs it on our loop, not a thread
+
+def _scheduled(engine, ticker: "Ticker", policy):
+    """APScheduler's jobs on this event loop (coroutines, so they run on it, not in a thread):
+    - `due`: re-armed after every pass for the time it asked for (core/wake.py: entries waiting for
+      room and running jobs every tick_s, a note's expiry, game mode's end, …), and removed when
+      nothing is due by the clock;
+    - `look` every tick_s: the cheap checks of loop/look.py, a pass only when one finds something;
+    - `safety` every SAFETY_NET_S: a pass whatever;
+    - `clean`, when the policy asks for it: the silent cleanup.
+    A unit of ours that ends and a request on the socket ask for a pass themselves (serve())."""
+    from datetime import datetime, timezone
+
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+    from apscheduler.jobstores.base import JobLookupError
+
+    from reconciler.loop.look import Look
+    from reconciler.loop.tick import policy_files_key
+
+    async def kick() -> None:
         ticker.kick()
 
+    look = Look(engine.paths, policy_files_key, lambda: engine.policy.adopt_sessions)
+
+    async def look_now() -> None:
+        why = look.changed()
+        if why is not None:
+            log.debug("a pass: %s", why)
+            ticker.kick()
+
+    def rearm() -> None:
+        look.owners = set(engine.note_owners)
+        at = engine.next_at
+        if at is None:
+            try:
+                scheduler.remove_job("due")
+            except JobLookupError:
+                pass
+            return
+        scheduler.add_job(kick, "date", run_date=datetime.fromtimestamp(at, timezone.utc), id="due",
+                          replace_existing=True, misfire_grace_time=None)
+
+    ticker.on_begin, ticker.on_end = look.mark, rearm
     scheduler = AsyncIOScheduler()
     if policy.clean_every_minutes > 0:
         from reconciler.commands.clean import default_roots
@@ -203,8 +248,8 @@ def _scheduled(engine, ticker: "Ticker", policy):
             await auto_clean(engine, default_roots(os.getuid()), time.time())
 
         scheduler.add_job(cleanup, "interval", seconds=60, id="clean", max_instances=1, coalesce=True)
-    scheduler.add_job(interval_pass, "interval", seconds=min(policy.tick_s, policy.sweep_s), id="tick",
-                      max_instances=1, coalesce=True)
+    scheduler.add_job(look_now, "interval", seconds=policy.tick_s, id="look", max_instances=1, coalesce=True)
+    scheduler.add_job(kick, "interval", seconds=SAFETY_NET_S, id="safety", max_instances=1, coalesce=True)
     scheduler.start()
     return scheduler
 
@@ -378,6 +423,9 @@ async def answer_request(engine, ticker: Ticker, req: dict, reader=None, say=Non
         # Read-only, its own SQLite connection: in a thread, so the loop's passes go on meanwhile.
         from reconciler.commands.status import queue_problem, status
 
+        last = engine.last_pass_at
+        if last is None or time.time() - last > engine.policy.tick_s:
+            await ticker.pass_after_now()  # an idle loop's last pass may be a minute old: what is free now
         job_id = req.get("id")
         text, code = await asyncio.to_thread(status, engine.paths, engine.policy, job_id, bool(req.get("json")),
                                              bool(req.get("all")))

@@ -79,6 +79,11 @@ class Engine:
         self.blocked: list[str] = []
         self._slice_key: str | None = None  # the inputs of the slice unit files this instance installed
         self.adopt_once = False  # the next pass adopts sessions whatever adopt_sessions says
+        # What the last pass asked of the loop (core/wake.py): when the next pass is due by the
+        # clock (None: not by the clock), and the processes whose end ends a note.
+        self.next_at: float | None = None
+        self.note_owners: frozenset[int] = frozenset()
+        self.last_pass_at: float | None = None
         from reconciler import code_fingerprint
 
         self.code_id = code_fingerprint()  # the code this instance runs (`res service install` compares)
@@ -235,17 +240,34 @@ class Engine:
                 ([f"could not observe jobs ({'; '.join(world.errors)})"] if not world.ok else [])
             requests = {r.id: r for r in desired.requests}
             self.executor.begin_pass(records)
+            failed = 0
             for action in p.actions:
                 try:
                     await self.executor.apply(action, requests, now)
                 except Exception as e:  # one failed action must not stop the others; retried next pass
+                    failed += 1
                     log.error("%s %s failed: %s", action.kind, action.id, e)
                     p.notices.append(f"{action.kind} {action.id} failed: {e}")
             publish(self.store, world, p, now)
             for n in p.notices:
                 log.warning("%s", n)
-            self.last_plan = p
+            self.last_plan, self.last_pass_at = p, now
+            self._ask_next(desired, records, now, soon=bool(p.actions) or failed > 0 or not world.ok or not self.connected)
             return p
+
+    def _ask_next(self, desired: Desired, records: dict, now: float, soon: bool) -> None:
+        """When the next pass is due by the clock. `soon`: this pass acted (the records it read are
+        no longer what is recorded; the next pass, which reads them again, tells), or something could
+        not be observed or done: a pass again in tick_s."""
+        from reconciler.core.plan import PRUNE_AFTER_S
+        from reconciler.core.wake import next_pass_at
+
+        if soon:
+            self.next_at = now + self.policy.tick_s
+        else:
+            self.next_at = next_pass_at(desired, records, now, self.policy, PRUNE_AFTER_S)
+        self.note_owners = frozenset(r.request.owner_pid for r in records.values()
+                                     if r.request.kind == "note" and r.phase == Phase.running and r.request.owner_pid)
 
 
 async def with_engine(paths: Paths, policy, fn):

@@ -23,6 +23,7 @@ def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idl
     from reconciler.loop.client import NoAnswer, NoDaemon, ask
 
     deadline = None if timeout is None else time.monotonic() + timeout
+    started = False
     while True:
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         try:
@@ -35,7 +36,15 @@ def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idl
         except NoAnswer:
             continue  # the loop ended while we waited (a restart): ask the next one, or wait here
         except NoDaemon:
-            pass
+            if not started:
+                started = True
+                from reconciler.loop.start import autostart
+
+                ok, line = autostart(paths, policy_of(), wait=True)
+                if line:
+                    print(line, file=sys.stderr)
+                if ok:
+                    continue
         except TimeoutError:
             from reconciler.commands.status import EXIT_TIMEOUT
 

@@ -104,6 +104,24 @@ def test_exit_record_script_never_fails(tmp_path):
     assert r.returncode == 0 and r.stderr == b""
 
 
+def test_the_exit_record_is_json_whatever_the_variables_hold(tmp_path):
+    """The script writes its JSON itself (no `json` import: it runs at every job's end): hostile
+    values (quotes, backslashes, control characters, bytes that are not UTF-8, astral characters)
+    come back exactly through json.loads, as json.dumps would have written them."""
+    out = tmp_path / "r-1.exit.json"
+    hostile = 'a"b\\c\n\t\x01\x7f é 😀 }{'
+    env = {"SERVICE_RESULT": hostile, "EXIT_CODE": "exited", "EXIT_STATUS": "0"}
+    env_b = {k.encode(): v.encode() for k, v in env.items()}
+    env_b[b"INVOCATION_ID"] = b"\xff\xfe-not-utf8"
+    r = subprocess.run([PY, "-I", "-S", EXIT_RECORD_SCRIPT, str(out)], env=env_b, capture_output=True)
+    assert r.returncode == 0 and r.stderr == b""
+    text = out.read_text(encoding="ascii")  # escaped as json.dumps does: ASCII only
+    rec = json.loads(text)
+    assert rec["result"] == hostile and rec["status"] == "0"
+    assert rec["invocation"] == b"\xff\xfe-not-utf8".decode("utf-8", "surrogateescape")
+    assert text.strip() == json.dumps(rec)
+
+
 def test_unreachable_bus_is_runtime_unavailable(monkeypatch, tmp_path):
     monkeypatch.setenv("DBUS_SESSION_BUS_ADDRESS", f"unix:path={tmp_path}/no-such-bus")
 

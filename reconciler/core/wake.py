@@ -1,0 +1,48 @@
+"""When the loop needs its next pass by the clock alone (DESIGN §6). Between passes it runs one
+only when something it watches changes: a unit of its own ends or goes away, a request comes in over
+its socket, a desired or policy file is written, an agent session starts. What can change without
+any of those, it asks for here: pure, from what a pass read.
+
+- Entries waiting for room: what is free follows the machine's own memory use, which no event tells,
+  so they are looked at every `tick_s`.
+- Jobs starting, running or ended but not yet settled: their logs (digests, budgets, the log cap)
+  and their attachment leases are read and renewed every `tick_s`, or `sweep_s` when that is
+  shorter (how soon a lapsed lease of another loop's is claimed).
+- Terminal records still in queue.toml: retired by the next pass, at once.
+- Notes: their expiry (an owner's end is an event: its process goes away).
+- Game mode: its end, when it has one.
+- Finished records: pruned PRUNE_AFTER_S after their end.
+
+Nothing else happens by the clock: with none of these the loop waits for an event, or for its
+safety-net interval."""
+from __future__ import annotations
+
+from reconciler.core.models import LIVE, TERMINAL, Desired, JobRecord, Phase
+
+
+def next_pass_at(desired: Desired, records: dict[str, JobRecord], now: float, policy,
+                 prune_after_s: float) -> float | None:
+    """The latest time the next pass may begin without anything the clock decides being late; None:
+    nothing is due by the clock."""
+    soon = now + policy.tick_s
+    wanted = {r.id for r in desired.requests}
+    if any(r.id not in records for r in desired.requests):
+        return soon  # an entry no pass has recorded yet
+    times: list[float] = []
+    for rec in records.values():
+        if rec.phase == Phase.queued:
+            return soon
+        if rec.phase in LIVE:
+            if rec.request.kind != "note":
+                return now + min(policy.tick_s, policy.sweep_s)
+            expires = rec.expires()
+            if expires is not None:
+                times.append(expires)
+        elif rec.phase in TERMINAL:
+            if rec.id in wanted:
+                return now
+            if rec.ended is not None:
+                times.append(rec.ended + prune_after_s)
+    if desired.game.on and desired.game.until is not None:
+        times.append(desired.game.until)
+    return max(min(times), now) if times else None
