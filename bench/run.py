@@ -9,8 +9,9 @@ numbers.
        `systemd-run --user --collect -q true`, and vs `python3 -c pass` for context   target ≤ 10×
     b  one plan over 1,000 queued, 100 running, 100 notes; growth when every count doubles
                                                                           targets ≤ 20 ms, ≤ 2.2×
-    c  64 concurrent writers × 50 requests through the desired Writer: wall time, lost entries and
-       duplicate ids (both must be 0)
+    c  64 concurrent writers × 50 requests through the desired Writer's file lock: wall time, p99 wait,
+       lost entries and duplicate ids (both must be 0); and 64 agents × 50 `res run --queue` through a
+       running `res serve` (group commit)                               target ≥ 1,000 requests/s
     d  request-to-start latency with `res serve` running
     e  SIGKILL of `res serve` while 5 sessions stream → all re-attached, vs lease + sweep
     f  digest ingestion throughput on a stream-json log (MB/s)
@@ -70,7 +71,7 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="res benchmarks: figures as ratios")
     ap.add_argument("--smoke", action="store_true", help="a small, fast version (CI)")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l,m,n", help="which benchmarks, e.g. b,c")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l,m,n,o", help="which benchmarks, e.g. b,c")
     a = ap.parse_args(argv)
     size = SMOKE if a.smoke else FULL
     only = set(a.only.split(","))
@@ -97,13 +98,14 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
     from attach_bench import bench_digest, bench_loop_cpu, bench_loop_idle, bench_reattach
     from user_bench import bench_hook, bench_status
     from wait_bench import bench_kill_settle, bench_lock_chain, bench_next_start, bench_run_wait, bench_wait_latency
-    from writers_bench import bench_writers
+    from writers_bench import bench_loop_writers, bench_writers
 
     have_manager = manager_reachable()
     benchmarks = [
         ("a", True, lambda: bench_run(report, size["run_rounds"])),
         ("b", False, lambda: bench_plan(report, size["plan_runs"], profile=True)),
         ("c", False, lambda: bench_writers(report, *size["writers"])),
+        ("c", True, lambda: bench_loop_writers(report, *size["writers"])),
         ("d", True, lambda: bench_latency(report, size["latency_rounds"])),
         ("e", True, lambda: bench_reattach(report, a.smoke)),
         ("f", False, lambda: bench_digest(report, a.smoke)),

@@ -104,7 +104,9 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
     req = find_submitted(engine, kind, fields) if resume else None
     if req is None:
         try:
-            req = await _as(engine, who, lambda w: w.add(fields, kind))
+            adder = getattr(engine, "adder", None)  # the loop's group commit; None: this call writes alone
+            req = await (adder.add(fields, kind, who) if adder is not None
+                         else _as(engine, who, lambda w: w.add(fields, kind)))
         except DesiredError as e:
             return 1, f"res: {e}", None
     if on_accept is not None:

@@ -76,24 +76,37 @@ def _digest(data: bytes | None) -> str:
     return digest(data)
 
 
+_ENTRY_DIGESTS: dict[int, tuple[dict, str]] = {}  # id(shared queue table) -> (the table, its digest)
+
+
 def _snapshot(file: str, data: bytes | None) -> dict[str, Any]:
-    """What a file says, to diff against later: its TOML values (the queue: each entry's digest by id)."""
+    """What a file says, to diff against later: its TOML values (the queue: each entry's digest by id,
+    each table read and digested once per process: the reader shares the tables it parsed)."""
     import tomllib
+
+    from reconciler.desired.reader import _loads_queue
 
     if data is None:
         return {}
     try:
-        values = tomllib.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        values = _loads_queue(text) if file == "queue.toml" else tomllib.loads(text)
     except (ValueError, UnicodeDecodeError) as e:
         return {"(unreadable)": " ".join(str(e).split())[:80]}
     if file != "queue.toml":
         return values
+    if len(_ENTRY_DIGESTS) > 50_000:
+        _ENTRY_DIGESTS.clear()
     out = {}
     for kind in ("job", "note"):
         entries = values.get(kind)
         for entry in entries if isinstance(entries, list) else []:
             if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-                out[entry["id"]] = _digest(json.dumps(entry, sort_keys=True, default=str).encode())
+                known = _ENTRY_DIGESTS.get(id(entry))
+                if known is None or known[0] is not entry:
+                    known = _ENTRY_DIGESTS[id(entry)] = (entry, _digest(json.dumps(entry, sort_keys=True,
+                                                                                   default=str).encode()))
+                out[entry["id"]] = known[1]
     return out
 
 

@@ -423,22 +423,30 @@ class Writer:
         return n
 
     def _commit_queue(self, dfd: int, q: _Queue, new_text: str, note: _Note | None, op: str = "edit",
-                      ids: Iterable[str] = ()) -> None:
+                      ids: Iterable[str] = (), by: dict[str | None, list[str]] | None = None) -> None:
         """Write the edited queue, unless the file changed since it was read (an editor saving
-        meanwhile does not take the writer's lock): then _Changed, and the caller starts over."""
+        meanwhile does not take the writer's lock): then _Changed, and the caller starts over. `by`:
+        the ids each asker's requests got, when one edit makes the changes of several (add_many)."""
         data = new_text.encode("utf-8")
         self._replace(dfd, self.paths.queue.name, q.ident, data)
         _Note.save(dfd, data, q, note.next_id if note else 1)
-        self._log_change(dfd, "queue.toml", op, list(ids), data)
+        self._log_change(dfd, "queue.toml", op, list(ids), data, by)
 
-    def _log_change(self, dfd: int, file: str, op: str, ids: list[str], data: bytes) -> None:
-        """One line in `.changes.jsonl` per change the writer made: when, which file, what, who asked,
-        and the digest of the file it left (a pass tells changes made outside res by it)."""
+    def _log_change(self, dfd: int, file: str, op: str, ids: list[str], data: bytes,
+                    by: dict[str | None, list[str]] | None = None) -> None:
+        """One line in `.changes.jsonl` per change the writer made (per asker, when one edit made the
+        changes of several): when, which file, what, who asked, and the digest of the file it left (a
+        pass tells changes made outside res by it)."""
         from reconciler.observed.procs import process_chain
 
-        who = self.who or process_chain(os.getpid())
-        line = json.dumps({"at": time.time(), "file": file, "op": op, "ids": ids, "who": who,
-                           "digest": digest(data)}, separators=(",", ":")) + "\n"
+        at, sha, own = time.time(), digest(data), None
+        lines = []
+        for who, some in (by or {self.who: ids}).items():
+            if who is None:
+                own = own or process_chain(os.getpid())
+            lines.append(json.dumps({"at": at, "file": file, "op": op, "ids": some, "who": who or own,
+                                     "digest": sha}, separators=(",", ":")) + "\n")
+        line = "".join(lines)
         try:
             fd = os.open(CHANGES_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                          dir_fd=dfd)
@@ -481,31 +489,64 @@ class Writer:
         id present, 1 + the highest id state.db knows); next_id goes past it), fill `created` if
         absent, validate through models.Request before anything is written, append a [[job]] or
         [[note]] table (`_appended`). Returns the Request as written (and as the reader will read it
-        back)."""
+        back); DesiredError if it was refused (nothing written)."""
+        got = self.add_many([(request_fields, kind, None)])[0]
+        if isinstance(got, DesiredError):
+            raise got
+        return got
+
+    def add_many(self, items: list[tuple[dict[str, Any], str, str | None]]) -> list["Request | DesiredError"]:
+        """Append several requests in one edit: one lock, one durable write of queue.toml (the loop's
+        group commit: requests that arrive together). `items`: (fields, kind, who asked: None for
+        this writer's own). Returns, in order, each one's Request as written or the DesiredError that
+        refused it; a refused one never stops the others. Ids are given in the order of `items`."""
         from pydantic import ValidationError
 
         from reconciler.core.models import Request, parse
 
-        base = _entry_dict(self._checked(request_fields, kind))
+        results: list[Request | DesiredError | None] = [None] * len(items)
+        good: list[tuple[int, dict[str, Any], str, str | None]] = []
+        for i, (fields, kind, who) in enumerate(items):
+            try:
+                good.append((i, _entry_dict(self._checked(fields, kind)), kind, who))
+            except DesiredError as e:
+                results[i] = e
+        if not good:
+            return results  # type: ignore[return-value]
 
-        def edit(dfd: int) -> "Request":
+        def edit(dfd: int) -> list[Request | DesiredError]:
             note = _Note.load(dfd)
             q = self._load_queue(dfd, note)
             n = self._next_free(q, note, given_out=True)
-            if n > MAX_ID:
-                raise DesiredError(f"{self.paths.queue}: no ids left (next would be r-{n}); nothing was changed")
-            entry = {"id": f"r-{n}", **base}
-            # exactly what the reader will make of the new table
-            try:
-                made = parse(Request, {**entry, "kind": kind})
-            except ValidationError as e:
-                raise DesiredError(f"{kind}: {_first_error(e)[1]}; nothing was written") from None
-            q, new_text = self._appended(dfd, q, [(kind, entry)], n + 1)
-            q.top = n
-            self._commit_queue(dfd, q, new_text, note, "add", [made.id])
-            return made
+            out: list[Request | DesiredError] = []
+            entries, by = [], {}
+            for _, base, kind, who in good:
+                if n > MAX_ID:
+                    out.append(DesiredError(f"{self.paths.queue}: no ids left (next would be r-{n}); nothing was changed"))
+                    continue
+                entry = {"id": f"r-{n}", **base}
+                try:
+                    made = parse(Request, {**entry, "kind": kind})  # exactly what the reader will make of it
+                except ValidationError as e:
+                    out.append(DesiredError(f"{kind}: {_first_error(e)[1]}; nothing was written"))
+                    continue
+                out.append(made)
+                entries.append((kind, entry))
+                by.setdefault(who if who is not None else self.who, []).append(made.id)
+                n += 1
+            if entries:
+                q, new_text = self._appended(dfd, q, entries, n)
+                q.top = n - 1
+                self._commit_queue(dfd, q, new_text, note, "add", [e["id"] for _, e in entries], by)
+            return out
 
-        return self._retrying(edit)
+        try:
+            made = self._retrying(edit)
+        except DesiredError as e:  # the edit as a whole (the lock, the file): nothing was written
+            made = [e] * len(good)
+        for (i, *_), one in zip(good, made):
+            results[i] = one
+        return results  # type: ignore[return-value]
 
     @staticmethod
     def _checked(request_fields: dict[str, Any], kind: str) -> "Request":
@@ -568,11 +609,15 @@ class Writer:
             return None
         # Read the pieces back: each new table alone, and the part before the first table (which in
         # plain text holds nothing but comments and next_id).
+        from reconciler.desired.reader import known_table
+
         blocks = []
         for kind, entry in entries:
             block = _entry_text(kind, entry)
-            if tomllib.loads(block) != {kind: [entry]}:
+            got = tomllib.loads(block)
+            if got != {kind: [entry]}:
                 raise DesiredError(f"{self.paths.queue}: the new entry would not read back as written; nothing was changed")
+            known_table(block, kind, got[kind][0])  # a reader in this process (the loop's) needs not parse it again
             blocks.append(block)
         cut = re.search(_HEADER_M, text)
         head = text[: cut.start()] if cut else text

@@ -26,7 +26,10 @@ log = logging.getLogger("res.serve")
 # both together; the client sends UTF-8, not \u escapes). Past this it is not a request res sends.
 REQUEST_LIMIT = 8 << 20
 MAX_CONNECTIONS = 512  # requests open at once (each `res wait` holds one while it waits)
-MAX_READING = 16  # connections still sending their request: each may buffer up to REQUEST_LIMIT
+# A connection buffers at most about twice this before its reading pauses: a request this small
+# (nearly all are) is read at once, however many arrive together.
+SMALL_REQUEST = 64 << 10
+MAX_READING = 16  # bigger requests read at once: each may buffer up to REQUEST_LIMIT
 REQUEST_S = 10.0  # to send the request line
 ENDED_STATES = ("inactive", "failed", "removed")  # a job unit in one of these has ended
 
@@ -126,6 +129,9 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
     if lock_fd is None:
         return  # asked to stop while standing by
     engine = engine or Engine(paths, policy)
+    from reconciler.loop.group import GroupAdd
+
+    engine.adder = GroupAdd(engine.writer)
     ticker = Ticker(engine)
     fatal: list[Exception] = []
 
@@ -187,9 +193,9 @@ async def _listen(paths: Paths, handle) -> asyncio.AbstractServer:
         paths.socket.unlink()
     old = os.umask(0o077)
     try:
-        # A request is one JSON line holding the caller's command and environment: far past
-        # asyncio's default 64 KiB line limit for a long command line (ARG_MAX is 2 MiB or more).
-        return await asyncio.start_unix_server(handle, path=str(paths.socket), limit=REQUEST_LIMIT)
+        # A request is one JSON line holding the caller's command and environment: one past
+        # SMALL_REQUEST (a long command line: ARG_MAX is 2 MiB or more) is read in parts.
+        return await asyncio.start_unix_server(handle, path=str(paths.socket), limit=SMALL_REQUEST)
     finally:
         os.umask(old)
 
@@ -256,19 +262,22 @@ def _scheduled(engine, ticker: "Ticker", policy):
 
 class Requests:
     """The socket's side of the loop: one request per connection. What a client can make the loop
-    spend is bounded: connections at once (MAX_CONNECTIONS), those still sending (MAX_READING), the
-    size of a request (REQUEST_LIMIT), and the time it may take to send it (REQUEST_S): at most
-    MAX_READING × REQUEST_LIMIT of buffers. A client that hangs up early costs nothing but its
-    connection."""
+    spend is bounded: connections at once (MAX_CONNECTIONS), the size of a request (REQUEST_LIMIT)
+    and the time it may take to send it (REQUEST_S). A request up to SMALL_REQUEST is read at once
+    (a crowd's requests arrive together and are written together, loop/group.py); a bigger one waits
+    for one of MAX_READING slots, its bytes meanwhile in the kernel's socket buffer: at most
+    MAX_CONNECTIONS × 2 × SMALL_REQUEST + MAX_READING × REQUEST_LIMIT of buffers. A client that hangs
+    up early costs nothing but its connection."""
 
     def __init__(self, engine, ticker: "Ticker"):
         self.engine, self.ticker = engine, ticker
-        self.connections = self.reading = 0
+        self.connections = 0
+        self.reading_big = asyncio.Semaphore(MAX_READING)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         try:
-            if self.connections > MAX_CONNECTIONS or self.reading >= MAX_READING:
+            if self.connections > MAX_CONNECTIONS:
                 answer = {"code": 1, "line": "res: the reconciler loop has too many requests open; try again"}
             else:
                 answer = await self._answer(reader, writer)
@@ -284,12 +293,8 @@ class Requests:
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> dict | None:
         try:
-            self.reading += 1
-            try:
-                line = await asyncio.wait_for(reader.readline(), REQUEST_S)
-            finally:
-                self.reading -= 1
-            if not line.endswith(b"\n"):
+            line = await asyncio.wait_for(self._request_line(reader), REQUEST_S)
+            if line is None:
                 return None  # hung up (or past the size limit) before a whole request: nothing was asked
             return await answer_request(self.engine, self.ticker, json.loads(line), reader,
                                         say=lambda obj: writer.write(json.dumps(obj).encode() + b"\n"))
@@ -303,6 +308,34 @@ class Requests:
             return {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
         except Exception as e:  # a bad request gets an answer, never kills the loop
             return {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
+
+
+    async def _request_line(self, reader: asyncio.StreamReader) -> bytes | None:
+        """The request's one line, or None if the caller hung up before its end or it is past
+        REQUEST_LIMIT."""
+        try:
+            return await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError:
+            return None
+        except asyncio.LimitOverrunError:
+            pass  # past SMALL_REQUEST: read on under a slot
+        async with self.reading_big:
+            parts, size = [], 0
+            while True:
+                try:
+                    part = await reader.readuntil(b"\n")
+                except asyncio.LimitOverrunError as e:
+                    part = await reader.readexactly(e.consumed)
+                    if size + len(part) > REQUEST_LIMIT:
+                        return None
+                except asyncio.IncompleteReadError:
+                    return None
+                parts.append(part)
+                size += len(part)
+                if size > REQUEST_LIMIT:
+                    return None
+                if part.endswith(b"\n"):
+                    return b"".join(parts)
 
 
 async def start_private_manager(engine, paths: Paths) -> None:

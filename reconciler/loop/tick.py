@@ -79,6 +79,7 @@ class Engine:
         self.blocked: list[str] = []
         self._slice_key: str | None = None  # the inputs of the slice unit files this instance installed
         self.adopt_once = False  # the next pass adopts sessions whatever adopt_sessions says
+        self.adder = None  # the loop's group commit of new requests (loop/group.py); None: each writes alone
         # What the last pass asked of the loop (core/wake.py): when the next pass is due by the
         # clock (None: not by the clock), and the processes whose end ends a note.
         self.next_at: float | None = None
@@ -241,19 +242,32 @@ class Engine:
             requests = {r.id: r for r in desired.requests}
             self.executor.begin_pass(records)
             failed = 0
+            # New queued entries are recorded in one state.db transaction (a crowd's requests that
+            # arrived together), not one each; every other action in its own, in the plan's order.
+            enqueued = [a for a in p.actions if a.kind == "enqueue"]
+            if enqueued:
+                with self.store.transaction():
+                    for action in enqueued:
+                        failed += await self._apply(action, requests, now, p)
             for action in p.actions:
-                try:
-                    await self.executor.apply(action, requests, now)
-                except Exception as e:  # one failed action must not stop the others; retried next pass
-                    failed += 1
-                    log.error("%s %s failed: %s", action.kind, action.id, e)
-                    p.notices.append(f"{action.kind} {action.id} failed: {e}")
+                if action.kind != "enqueue":
+                    failed += await self._apply(action, requests, now, p)
             publish(self.store, world, p, now)
             for n in p.notices:
                 log.warning("%s", n)
             self.last_plan, self.last_pass_at = p, now
             self._ask_next(desired, records, now, soon=bool(p.actions) or failed > 0 or not world.ok or not self.connected)
             return p
+
+    async def _apply(self, action, requests: dict, now: float, p: Plan) -> int:
+        """One action; 1 if it failed (said in the plan's notices, retried next pass), else 0."""
+        try:
+            await self.executor.apply(action, requests, now)
+            return 0
+        except Exception as e:  # one failed action must not stop the others; retried next pass
+            log.error("%s %s failed: %s", action.kind, action.id, e)
+            p.notices.append(f"{action.kind} {action.id} failed: {e}")
+            return 1
 
     def _ask_next(self, desired: Desired, records: dict, now: float, soon: bool) -> None:
         """When the next pass is due by the clock. `soon`: this pass acted (the records it read are
@@ -318,22 +332,49 @@ def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float = 60.0) -
 
 def load_desired(paths: Paths, store, save: bool = True) -> tuple[Desired, list[str]]:
     """Desired state, keeping the last good version of a file that does not parse (DESIGN §2 step 2).
-    `save`: remember this version as the last good one (never in a dry run)."""
+    `save`: remember this version as the last good one (never in a dry run). The last good version
+    is read only when a file is broken, and saved only when it changed (each entry's JSON made once:
+    the reader hands back the same Request for an entry that did not change)."""
     from reconciler.desired.reader import read_desired
 
-    last = store.get_meta("desired_last_good")
-    saved = json.loads(last) if last else None
-    last_good = [parse(Request, r) for r in saved["requests"]] if saved else None
-    last_game = parse(Game, saved["game"]) if saved else None
-    desired, game_error = read_desired(paths, last_good, last_game)
+    desired, game_error = read_desired(paths)
+    if not desired.queue_ok or game_error:
+        last = store.get_meta("desired_last_good")
+        saved = json.loads(last) if last else None
+        if saved and not desired.queue_ok:
+            desired.requests = [parse(Request, r) for r in saved["requests"]]
+        if saved and game_error:
+            desired.game = parse(Game, saved["game"])
     notices = [f"{game_error}; keeping game mode as it was"] if game_error else []
     if save and (desired.queue_ok or not game_error):
         # Each file's part is remembered only from a good read of that file: a broken one's part
-        # is already the last good version (read_desired substitutes it).
-        snapshot = json.dumps({"requests": [dump(r) for r in desired.requests], "game": dump(desired.game)})
-        if snapshot != last:
-            store.set_meta("desired_last_good", snapshot)
+        # is already the last good version (substituted above).
+        _save_last_good(store, desired)
     return desired, notices
+
+
+def _save_last_good(store, desired: Desired) -> None:
+    memo = store.memo
+    requests = desired.requests
+    kept = memo.get("last_good")  # (the requests, the game) saved last, by identity
+    if kept is not None and kept[1] == desired.game and len(kept[0]) == len(requests) and \
+            all(a is b for a, b in zip(kept[0], requests)):
+        return
+    dumped = memo.setdefault("dumped", {})  # id(request) -> (request, its JSON)
+    if len(dumped) > 4 * len(requests) + 1000:
+        dumped.clear()
+    parts = []
+    for r in requests:
+        known = dumped.get(id(r))
+        if known is None or known[0] is not r:
+            known = dumped[id(r)] = (r, json.dumps(dump(r)))
+        parts.append(known[1])
+    snapshot = '{"requests": [' + ", ".join(parts) + '], "game": ' + json.dumps(dump(desired.game)) + "}"
+    stored = memo["last_good_text"] if "last_good_text" in memo else store.get_meta("desired_last_good")
+    if snapshot != stored:
+        store.set_meta("desired_last_good", snapshot)
+    memo["last_good_text"] = snapshot
+    memo["last_good"] = (list(requests), desired.game)
 
 
 def publish(store, world: World, p: Plan, now: float) -> None:

@@ -122,6 +122,11 @@ class Store:
         self.identity: tuple[int, int] | None = None  # (device, inode) of the file opened
         self._depth = 0
         self._lock = threading.RLock()
+        # Records already parsed, by id: (the row's JSON, the record). A pass reads every row each
+        # time; a row unchanged since is not parsed again (records are never changed in place).
+        self._parsed: dict[str, tuple[str, "JobRecord"]] = {}
+        # Values a caller derives from this store and keeps with it (the loop's last saved desired state).
+        self.memo: dict[str, Any] = {}
 
     # ---------------------------------------------------------- open / close
 
@@ -301,19 +306,32 @@ class Store:
                 return {}
             marks = ",".join("?" * len(wanted))
             rows = self._rows(f"SELECT id, record FROM jobs WHERE phase IN ({marks}) ORDER BY num", tuple(wanted))
-        out = {}
+        out, parsed = {}, self._parsed
         for job_id, raw in rows:
+            known = parsed.get(job_id)
+            if known is not None and known[0] == raw:
+                out[job_id] = known[1]
+                continue
             try:
                 out[job_id] = self._load(job_id, raw)
             except StoreError as e:
                 self.bad[job_id] = str(e)
             else:
                 self.bad.pop(job_id, None)
+                parsed[job_id] = (raw, out[job_id])
+        if phases is None and len(parsed) > len(out):  # rows deleted since: forget them
+            for gone in [j for j in parsed if j not in out]:
+                del parsed[gone]
         return out
 
     def get(self, job_id: str) -> "JobRecord | None":
         rows = self._rows("SELECT record FROM jobs WHERE id = ?", (job_id,))
-        return self._load(job_id, rows[0][0]) if rows else None
+        if not rows:
+            return None
+        known = self._parsed.get(job_id)
+        if known is not None and known[0] == rows[0][0]:
+            return known[1]
+        return self._load(job_id, rows[0][0])
 
     def put(self, record: "JobRecord", expect_phase: Any = None, expect_holder: Any = ANY) -> bool:
         """Write `record` (insert or replace) in one transaction, if the stored row still is what the
