@@ -1,7 +1,8 @@
 """What the loop looks at between passes (DESIGN §6): a few cheap checks every `tick_s` that say
 whether something changed that no event of the runtime or the socket tells: a desired or policy file
 written by hand, an agent session started (adopt_sessions), the owner of a note gone. A look costs a
-few stat calls and one listing of /proc; a pass runs only when it finds something."""
+few stat calls and a read of /proc/loadavg (and a listing of /proc when a process started since the
+last look); a pass runs only when it finds something."""
 from __future__ import annotations
 
 import os
@@ -11,7 +12,7 @@ from reconciler.core.sessions import SESSION_NAME
 from reconciler.observed.procs import alive, parse_stat
 
 
-def _stat_key(path) -> tuple | None:
+def stat_key(path) -> tuple | None:
     try:
         st = os.stat(path)
     except OSError:
@@ -21,6 +22,19 @@ def _stat_key(path) -> tuple | None:
 
 def _pids() -> set[int]:
     return {int(e.name) for e in os.scandir("/proc") if e.name.isdigit()}
+
+
+def _last_pid() -> bytes | None:
+    """The pid most recently given out (the last field of /proc/loadavg): while it stays the same no
+    process has started, and the listing of /proc is spared."""
+    try:
+        fd = os.open("/proc/loadavg", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return os.read(fd, 256).rsplit(None, 1)[-1]
+        finally:
+            os.close(fd)
+    except (OSError, IndexError):
+        return None
 
 
 def _is_session(pid: int, uid: int) -> bool:
@@ -43,16 +57,22 @@ class Look:
         self.watch_sessions = watch_sessions  # () -> whether new agent sessions matter (adopt_sessions)
         self.owners: set[int] = set()  # pids whose end ends a note (set after each pass)
         self.uid = os.getuid()
+        self._queue, self._game = str(paths.queue), str(paths.game)
         self._files: tuple | None = None
         self._pids: set[int] = set()
+        self._last_pid: bytes | None = None
         self._young: set[int] = set()  # new at the last look: looked at again (a shell may not have exec'd yet)
 
     def _files_key(self) -> tuple:
-        return (_stat_key(self.paths.queue), _stat_key(self.paths.game), self.policy_key())
+        return (stat_key(self._queue), stat_key(self._game), self.policy_key())
 
     def mark(self) -> None:
         self._files = self._files_key()
-        self._pids = _pids() if self.watch_sessions() else set()
+        if self.watch_sessions():
+            self._last_pid = _last_pid()
+            self._pids = _pids()
+        else:
+            self._last_pid, self._pids = None, set()
 
     def changed(self) -> str | None:
         if self._files is None:
@@ -63,6 +83,10 @@ class Look:
         if gone:
             return f"note owner {gone[0]} ended"
         if self.watch_sessions():
+            last = _last_pid()
+            if last is not None and last == self._last_pid and not self._young:
+                return None  # no process started since the last look
+            self._last_pid = last
             now = _pids()
             new = now - self._pids
             sessions = {pid for pid in new | (self._young & now) if _is_session(pid, self.uid)}
