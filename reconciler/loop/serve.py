@@ -71,6 +71,9 @@ class Ticker:
 
     async def _run(self) -> None:
         while self.dirty:
+            adder = getattr(self.engine, "adder", None)
+            if adder is not None:
+                await adder.written(WRITE_WAIT_S)  # requests being written now are decided by this pass
             self.dirty = False
             self.begun += 1
             for before in self.before.pop(self.begun, []):
@@ -203,6 +206,9 @@ async def _listen(paths: Paths, handle) -> asyncio.AbstractServer:
 # A pass at least this often whatever the looks say: what no event or look tells (a property of
 # the agents slice set by hand, a stray transient service) is seen within it.
 SAFETY_NET_S = 60.0
+# How long a pass about to begin waits for a write of new requests under way (loop/group.py): one
+# such write takes 2-30 ms.
+WRITE_WAIT_S = 0.1
 # How often an idle loop looks (a queue file edited by hand, an agent session started): tick_s when
 # anything is queued, live or noted.
 IDLE_LOOK_S = 5.0
