@@ -138,21 +138,26 @@ def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord
     }
 
 
-def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bool = False) -> tuple[str, int]:
+def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bool = False,
+           store=None) -> tuple[str, int]:
     """(text, exit code) of `res status [ID] [--json]`. With an id, the text is the entry alone (the
-    CLI says a queue_problem on stderr), so the output stays one entry."""
+    CLI says a queue_problem on stderr), so the output stays one entry. `store`: an open state.db to
+    read (the loop's own, whose records are parsed already); None: opened read-only here."""
     from reconciler.recorded.store import Store
 
     now = time.time()
     zone = zone_of(policy)
-    store = Store.open(paths, readonly=True)
+    own = store is None
+    if own:
+        store = Store.open(paths, readonly=True)
     try:
         records = store.records()
         snap = _snapshot(store)
         last_good = store.get_meta("desired_last_good")
         recent = recorded_and_pending(paths, store, now - SHOWN_FOR_S, ("policy.toml", "game.toml"))[-5:]
     finally:
-        store.close()
+        if own:
+            store.close()
     if job_id:
         rec = records.get(job_id)
         if rec is None:
