@@ -39,7 +39,9 @@ ENABLED = frozenset({"enabled", "enabled-runtime", "linked", "linked-runtime", "
 
 
 def unit_name(unit_prefix: str) -> str:
-    return f"{unit_prefix}-serve.service"
+    from reconciler.config.paths import loop_unit_stem
+
+    return f"{loop_unit_stem(unit_prefix)}.service"
 
 
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t"}

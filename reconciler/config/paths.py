@@ -104,3 +104,10 @@ def exit_record_fallback(primary: Path, runtime_dir: str | None) -> Path | None:
     import hashlib
 
     return Path(runtime_dir) / "res-exit" / f"{hashlib.sha256(str(primary).encode()).hexdigest()[:20]}.json"
+
+
+def loop_unit_stem(unit_prefix: str) -> str:
+    """What the name of every unit that runs res's own loop starts with: `<stem>.service` (`res
+    service install`) and `<stem>-<hash of the state directory>.service` (started by the first call,
+    loop/start.py). A pass never takes one for an agent's stray service."""
+    return f"{unit_prefix}-serve"

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from reconciler.config.paths import Paths
+from reconciler.config.paths import Paths, loop_unit_stem
 
 READY_S = 10.0  # how long a started loop may take to listen (imports, the manager, the first pass)
 # What the loop needs of the caller's environment: res's own settings, where the policy and unit
@@ -25,7 +25,7 @@ PASSED = ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "DBUS_SESSION_
 
 def unit_name(paths: Paths, prefix: str) -> str:
     digest = hashlib.sha256(str(paths.root.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:12]
-    return f"{prefix}-serve-{digest}.service"
+    return f"{loop_unit_stem(prefix)}-{digest}.service"
 
 
 def loop_environment(environ=None) -> dict[str, str]:
@@ -56,14 +56,20 @@ def autostart(paths: Paths, policy, wait: bool) -> tuple[bool, str | None]:
     return start_loop(paths, policy.unit_prefix, wait)
 
 
-def start_loop(paths: Paths, prefix: str, wait: bool = True) -> tuple[bool, str]:
+_STARTED: dict[str, str] = {}  # unit -> how: the loops this process started (`res run --wait` starts one, then waits)
+
+
+def start_loop(paths: Paths, prefix: str, wait: bool = True) -> tuple[bool, str | None]:
     """Start `res serve` for `paths` (and with `wait`, wait until it listens): (listening, the line
-    that says what was done or what failed)."""
+    that says what was done or what failed; None when this process started it before and said so)."""
     paths.ensure()
     unit = unit_name(paths, prefix)
-    argv = [sys.executable, "-m", "reconciler.cli", "serve"]
-    how = _as_unit(unit, argv, paths) or _detached(paths, argv)
-    said = f"res: no reconciler loop was running for {paths.root}: started one ({how}; `res service install` runs one from boot)"
+    if unit in _STARTED:
+        said, how = None, _STARTED[unit]  # started (and said) by this call a moment ago: only wait for it
+    else:
+        argv = [sys.executable, "-m", "reconciler.cli", "serve"]
+        how = _STARTED[unit] = _as_unit(unit, argv, paths) or _detached(paths, argv)
+        said = f"res: no reconciler loop was running for {paths.root}: started one ({how}; `res service install` runs one from boot)"
     if not wait:
         return False, said
     deadline = time.monotonic() + READY_S

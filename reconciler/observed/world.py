@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+from reconciler.config.paths import loop_unit_stem
 from reconciler.core.models import LIVE, JobRecord, Phase, World
 from reconciler.runtime import Runtime, RuntimeUnavailable
 
@@ -106,17 +107,18 @@ def tmp_tmpfs_used_gb(mounts_text: str | None = None) -> float | None:
     return (st.f_blocks - st.f_bfree) * st.f_frsize / GIB_KB / 1024
 
 
-def stray_services(transient_dir: str, ours: tuple[str, ...]) -> list[str]:
+def stray_services(transient_dir: str, ours: tuple[str, ...], loop_prefix: str = "") -> list[str]:
     """Transient services (systemd-run without --scope) outside the agents slices, desktop ones
-    (app-*, or in the desktop's slices) excepted. Read from the manager's transient unit files:
-    one directory listing, no D-Bus call per unit."""
+    (app-*, or in the desktop's slices) and res's own loop (`loop_prefix`*, started by the first
+    call: loop/start.py) excepted. Read from the manager's transient unit files: one directory
+    listing, no D-Bus call per unit."""
     out = []
     try:
         entries = sorted(os.listdir(transient_dir))
     except OSError:
         return out
     for name in entries:
-        if not name.endswith(".service") or name.startswith("app-"):
+        if not name.endswith(".service") or name.startswith("app-") or (loop_prefix and name.startswith(loop_prefix)):
             continue
         slice_name = "app.slice"  # systemd's default slice for user services
         complete = False
@@ -162,7 +164,8 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
     if runtime_dir:
         world.stray_services = stray_services(os.path.join(runtime_dir, "systemd", "transient"),
-                                              (policy.agents_slice, policy.jobs_slice))
+                                              (policy.agents_slice, policy.jobs_slice),
+                                              loop_unit_stem(policy.unit_prefix))
     side = runtime.user_side() if runtime is not None else None
     if side is None:
         return []

@@ -2,6 +2,7 @@
 in their slice, the status warnings, and the small parsers they rest on."""
 from types import SimpleNamespace
 
+from reconciler.config.paths import Paths
 from reconciler.observed import cgroup
 from reconciler.core.game import game_actions as decide_game, slice_target
 from reconciler.core.models import Desired, Game, JobObs, JobRecord, Phase, Request, SessionObs, SliceObs, World
@@ -258,6 +259,21 @@ def test_stray_services_from_transient_unit_files(tmp_path):
         (tmp_path / name).write_text(text)
     assert stray_services(str(tmp_path), ("agents.slice", "agents-jobs.slice")) == ["run-u1.service"]
     assert stray_services(str(tmp_path / "missing"), ()) == []
+
+
+def test_the_loop_the_first_call_started_is_not_a_stray(tmp_path):
+    """Found in a trial: `res status` warned about res's own loop (started by the first call as a
+    transient service in app.slice) as an agent's stray service."""
+    from reconciler.config.paths import loop_unit_stem
+    from reconciler.loop.start import unit_name
+
+    loop = unit_name(Paths(tmp_path / "state"), "res")
+    assert loop.startswith(loop_unit_stem("res") + "-")
+    (tmp_path / loop).write_text("[Service]\nExecStart=python3 -m reconciler.cli serve\n")
+    (tmp_path / "run-u1.service").write_text("[Service]\nExecStart=x\n")
+    ours = ("agents.slice", "agents-jobs.slice")
+    assert stray_services(str(tmp_path), ours, loop_unit_stem("res")) == ["run-u1.service"]
+    assert stray_services(str(tmp_path), ours) == sorted([loop, "run-u1.service"])  # without it, as before
 
 
 def test_slice_unit_files_carry_the_normal_share_and_oomd_only_where_present():

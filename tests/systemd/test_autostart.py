@@ -77,3 +77,19 @@ def test_with_autostart_off_a_call_decides_by_itself(res):
     r = res("run", "--mem", "128M", "--for", "1m", "--cpus", "0.1", "--", "true")
     assert r.code == 0 and r.err == "", str(r)
     assert not (res.state / "serve.sock").exists() and not (res.state / "serve.lock").exists()
+
+
+def test_run_wait_that_starts_the_loop_says_so_once_and_exits_with_the_jobs_code(res):
+    """`res run --wait` starts the loop (the run), then waits through it (the wait finds it not yet
+    listening): one line about the start, not two; the job's own exit code."""
+    res.env["RES_LOOP_AUTOSTART"] = "true"
+    r = res("run", "--wait", "--mem", "128M", "--for", "1m", "--cpus", "0.1", "--", "sh", "-c", "exit 3")
+    pid = None
+    try:
+        assert r.code == 3, str(r)
+        assert r.err.count("no reconciler loop was running") == 1, str(r)
+        wait_for(lambda: _listening(res), "the started loop to listen", 30, step=0.05)
+        pid = _loop_pid(res)
+    finally:
+        if pid is not None:
+            _stop_loop(res, pid)
