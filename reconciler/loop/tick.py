@@ -249,8 +249,9 @@ class Engine:
                 with self.store.transaction():
                     for action in enqueued:
                         failed += await self._apply(action, requests, now, p)
+            idle = self.executor.NOTHING_TO_DO
             for action in p.actions:
-                if action.kind != "enqueue":
+                if action.kind != "enqueue" and action.kind not in idle:
                     failed += await self._apply(action, requests, now, p)
             publish(self.store, world, p, now)
             for n in p.notices:
