@@ -1,6 +1,7 @@
 """The exit record of a job, written by the job's own unit (DESIGN §5.4, §6).
 
-Runs as the unit's ExecStopPost, `python3 -I -S exit_record.py EXIT_PATH` with RES_EXIT_RECORD=EXIT_PATH
+Runs as the unit's ExecStopPost, `python3 -I -S exit_hook.py EXIT_PATH` (which imports this module, from
+its cached bytecode) with RES_EXIT_RECORD=EXIT_PATH
 in its environment (which wins: see runtime/systemd.py), inside the unit's cgroup, after the main
 process (and everything else in the unit) is gone, so the cgroup's peak is the job's peak. systemd passes how the job ended in SERVICE_RESULT, EXIT_CODE and EXIT_STATUS. Because the unit
 writes the record itself, the exit is known even when no reconciler runs when the job ends.
@@ -21,20 +22,15 @@ import sys
 import time
 
 
-class _Module:
-    pass
-
-
 def _mounts():
-    """observed/mounts.py, run from its path (this script runs isolated: no package on sys.path)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "observed", "mounts.py")
-    with open(path) as f:
-        code = compile(f.read(), path, "exec")
-    namespace = {"__name__": "_res_mounts", "__file__": path}
-    exec(code, namespace)
-    module = _Module()
-    module.__dict__.update(namespace)
-    return module
+    """observed/mounts.py, imported from its folder (this runs isolated: no package on sys.path),
+    so from its cached bytecode rather than compiled from source at every job's end."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), "observed")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    import mounts
+
+    return mounts
 
 
 _SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}

@@ -51,7 +51,7 @@ MANAGER = "org.freedesktop.systemd1.Manager"
 UNIT_PATH = "/org/freedesktop/systemd1/unit"
 PROPERTIES = "org.freedesktop.DBus.Properties"
 
-EXIT_RECORD_SCRIPT = str(Path(__file__).resolve().parent.parent / "exit_record.py")
+EXIT_RECORD_SCRIPT = str(Path(__file__).resolve().parent.parent / "exit_hook.py")  # runs exit_record.py
 EXIT_RECORD_ENV = "RES_EXIT_RECORD"  # where the exit record goes; wins over the script's argv[1]
 EXIT_FALLBACK_ENV = "RES_EXIT_FALLBACK"  # where it goes when the state directory's disk is full
 
