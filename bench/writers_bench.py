@@ -1,7 +1,7 @@
 """Benchmark c: a crowd of agents adding requests at once, through the desired Writer's file lock
 (no loop running) and through a running `res serve` (group commit).
 
-Through the file lock: P processes (writer_worker.py) import once, wait together for one byte on
+Through the file lock: P processes (crowd_worker.py writer) import once, wait together for one byte on
 stdin, then each adds R jobs with `Writer(paths).add(fields, "job")`. Measured: the wall time from the start signal to the
 last add, and the same number of adds made by one writer alone (the ratio is what the contention for
 the writer's lock costs). Checked: no entry lost (every id handed out is in queue.toml and nothing
@@ -9,7 +9,7 @@ else is), no id handed out twice, ids r-1..r-N without a gap, `next_id` past the
 when one plan is made over the whole written queue (the jobs it starts fit in the budget). The p99
 wait of one add says whether the lock is fair (a waiter is not passed over by later ones).
 
-Through the loop: P processes (loop_worker.py) each send R `res run --queue` requests over the
+Through the loop: P processes (crowd_worker.py loop) each send R `res run --queue` requests over the
 socket, one after another, every one answered only once it is written and decided; all queue behind
 one running job's lock. Checked: every id answered is in queue.toml and queued in state.db, none
 twice. Target: ≥ 1,000 requests/s."""
@@ -26,17 +26,16 @@ from pathlib import Path
 
 from common import PY, REPO, Broken, Figure, Report, median_ms
 
-WORKER = Path(__file__).resolve().parent / "writer_worker.py"
-LOOP_WORKER = Path(__file__).resolve().parent / "loop_worker.py"
+WORKER = Path(__file__).resolve().parent / "crowd_worker.py"
 LOOP_TARGET = 1000  # requests/s through a running loop (issue 12)
 
 
-def run_writers(state: Path, procs: int, per: int, worker: Path = WORKER, env: dict | None = None) -> tuple[float, list[dict]]:
-    """(wall seconds from the start signal to the last add, each writer's report). `state`: the state
-    directory (the Writer's) or the loop's socket (loop_worker's)."""
+def run_writers(state: Path, procs: int, per: int, mode: str = "writer", env: dict | None = None) -> tuple[float, list[dict]]:
+    """(wall seconds from the start signal to the last add, each writer's report). `mode` "writer":
+    `state` is the state directory; "loop": the loop's socket (crowd_worker.py)."""
     env = dict(env or os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    workers = [subprocess.Popen([PY, str(worker), str(state), str(per), f"w{k}"], stdin=subprocess.PIPE,
+    workers = [subprocess.Popen([PY, str(WORKER), mode, str(state), str(per), f"w{k}"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
                for k in range(procs)]
     try:
@@ -148,7 +147,7 @@ def bench_loop_writers(report: Report, procs: int, per: int) -> None:
             lock="bench-c", cmd=["/bin/sleep", "600"], cwd=str(env.work), env={"PATH": "/usr/bin:/bin"})}, 60)
         if (holder.get("data") or {}).get("state") != "running":
             raise Broken(f"c: the lock holder did not start: {holder.get('line')}")
-        wall, reports = run_writers(sock, procs, per, LOOP_WORKER, env.env)
+        wall, reports = run_writers(sock, procs, per, "loop", env.env)
         errors = [r["error"] for r in reports if r["error"]]
         handed = [i for r in reports for i in r["ids"]]
         data = tomllib.loads((env.state / "desired" / "queue.toml").read_text())

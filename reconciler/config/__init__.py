@@ -1,3 +1,4 @@
 """Where things are and how they are set: paths of the state directory, the policy (pydantic-settings:
 shipped default < the user's policy.toml < RES_* variables), the caller's environment and its secret
-filter, the shipped files, safe file reads and the lock files. May import the core (quantities) only."""
+filter, the shipped files, safe file reads, the lock files, and a memo of values derived from objects
+never changed in place. May import the core (quantities) only."""

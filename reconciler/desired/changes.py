@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from reconciler.config.memo import ByIdentity
 from reconciler.config.paths import Paths
 
 FILE_LIMIT = 32 << 20
@@ -76,7 +77,7 @@ def _digest(data: bytes | None) -> str:
     return digest(data)
 
 
-_ENTRY_DIGESTS: dict[int, tuple[dict, str]] = {}  # id(shared queue table) -> (the table, its digest)
+_ENTRY_DIGESTS = ByIdentity()  # a shared queue table -> its digest
 
 
 def _snapshot(file: str, data: bytes | None) -> dict[str, Any]:
@@ -95,18 +96,13 @@ def _snapshot(file: str, data: bytes | None) -> dict[str, Any]:
         return {"(unreadable)": " ".join(str(e).split())[:80]}
     if file != "queue.toml":
         return values
-    if len(_ENTRY_DIGESTS) > 50_000:
-        _ENTRY_DIGESTS.clear()
     out = {}
     for kind in ("job", "note"):
         entries = values.get(kind)
         for entry in entries if isinstance(entries, list) else []:
             if isinstance(entry, dict) and isinstance(entry.get("id"), str):
-                known = _ENTRY_DIGESTS.get(id(entry))
-                if known is None or known[0] is not entry:
-                    known = _ENTRY_DIGESTS[id(entry)] = (entry, _digest(json.dumps(entry, sort_keys=True,
-                                                                                   default=str).encode()))
-                out[entry["id"]] = known[1]
+                out[entry["id"]] = _ENTRY_DIGESTS.get(
+                    entry, lambda e: _digest(json.dumps(e, sort_keys=True, default=str).encode()))
     return out
 
 

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from reconciler.config.memo import ByIdentity
 from reconciler.config.paths import Paths
 
 if TYPE_CHECKING:
@@ -213,8 +214,8 @@ class _SetAside:
 # tomllib takes ~80 ms for 1,000 entries; with this, only entries not seen before are parsed. Bounded:
 # dropped whole when it outgrows a big queue.
 _TABLES: dict[str, tuple[str, dict[str, Any]]] = {}
-_VALID: dict[int, tuple[dict[str, Any], "Request"]] = {}  # id(table) -> (table, its Request): the table kept alive
 _TABLES_LIMIT = 50_000
+_VALID = ByIdentity(_TABLES_LIMIT)  # a shared table -> its Request
 _HEADER = re.compile(r"(?m)^[ \t]*\[[^\n]*")
 _BARE = re.compile(r"[ \t]*\[\[[ \t]*(job|note)[ \t]*\]\][ \t]*(?:#.*)?")
 
@@ -266,7 +267,6 @@ def _tables(text: str, start: int) -> "list[tuple[str, dict[str, Any]]] | None":
         tables, pos = [], 0
     if len(_TABLES) > _TABLES_LIMIT:
         _TABLES.clear()
-        _VALID.clear()
     heads = list(_HEADER.finditer(body, pos))
     ends = [m.start() for m in heads[1:]] + [len(body)]
     for m, end in zip(heads, ends):
@@ -298,20 +298,6 @@ def known_table(block: str, kind: str, table: dict[str, Any]) -> None:
         _TABLES[block[1:]] = _TABLES[block[1:] + "\n"] = (kind, table)
 
 
-def _request_of(raw: dict[str, Any], kind: str) -> "Request":
-    """`parse(Request, raw + kind)`, once per shared table (ValidationError as parse raises it)."""
-    from reconciler.core.models import Request, parse
-
-    known = _VALID.get(id(raw))
-    if known is not None and known[0] is raw and known[1].kind == kind:
-        return known[1]
-    req = parse(Request, {**raw, "kind": kind})
-    if len(_VALID) > _TABLES_LIMIT:
-        _VALID.clear()
-    _VALID[id(raw)] = (raw, req)
-    return req
-
-
 def _parse_queue(text: str) -> tuple[dict[str, Any], list["Request"], list[_SetAside]]:
     """Parse and validate queue.toml text: (the TOML data, the requests sorted by id number, the
     entries set aside). A file that is not TOML, or whose shape is wrong (unknown top-level keys, a
@@ -321,7 +307,7 @@ def _parse_queue(text: str) -> tuple[dict[str, Any], list["Request"], list[_SetA
 
     from pydantic import ValidationError
 
-    from reconciler.core.models import Request
+    from reconciler.core.models import Request, parse
 
     try:
         data = _loads_queue(text)
@@ -343,14 +329,14 @@ def _parse_queue(text: str) -> tuple[dict[str, Any], list["Request"], list[_SetA
         if not isinstance(entries, list) or not all(isinstance(x, dict) for x in entries):
             raise _Bad(f"{kind}: must be [[{kind}]] tables", _top_key_line(text, kind))
         for i, raw in enumerate(entries):
-            known = _VALID.get(id(raw))
-            if known is not None and known[0] is raw and known[1].kind == kind:
+            known = _VALID.peek(raw)
+            if known is not None and known.kind == kind:
                 # A table read and validated before: the same Request (only duplicates to check).
-                if known[1].id in seen:
-                    lines = _id_lines(text, known[1].id)
-                    raise _Bad(f"duplicate id {known[1].id!r} (ids are unique)", lines[1] if len(lines) > 1 else None)
-                seen.add(known[1].id)
-                requests.append(known[1])
+                if known.id in seen:
+                    lines = _id_lines(text, known.id)
+                    raise _Bad(f"duplicate id {known.id!r} (ids are unique)", lines[1] if len(lines) > 1 else None)
+                seen.add(known.id)
+                requests.append(known)
                 continue
             rid = raw.get("id")
             good_id = rid if isinstance(rid, str) and re.fullmatch(r"r-[1-9][0-9]{0,9}", rid) else None
@@ -369,7 +355,7 @@ def _parse_queue(text: str) -> tuple[dict[str, Any], list["Request"], list[_SetA
                     problem = (f"{label}: {key}: must be a finite number", _entry_line(text, kind, i, key, rid))
             if problem is None:
                 try:
-                    requests.append(_request_of(raw, kind))
+                    requests.append(_VALID.get(raw, lambda r: parse(Request, {**r, "kind": kind})))
                     continue
                 except ValidationError as e:
                     key, what = _first_error(e)

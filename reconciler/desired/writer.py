@@ -286,9 +286,9 @@ class _Note:
         return _Queue(True, text, self.next_id, self.top, dict(self.counts), plain=True)
 
     @staticmethod
-    def save(dfd: int, data: bytes, q: _Queue, floor: int) -> None:
+    def save(dfd: int, sha: str, q: _Queue, floor: int) -> None:
         c = q.counts
-        line = f"v1 {digest(data)} {max(q.next_id, floor)} {q.top} {c.get('job', 0)} {c.get('note', 0)} {int(q.plain)}\n"
+        line = f"v1 {sha} {max(q.next_id, floor)} {q.top} {c.get('job', 0)} {c.get('note', 0)} {int(q.plain)}\n"
         try:
             _write_atomic(dfd, _CACHE_NAME, line.encode(), durable=False)
         except OSError:
@@ -429,17 +429,18 @@ class Writer:
         the ids each asker's requests got, when one edit makes the changes of several (add_many)."""
         data = new_text.encode("utf-8")
         self._replace(dfd, self.paths.queue.name, q.ident, data)
-        _Note.save(dfd, data, q, note.next_id if note else 1)
-        self._log_change(dfd, "queue.toml", op, list(ids), data, by)
+        sha = digest(data)  # the note's and the change line's: one file, one digest
+        _Note.save(dfd, sha, q, note.next_id if note else 1)
+        self._log_change(dfd, "queue.toml", op, list(ids), sha, by)
 
-    def _log_change(self, dfd: int, file: str, op: str, ids: list[str], data: bytes,
+    def _log_change(self, dfd: int, file: str, op: str, ids: list[str], sha: str,
                     by: dict[str | None, list[str]] | None = None) -> None:
         """One line in `.changes.jsonl` per change the writer made (per asker, when one edit made the
         changes of several): when, which file, what, who asked, and the digest of the file it left (a
         pass tells changes made outside res by it)."""
         from reconciler.observed.procs import process_chain
 
-        at, sha, own = time.time(), digest(data), None
+        at, own = time.time(), None
         lines = []
         for who, some in (by or {self.who: ids}).items():
             if who is None:
@@ -846,7 +847,7 @@ class Writer:
             if tomllib.loads(new_text) != expected:
                 raise DesiredError(f"{path}: the edit would not read back as intended; nothing was changed")
             self._replace(dfd, path.name, ident, new_text.encode("utf-8"))
-            self._log_change(dfd, "game.toml", "on" if game.on else "off", [], new_text.encode("utf-8"))
+            self._log_change(dfd, "game.toml", "on" if game.on else "off", [], digest(new_text.encode("utf-8")))
             return game
 
         return self._retrying(edit, path)
@@ -903,7 +904,7 @@ class Writer:
                         raise DesiredError(f"{target}: appeared while it was being laid down; try again") from None
                 else:
                     _write_atomic(dfd, name, text.encode("utf-8"))
-                    self._log_change(dfd, name, "init", [], text.encode("utf-8"))
+                    self._log_change(dfd, name, "init", [], digest(text.encode("utf-8")))
                 written.append(target)
         return written
 

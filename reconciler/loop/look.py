@@ -53,7 +53,7 @@ class Look:
 
     def __init__(self, paths: Paths, policy_key, watch_sessions):
         self.paths = paths
-        self.policy_key = policy_key  # () -> the policy files' key (loop.tick.policy_files_key)
+        self.policy_key = policy_key  # () -> what the policy files are now (their stats): a change is seen
         self.watch_sessions = watch_sessions  # () -> whether new agent sessions matter (adopt_sessions)
         self.owners: set[int] = set()  # pids whose end ends a note (set after each pass)
         self.uid = os.getuid()

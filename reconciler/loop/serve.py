@@ -228,14 +228,13 @@ def _scheduled(engine, ticker: "Ticker", policy):
     from apscheduler.schedulers.asyncio import AsyncIOScheduler
     from apscheduler.jobstores.base import JobLookupError
 
-    from reconciler.config.policy import default_policy_path, user_policy_path
     from reconciler.loop.look import Look, stat_key
+    from reconciler.loop.tick import policy_paths
 
     async def kick() -> None:
         ticker.kick()
 
-    # The policy files' paths are fixed for the loop's life (its environment): found once, not every look.
-    policy_files = [str(default_policy_path()), str(user_policy_path())]
+    policy_files = policy_paths()  # found once, not every look
     look = Look(engine.paths, lambda: tuple(stat_key(f) for f in policy_files), lambda: engine.policy.adopt_sessions)
 
     async def look_now() -> None:
@@ -346,8 +345,6 @@ class Requests:
                     part = await reader.readuntil(b"\n")
                 except asyncio.LimitOverrunError as e:
                     part = await reader.readexactly(e.consumed)
-                    if size + len(part) > REQUEST_LIMIT:
-                        return None
                 except asyncio.IncompleteReadError:
                     return None
                 parts.append(part)

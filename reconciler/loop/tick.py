@@ -31,17 +31,22 @@ def holder_id() -> str:
     return make(socket.gethostname(), os.getpid(), secrets.token_hex(4), start_time(os.getpid()))
 
 
-def policy_files_key() -> tuple:
-    """The policy files as they are now (path, mtime, size, inode): a change means reload."""
+def policy_paths() -> list[str]:
+    """The policy files: the shipped default and the user's (where the environment says)."""
     from reconciler.config.policy import default_policy_path, user_policy_path
 
+    return [str(default_policy_path()), str(user_policy_path())]
+
+
+def policy_files_key() -> tuple:
+    """The policy files as they are now (path, mtime, size, inode): a change means reload."""
     out = []
-    for path in (default_policy_path(), user_policy_path()):
+    for path in policy_paths():
         try:
-            st = path.stat()
-            out.append((str(path), st.st_mtime_ns, st.st_size, st.st_ino))
+            st = os.stat(path)
+            out.append((path, st.st_mtime_ns, st.st_size, st.st_ino))
         except OSError:
-            out.append((str(path), None, None, None))
+            out.append((path, None, None, None))
     return tuple(out)
 
 
@@ -361,15 +366,10 @@ def _save_last_good(store, desired: Desired) -> None:
     if kept is not None and kept[1] == desired.game and len(kept[0]) == len(requests) and \
             all(a is b for a, b in zip(kept[0], requests)):
         return
-    dumped = memo.setdefault("dumped", {})  # id(request) -> (request, its JSON)
-    if len(dumped) > 4 * len(requests) + 1000:
-        dumped.clear()
-    parts = []
-    for r in requests:
-        known = dumped.get(id(r))
-        if known is None or known[0] is not r:
-            known = dumped[id(r)] = (r, json.dumps(dump(r)))
-        parts.append(known[1])
+    from reconciler.config.memo import ByIdentity
+
+    dumped = memo.setdefault("dumped", ByIdentity())  # a Request -> its JSON
+    parts = [dumped.get(r, lambda req: json.dumps(dump(req))) for r in requests]
     snapshot = '{"requests": [' + ", ".join(parts) + '], "game": ' + json.dumps(dump(desired.game)) + "}"
     stored = memo["last_good_text"] if "last_good_text" in memo else store.get_meta("desired_last_good")
     if snapshot != stored:
