@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--queue", action="store_true", help="wait in the queue instead of being refused")
     run.add_argument("--lock", help="never run two jobs holding the same KEY at once")
     run.add_argument("--force", action="store_true", help="ignore the ledger (not the reserve, not locks)")
+    run.add_argument("--on", choices=("local", "cluster"), default=None,
+                     help="cluster: submit to Slurm; local: never leaves this machine (default: here, or the "
+                          "cluster when the policy's overflow says so and it does not fit here now)")
     run.add_argument("--agent", default="none", choices=AGENTS,
                      help="digest the output of this agent kind (claude: stream-json); none: a plain command")
     run.add_argument("--max-cost-usd", type=_arg(parse_usd, "--max-cost-usd"), default=None,

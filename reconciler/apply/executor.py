@@ -21,8 +21,10 @@ log = logging.getLogger("res.executor")
 
 
 class Executor:
-    def __init__(self, paths: Paths, store, runtime: Runtime | None, writer, policy, holder: str, streamer=None):
+    def __init__(self, paths: Paths, store, runtime: Runtime | None, writer, policy, holder: str, streamer=None,
+                 cluster: Runtime | None = None):
         self.paths, self.store, self.runtime, self.writer, self.policy, self.holder = paths, store, runtime, writer, policy, holder
+        self.cluster = cluster  # the cluster's runtime (Slurm), for jobs whose record says they run there
         self.streamer = streamer  # reads a job's output into its digest (attach.Streamer)
         self._records: dict[str, JobRecord] = {}
         self._lost: set[str] = set()
@@ -156,9 +158,18 @@ class Executor:
 
     # -------------------------------------------------------------- units
 
+    def _runtime(self, where: str) -> Runtime:
+        if where == "cluster":
+            if self.cluster is None:
+                raise RuntimeUnavailable("no cluster runtime")
+            return self.cluster
+        return self.runtime
+
     async def _start(self, a, req, rec, now):
-        starting = transition(rec, "start", now, request=req, unit=self.runtime.unit_name(req.id), holder=self.holder,
-                              lease_s=self.policy.attach_lease_s)
+        where = (a.detail or {}).get("where", "local")
+        runtime = self._runtime(where)
+        starting = transition(rec, "start", now, request=req, unit=runtime.unit_name(req.id), holder=self.holder,
+                              lease_s=self.policy.attach_lease_s, where=where)
         attempt = starting.attempt
         # `starting` (with its lease) is on disk before the unit is asked for (DESIGN §5.3).
         if not self.store.put(starting, expect_phase=rec.phase if rec else None):
@@ -173,19 +184,29 @@ class Executor:
             job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=req.env, mem_gb=req.mem_gb, cpus=req.cpus,
             log_path=self.paths.log(req.id), exit_path=self.paths.exit_record(req.id),
             description=f"res {req.id}: {' '.join(req.title.split())[:120]}", cpu_quota=self.policy.cpu_quota,
+            est_s=req.est_s, queue=req.queue,
         )
+        from reconciler.runtime.slurm import RuntimeBusy
+
         try:
             self._fresh_log(req.id, attempt)
-            invocation = await self.runtime.start(spec)
+            invocation = await runtime.start(spec)
         except RuntimeUnavailable as e:
             # Unknown whether it started: leave `starting`; the next pass sees the unit or requeues.
             log.warning("start of %s: %s", req.id, e)
+            return
+        except RuntimeBusy as e:  # asked for now, and the cluster would not start it now
+            from reconciler.config.zone import zone_of
+            from reconciler.render.reasons import reason_line
+
+            why = reason_line(e.detail, zone_of(self.policy))
+            self.store.put(transition(starting, "refuse", now, why=why, detail=e.detail), expect_phase=Phase.starting)
             return
         except Exception as e:  # the runtime refused the start: settle it now, with why
             why = "start failed: " + " ".join(str(e).split())
             self.store.put(transition(starting, "start_failed", now, why=why, detail={"code": "start_failed"}),
                            expect_phase=Phase.starting)
-            await self._forget(req.id)
+            await self._forget(req.id, where)
             return
         self.store.put(transition(starting, "started", now, invocation=invocation), expect_phase=Phase.starting)
 
@@ -194,7 +215,7 @@ class Executor:
         if rec.stop_reason is None:
             rec = transition(rec, "stop", now, reason=a.reason, code=(a.detail or {}).get("code"))
             self.store.put(rec, expect_phase=rec.phase)
-        await self.runtime.stop(rec.id)
+        await self._runtime(rec.where).stop(rec.id)
 
     async def _settle(self, a, req, rec, now):
         """Once: the rest of the log into the digest, then rc, peak, why and spend in one write, a
@@ -213,11 +234,11 @@ class Executor:
         done = transition(rec, "settle", now, rc=a.rc, peak_gb=a.peak_gb, why=why, detail={"code": outcome["code"]},
                           at=a.at)
         if self.store.put(done, expect_phase=rec.phase, expect_holder=rec.attached_by):
-            await self._forget(rec.id)
+            await self._forget(rec.id, rec.where)
 
-    async def _forget(self, job_id: str) -> None:
+    async def _forget(self, job_id: str, where: str = "local") -> None:
         try:
-            await self.runtime.forget(job_id)
+            await self._runtime(where).forget(job_id)
         except Exception as e:  # only housekeeping; the record is already settled
             log.warning("forget %s: %s", job_id, e)
 

@@ -46,6 +46,10 @@ def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | N
     if rec.phase in LIVE:
         if req.kind == "note":
             return 0, f"{job_id} noted: {fmt_gb(req.mem_gb)} until ~{fmt_clock(rec.expires(), zone)}{_owner(req)}; free it: res release {job_id}", data
+        if rec.where == "cluster":
+            partition = engine.policy.cluster.partition
+            return 0, (f"{job_id} submitted to slurm job {rec.invocation or '?'}" + (f" (partition {partition})" if partition else "")
+                       + f"; log {engine.paths.log(job_id)}; ETA ~{fmt_clock(rec.eta(), zone)}"), data
         return 0, f"{job_id} started; log {engine.paths.log(job_id)}; ETA ~{fmt_clock(rec.eta(), zone)}", data
     if rec.phase == Phase.queued:
         reason = queued_line(detail, zone) if detail else "waiting"

@@ -42,7 +42,7 @@ def cmd_run(a, paths: Paths) -> int:
                   project=a.project or _project(cwd), mem_gb=a.mem, est_s=a.est,
                   created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
                   agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
-                  max_iterations=a.max_iterations, **_given(cpus=a.cpus))
+                  max_iterations=a.max_iterations, **_given(cpus=a.cpus, on=a.on))
     if a.tail is not None and not a.wait:
         raise Fail("res: --tail goes with --wait", 2)
     if not a.wait:

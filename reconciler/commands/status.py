@@ -28,7 +28,8 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
     req = rec.request
     queued = (snap.get("queue") or {}).get(rec.id) if rec.phase == Phase.queued else None
     rec = ended_unsettled(rec, paths) or rec
-    used = (snap.get("world", {}).get("jobs", {}).get(rec.id) or {}).get("mem_used_gb")
+    obs = snap.get("world", {}).get("jobs", {}).get(rec.id) or {}
+    used = obs.get("mem_used_gb")
     expires = rec.expires()
     d = rec.digest
     return {
@@ -47,7 +48,16 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "log_offset": rec.log_offset, "attach_failures": rec.attach_failures, "last_error": rec.last_error,
         "reason": reason_of(rec, queued), "position": (queued or {}).get("position"),
         "est_start": (queued or {}).get("est_start"), "waits": queued_line(queued, zone) if queued else None,
+        "where": where_of(rec, obs), "pending": obs.get("pending") if rec.phase in LIVE else None,
+        "slurm_est_start": obs.get("est_start") if rec.phase in LIVE else None,
     }
+
+
+def where_of(rec: JobRecord, obs: dict) -> str:
+    """`local`, or where on the cluster: `slurm:4121@node` (as the last pass saw it), else `slurm:4121`."""
+    if rec.where != "cluster":
+        return "local"
+    return obs.get("place") or (f"slurm:{rec.invocation}" if rec.invocation else "slurm")
 
 
 FINISHED_GRACE_S = 300  # finished entries stay in the default `res status` view this long (--all: all)
@@ -74,7 +84,8 @@ def _unit_loaded(paths: Paths, unit: str) -> bool | None:
 def ended_unsettled(rec: JobRecord, paths: Paths) -> JobRecord | None:
     """A job recorded as live whose unit has written its exit record: as a pass would settle it
     (state `exited`, rc, peak, why), read-only. Without a running loop, no pass may have seen the end."""
-    if rec.phase not in LIVE or rec.request.kind != "job" or not rec.unit or _unit_loaded(paths, rec.unit) is not False:
+    if rec.phase not in LIVE or rec.request.kind != "job" or not rec.unit or rec.where == "cluster" \
+            or _unit_loaded(paths, rec.unit) is not False:
         return None  # its unit may still run: an exit record written by the job itself must not count
     from reconciler.config.paths import exit_record_fallback
     from reconciler.core.plan import settle_outcome

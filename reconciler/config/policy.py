@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from reconciler.config.resources import shipped
@@ -53,6 +53,16 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise PolicyError(f"{path}: {e}") from None
 
 
+class ClusterPolicy(BaseModel):
+    """The policy's [cluster] table: where `res run --on cluster` submits (DESIGN §6b)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition: str = Field(default="", pattern=r"^[A-Za-z0-9_.,-]*$", max_length=200)
+    account: str = Field(default="", pattern=r"^[A-Za-z0-9_.-]*$", max_length=200)
+    qos: str = Field(default="", pattern=r"^[A-Za-z0-9_.-]*$", max_length=200)
+
+
 class Policy(BaseSettings):
     """Every key is required here: the one home of the defaults is policies/default.toml."""
 
@@ -89,6 +99,8 @@ class Policy(BaseSettings):
     sweep_s: float = Field(ge=0.05, le=3600)
     answer_timeout_s: float = Field(ge=1, le=3600)
     time_zone: str = Field(max_length=100)
+    overflow: Literal["off", "cluster"]
+    cluster: ClusterPolicy
 
     @field_validator("time_zone")
     @classmethod

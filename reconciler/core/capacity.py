@@ -88,14 +88,16 @@ def reserve_warnings(policy) -> list[str]:
 
 
 def holder_of(rec: JobRecord, used_gb: float, now: float) -> Holder:
+    """A cluster job holds nothing here (its session still counts against the session caps)."""
     req = rec.request
     expires = rec.expires()
+    remote = rec.where == "cluster"
     return Holder(
         id=req.id,
         title=req.title,
         project=req.project,
-        held_gb=max(req.mem_gb, used_gb),
-        cpus=req.cpus,
+        held_gb=0.0 if remote else max(req.mem_gb, used_gb),
+        cpus=0.0 if remote else req.cpus,
         eta=rec.eta(),
         overdue=expires is not None and now > expires,
         lock=req.lock,
@@ -113,6 +115,9 @@ def capacity(policy, game: Game, world: World, holding: list[JobRecord], now: fl
     holders = []
     for rec in holding:
         req = rec.request
+        if rec.where == "cluster":
+            holders.append(holder_of(rec, 0.0, now))
+            continue
         obs = world.jobs.get(req.id)
         used = obs.mem_used_gb if (obs and req.kind == "job") else 0.0
         # Memory in use is already gone from MemAvailable; the unused rest of a job's reservation is

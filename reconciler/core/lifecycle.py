@@ -25,7 +25,7 @@ SAME = "same"  # the event keeps the phase
 TABLE: dict[str, dict[Phase | None, Phase | str]] = {
     "enqueue": {None: Q},
     "grant": {None: R, Q: R},  # a note: granted, it holds its memory at once
-    "refuse": {None: Phase.refused, Q: Phase.refused},
+    "refuse": {None: Phase.refused, Q: Phase.refused, S: Phase.refused},  # from S: the cluster cannot start it now
     "start": {None: S, Q: S},  # `starting`, with a lease, is written before the runtime is asked
     "started": {S: R},  # the runtime's start job finished: the command was executed
     "unit_seen": {S: R},  # a pass saw the unit of a `starting` record alive (its starter died)
@@ -82,10 +82,13 @@ def _changes(rec: JobRecord, event: str, now: float, f: dict) -> dict:
     if event == "grant":
         return {"started": now}
     if event in ("refuse", "expire", "start_failed"):
-        return {"why": f["why"], "detail": f["detail"], "ended": now}
+        out = {"why": f["why"], "detail": f["detail"], "ended": now}
+        if event == "refuse" and rec.phase == S:  # the cluster said not now: it holds nothing
+            out.update(attached_by=None, lease_until=None)
+        return out
     if event == "start":
         return {"attempt": rec.attempt + 1, "started": now, "unit": f["unit"], "attached_by": f["holder"],
-                "lease_until": now + f["lease_s"]}
+                "lease_until": now + f["lease_s"], "where": f.get("where", "local")}
     if event == "started":
         return {"invocation": f["invocation"]}
     if event == "unit_seen":

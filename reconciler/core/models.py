@@ -92,6 +92,9 @@ class Request:
     queue: Annotated[bool, _typed()] = False
     lock: Annotated[str | None, _typed(max_length=200)] = None
     force: Annotated[bool, _typed()] = False
+    # Where it may run: "" here (or on the cluster when the policy's overflow says so and it does not
+    # fit here now), "local" never anywhere else, "cluster" on the Slurm cluster (DESIGN §6b).
+    on: Literal["", "local", "cluster"] = ""
     # jobs
     cmd: Annotated[list[str], _typed(max_length=65536)] = field(default_factory=list)
     cwd: Annotated[str, _typed(max_length=4096)] = ""
@@ -182,6 +185,7 @@ class JobRecord:
     request: Request
     phase: Phase
     unit: str | None = None
+    where: Literal["local", "cluster"] = "local"  # the runtime it was started on
     attempt: int = 0
     invocation: str | None = None  # the runtime's id of this attempt's run: its exit record must carry it
     started: float | None = None
@@ -270,6 +274,9 @@ class JobObs:
     pressure_avg60: float | None = None  # memory.pressure `some avg60` (%), cgroup v2 only
     exit: ExitObs | None = None
     log_bytes: int | None = None  # the size of its log (None: not looked at)
+    place: str | None = None  # where a cluster job runs: `slurm:4121@node` (None: here)
+    pending: str | None = None  # a cluster job not running yet: Slurm's reason (Resources, Priority, …)
+    est_start: float | None = None  # … and when Slurm expects to start it
 
 
 @dataclass(slots=True, kw_only=True)
@@ -310,6 +317,11 @@ class World:
 
     ok: bool = True  # False: jobs could not be observed; nothing destructive may be decided
     errors: list[str] = field(default_factory=list)
+    # The cluster (DESIGN §6b): None when not asked this pass (no cluster job or request), else whether
+    # it answered. Its jobs, when it did not, are `unobserved`: nothing is decided for them.
+    cluster_ok: bool | None = None
+    cluster_error: str | None = None
+    unobserved: list[JobId] = field(default_factory=list)
     mem_total_gb: float
     mem_available_gb: float
     nproc: int

@@ -82,8 +82,9 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
             return [_restore(rec, tag)]
         return [Action(kind="cancel", id=rec.id, detail={"code": "cancelled"}, **tag)]
     # starting / running / exited: only what could be observed is acted on, and only by the
-    # reconciler that holds the job's attachment (or may claim it: no live lease of another).
-    if not world.ok or (rec.lease_live(now, world.gone_holders) and rec.attached_by != me):
+    # reconciler that holds the job's attachment (or may claim it: no live lease of another). A
+    # cluster job while the cluster does not answer: nothing (local work goes on).
+    if not world.ok or rec.id in world.unobserved or (rec.lease_live(now, world.gone_holders) and rec.attached_by != me):
         return []
     return _live_job(rec, gone, world, now, policy, me, tag)
 
@@ -227,6 +228,10 @@ def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, float | Non
         outcome = budget_trip(rec, None, 0)
     elif oom:
         outcome = {"code": "memory_limit", "mem_gb": req.mem_gb, "peak_gb": peak, "try_mem": mem_flag(suggest_mem_gb(req.mem_gb, killed=True))}
+    elif ex.result == "timeout":  # a cluster's time limit (Slurm's TIMEOUT): --for, in whole minutes
+        outcome = {"code": "time_limit", "limit_s": -(-req.est_s // 60) * 60}
+    elif ex.result == "node-fail":
+        outcome = {"code": "node_failure"}
     elif ex.code == "exited" and rc == 203:
         outcome = {"code": "exec_failed"}
     elif ex.code == "exited":
@@ -298,6 +303,8 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "hand_added"}, **_tag(req)))
         elif rec is None and req.id in ran_before:
             adm.recover(req, world)
+        elif (where := _where(req, cap, policy, world, adm.head)) != "local":
+            adm.cluster(req, rec, world, overflow=where == "overflow")
         elif cap.never_fits(req):
             adm.acts.append(_refuse(req, never_detail(req, cap), never=True))
         elif req.kind == "note" or not req.queue:
@@ -305,6 +312,20 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
         else:
             adm.queued(req, rec)
     return adm.acts
+
+
+def _where(req: Request, cap: Capacity, policy, world: World | None, head: Request | None) -> str:
+    """`local`, `cluster` (asked for with --on cluster) or `overflow` (asked for here, does not fit
+    here now, and the policy sends such requests to the cluster, which answers: DESIGN §6b)."""
+    if req.kind != "job" or req.on == "local":
+        return "local"
+    if req.on == "cluster":
+        return "cluster"
+    if getattr(policy, "overflow", "off") != "cluster" or world is None or world.cluster_ok is not True:
+        return "local"
+    if cap.never_fits(req) or not cap.fits(req) or (req.queue and head is not None):
+        return "overflow"
+    return "local"
 
 
 class _Admission:
@@ -343,6 +364,41 @@ class _Admission:
             self.locks[req.lock] = cap.holders[-1]
         if self.forecast is not None:
             self.forecast.started(req.mem_gb, req.cpus, req.est_s, req.lock)
+
+    def cluster(self, req: Request, rec: JobRecord | None, world: World | None, overflow: bool) -> None:
+        """A job for the cluster: res's own guardrails (session caps, daily spend, locks, the
+        per-pass start cap) decide whether it is submitted; Slurm decides when it runs. While the
+        cluster does not answer it waits in the queue file, --queue or not: nothing is lost, and it
+        is submitted once the cluster answers."""
+        if world is None or world.cluster_ok is not True:
+            self.position += 1
+            self.acts.append(_wait(req, rec, {"code": "queued", "position": self.position, "est_start": None,
+                                              "waits_for": "cluster",
+                                              "error": world.cluster_error if world is not None else None}))
+            return
+        blocked, holder = self._blocked(req), (self.locks.get(req.lock) if req.lock else None)
+        if blocked is not None or holder is not None or self.starts >= self.policy.max_starts_per_tick:
+            if not req.queue:
+                if blocked is not None:
+                    self.acts.append(_refuse(req, blocked[0], never=blocked[1]))
+                elif holder is not None:
+                    self.acts.append(_refuse(req, lock_detail(req.lock or "", holder)))
+                return  # (over this pass's start cap: decided next pass)
+            self.position += 1
+            waits = (blocked[0]["resource"] if blocked else "lock" if holder is not None else "starts_per_pass")
+            detail = {"code": "queued", "position": self.position, "est_start": None, "waits_for": waits}
+            if holder is not None and blocked is None:
+                detail.update(lock=req.lock, lock_holder=holder.id)
+            if blocked is not None:
+                detail["block"] = blocked[0]
+            self.acts.append(_wait(req, rec, detail))
+            return
+        self.acts.append(Action(kind="start", id=req.id, detail={"code": "submit", "where": "cluster", "overflow": overflow,
+                                                                 "queue": req.queue, "est_s": req.est_s}, **_tag(req)))
+        self.cap.holders.append(_new_holder(req, self.now, remote=True))
+        self.starts += 1
+        if req.lock:
+            self.locks[req.lock] = self.cap.holders[-1]
 
     def now_or_never(self, req: Request) -> None:
         """A note, or a job asked for without --queue: it starts (is granted) now or is refused."""
@@ -416,6 +472,6 @@ def _wait(req: Request, rec: JobRecord | None, detail: dict) -> Action:
     return Action("enqueue" if rec is None else "wait", req.id, "", req.title, req.mem_gb, req.cpus, detail=detail)
 
 
-def _new_holder(req: Request, now: float):
-    rec = JobRecord(request=req, phase=Phase.starting, started=now)
+def _new_holder(req: Request, now: float, remote: bool = False):
+    rec = JobRecord(request=req, phase=Phase.starting, started=now, where="cluster" if remote else "local")
     return holder_of(rec, 0.0, now)

@@ -909,7 +909,7 @@ class Writer:
         return written
 
 
-_KEY_ORDER = ("title", "project", "mem_gb", "cpus", "est_s", "created", "queue", "lock", "force", "cmd", "cwd", "agent", "env", "owner_pid", "owner_name")
+_KEY_ORDER = ("title", "project", "mem_gb", "cpus", "est_s", "created", "queue", "lock", "force", "on", "cmd", "cwd", "agent", "env", "owner_pid", "owner_name")
 
 
 def _entry_dict(req: "Request") -> dict[str, Any]:
@@ -932,6 +932,8 @@ def _entry_dict(req: "Request") -> dict[str, Any]:
             continue
         if req.kind == "note" and name in job_only and value == job_only[name]:
             continue
+        if name == "on" and not value:
+            continue  # here (the default): not written
         if isinstance(value, list):
             value = list(value)
         elif isinstance(value, dict):

@@ -61,6 +61,27 @@ def make_runtime(paths: Paths, policy):
                           state_root=paths.root)
 
 
+def make_cluster(paths: Paths, policy):
+    """The cluster's runtime (Slurm, DESIGN §6b): an object only; nothing is asked of the cluster
+    until a pass has a cluster job or request."""
+    from reconciler.runtime.slurm import SlurmRuntime
+
+    return SlurmRuntime(state_root=paths.root, logs_dir=paths.logs, cluster=policy.cluster)
+
+
+def cluster_wanted(desired: Desired, records: dict, policy) -> bool:
+    """Whether this pass asks the cluster: a request for it not yet decided (or, with overflow on,
+    any request not yet decided). Live cluster jobs are asked for whatever this says."""
+    overflow = policy.overflow == "cluster"
+    for req in desired.requests:
+        if req.kind != "job" or req.on == "local" or not (req.on == "cluster" or overflow):
+            continue
+        rec = records.get(req.id)
+        if rec is None or rec.phase == Phase.queued:
+            return True
+    return False
+
+
 class Engine:
     """A reconciler instance: the store, the runtime connection and the executor, reused across passes."""
 
@@ -75,7 +96,9 @@ class Engine:
         self.runtime = runtime if runtime is not None else make_runtime(paths, policy)
         self.holder = holder_id()
         self.streamer = Streamer(self.store, policy, self.holder, paths.log)
-        self.executor = Executor(paths, self.store, self.runtime, self.writer, policy, self.holder, self.streamer)
+        self.cluster = make_cluster(paths, policy)
+        self.executor = Executor(paths, self.store, self.runtime, self.writer, policy, self.holder, self.streamer,
+                                 cluster=self.cluster)
         self.connected = False
         self.connect_error: str | None = None
         self.manager_absent = False  # the runtime is not slow or broken: there is none to reach
@@ -228,7 +251,8 @@ class Engine:
             self.streamer.stream(records, now)  # before planning: budgets see what was spent so far
             side = await self.install_slices() if self.connected else []
             unknown = [r.id for r in desired.requests if r.id not in records]
-            world = await observe_world(self.runtime if self.connected else None, records, self.paths, unknown)
+            world = await observe_world(self.runtime if self.connected else None, records, self.paths, unknown,
+                                        cluster=self.cluster, ask_cluster=cluster_wanted(desired, records, self.policy))
             if not self.connected and self.connect_error:
                 world.errors = [self.connect_error]  # why, not just "no runtime connected"
             if not world.ok:
@@ -410,7 +434,9 @@ async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Pla
                 connected, error = False, str(e)
             try:
                 unknown = [r.id for r in desired.requests if r.id not in records]
-                world = await observe_world(runtime if connected else None, records, paths, unknown)
+                world = await observe_world(runtime if connected else None, records, paths, unknown,
+                                            cluster=make_cluster(paths, policy),
+                                            ask_cluster=cluster_wanted(desired, records, policy))
                 if error:
                     world.errors = [error]
                 elif world.ok:

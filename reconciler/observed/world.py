@@ -48,9 +48,11 @@ def _is_file(path) -> bool:
 
 
 async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], paths=None,
-                        unknown: list[str] | None = None) -> World:
+                        unknown: list[str] | None = None, cluster: Runtime | None = None,
+                        ask_cluster: bool = False) -> World:
     """`unknown`: queue entries state.db has no record of; their units and logs are looked for too
-    (after state.db was lost, they say which of them ran before)."""
+    (after state.db was lost, they say which of them ran before). `cluster`: the cluster's runtime, asked when
+    a cluster job is live or `ask_cluster` (a cluster request waits to be decided)."""
     import socket
 
     from reconciler.observed.procs import alive
@@ -62,7 +64,9 @@ async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], 
                   live_pids=sorted(p for p in owners if alive(p)),
                   gone_holders=gone_holders({r.attached_by for r in records.values()
                                              if r.phase in LIVE and r.attached_by}, socket.gethostname()))
-    wanted = [r.id for r in records.values() if r.phase in LIVE and r.request.kind == "job"]
+    live = [r for r in records.values() if r.phase in LIVE and r.request.kind == "job"]
+    wanted = [r.id for r in live if r.where != "cluster"]
+    remote = [r.id for r in live if r.where == "cluster"]
     if paths is not None and unknown:
         world.ran_before = sorted(i for i in unknown if _is_file(paths.log(i)))
     if runtime is None:
@@ -72,8 +76,10 @@ async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], 
         world.jobs = await runtime.observe(wanted + [i for i in world.ran_before if i not in wanted])
     except RuntimeUnavailable as e:
         world.ok, world.errors = False, [str(e)]
+    if remote or (ask_cluster and cluster is not None):
+        await _observe_cluster(world, cluster, remote)
     if paths is not None:
-        for job_id in wanted:  # how much each running job has written: the log size limit
+        for job_id in wanted + remote:  # how much each running job has written: the log size limit
             obs = world.jobs.get(job_id)
             if obs is not None:
                 try:
@@ -81,6 +87,23 @@ async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], 
                 except OSError:
                     pass
     return world
+
+
+async def _observe_cluster(world: World, cluster: Runtime | None, remote: list[str]) -> None:
+    """The cluster's jobs into `world`; when it cannot be asked, its jobs are `unobserved` (nothing is
+    decided for them) and local work goes on."""
+    if cluster is None:
+        world.cluster_ok, world.cluster_error, world.unobserved = False, "no cluster runtime", list(remote)
+        return
+    try:
+        seen = await cluster.observe(remote)
+    except RuntimeUnavailable as e:
+        world.cluster_ok, world.cluster_error, world.unobserved = False, str(e), list(remote)
+        return
+    world.cluster_ok = True
+    for job_id, obs in seen.items():
+        if job_id in remote or job_id not in world.jobs:
+            world.jobs[job_id] = obs
 
 
 # ---------------------------------------------------------------- the user's side (DESIGN §5.6)

@@ -50,6 +50,8 @@ def plan_line(a: Action) -> str:
     if a.kind in ("set", "adopt", "end_game"):  # units and files, not jobs: the name, then what changes
         return f"  {_SYMBOL[a.kind]:<11}{a.id:<33}{one_line(a.reason, 200)}".rstrip()
     symbol = "· attach" if _unheld(a) else _SYMBOL.get(a.kind, a.kind)
+    if a.kind == "start" and (a.detail or {}).get("where") == "cluster":
+        symbol = "+ submit"
     head = f"  {symbol:<11}{a.id:<6}"
     what = quoted(a.title, 24) if a.title else ""
     size = f"{a.mem_gb:.1f} GB  {fmt_cpus(a.cpus):<7}" if a.kind in ("start", "grant", "refuse", "enqueue") else ""

@@ -46,6 +46,10 @@ def reason_line(d: dict, zone: Zone) -> str:
     if d["code"] == "pricing":
         return f"{d['error']}; no agent session starts until it is fixed"
     resource = d["resource"]
+    if resource == "cluster":
+        when = fmt_clock(d["est_start"], zone) if d.get("est_start") else "an unknown time"
+        return (f"busy: the cluster would start it at ~{when} (slurm, partition {d['partition']}); "
+                f"retry after ~{when}, or --queue to wait in slurm's queue, or work on something else")
     if resource == "lock":
         return f"busy: lock {quoted(d['lock'], 40)} held by {_who(d['holders'][0], zone)}; {_retry_text(d, zone)}"
     if resource == "sessions":
@@ -83,6 +87,9 @@ def busy_line(d: dict, zone: Zone) -> str:
 
 def queued_line(d: dict, zone: Zone) -> str:
     """`position 2; est. start ~14:40; lock 'e2e' held by r-1`: a waiting queue entry (its detail from core.plan)."""
+    if d["waits_for"] == "cluster":
+        return (f"position {d['position']}; waits for the cluster: {d.get('error') or 'not asked yet'}; "
+                "submitted once it answers")
     if d["waits_for"] in ("sessions", "daily_cost", "pricing"):
         why = reason_line(d["block"], zone).removeprefix("busy: ") if d.get("block") else "behind an earlier session that waits"
         return f"position {d['position']}; {why}"
@@ -151,6 +158,10 @@ def outcome_why(d: dict) -> str:
         return memory_limit_why(d["mem_gb"], d["peak_gb"], d["try_mem"])
     if code == "exec_failed":
         return "could not execute the command (not found or not executable)"
+    if code == "time_limit":
+        return f"over its time limit on the cluster ({fmt_span(d['limit_s'])}, from --for); raise --for"
+    if code == "node_failure":
+        return "its cluster node failed (slurm NODE_FAIL); run it again"
     if code == "exited":
         return "exited 0" if d["rc"] == 0 else f"exit code {d['rc']}"
     if code == "stopped_outside":
@@ -196,6 +207,9 @@ def action_reason(a: Action, zone: Zone) -> str:
         return reason_line(d, zone)
     if kind in ("enqueue", "wait"):
         return queued_line(d, zone)
+    if kind == "start" and code == "submit":
+        how = "overflow: does not fit here now; " if d.get("overflow") else ""
+        return f"{how}to slurm ({fmt_gb(a.mem_gb)}, {fmt_cpus(a.cpus)}, {fmt_span(d['est_s'])})"
     if kind == "start":
         return f"{'queue head, fits' if d['head'] else 'fits'} ({fmt_gb(d['free_gb'])} free)"
     if kind == "grant":

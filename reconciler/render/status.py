@@ -37,10 +37,15 @@ def status_line(v: dict, zone: Zone) -> str:
         tail = "overdue"
     elif v["state"] == "queued":
         tail = v["waits"] or "waiting (no pass has looked at it yet)"
+    elif v.get("pending"):
+        est = f", est. start ~{fmt_clock(v['slurm_est_start'], zone)}" if v.get("slurm_est_start") else ""
+        tail = f"pending in slurm ({v['pending']}{est})"
     elif v["eta"]:
         tail = f"ETA ~{fmt_clock(v['eta'], zone)}"
     else:
         tail = "starting"
+    if v.get("where", "local") != "local":
+        tail = f"{v['where']} {tail}"
     if v["agent"] != "none" and v.get("unknown_format"):
         tail += f" ~${v['running_spend_usd']:.2f}: output in no known {v['agent']} format"
     elif v["agent"] != "none":

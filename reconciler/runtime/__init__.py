@@ -38,6 +38,8 @@ class JobSpec:
     exit_path: Path  # the unit writes its exit record here when it ends
     description: str = ""
     cpu_quota: bool = False  # cap the job at `cpus` CPUs (not only a share of them when contended)
+    est_s: int = 0  # --for: a cluster's time limit
+    queue: bool = True  # False: asked for now; a cluster that cannot start it now refuses it (RuntimeBusy)
 
 
 class Runtime(Protocol):
