@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+import slurmcluster  # noqa: E402
 import usermgr  # noqa: E402
 
 RUN_TAG = "t" + secrets.token_hex(3)  # unique per test run
@@ -24,7 +25,7 @@ os.environ["RES_LOOP_AUTOSTART"] = "false"
 # The tier of a test is its folder (DESIGN §9): `python3 -m pytest -q tests/pure` runs in seconds with
 # nothing booted; `-m "not systemd"` leaves out every test that needs a user manager.
 TIER_MARKS = {"pure": ("pure",), "files": ("files",), "systemd": ("systemd",), "fault": ("fault", "systemd"),
-              "hostile": ("hostile", "systemd")}
+              "hostile": ("hostile", "systemd"), "slurm": ("slurm", "systemd")}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -64,6 +65,38 @@ def user_manager():
             else:
                 os.environ[k] = v
         usermgr.stop(base)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A private single-node Slurm cluster (tests/slurmcluster.py), booted once per run and stopped by
+    pid at the end; SLURM_CONF in the environment points every Slurm tool (and res) at it. Skipped
+    with the reason where Slurm's packages are not installed (`.ci/run` installs them)."""
+    why = slurmcluster.missing()
+    if why:
+        pytest.skip(f"no Slurm cluster can be booted here: {why}")
+    reused = slurmcluster.booted_here(os.environ.get("SLURM_CONF"))
+    if reused is not None:  # one booted by hand for this shell (python3 tests/slurmcluster.py start DIR)
+        yield reused
+        return
+    base = Path(tempfile.mkdtemp(prefix="res-slurm-"))
+    try:
+        env = slurmcluster.start(base)
+    except RuntimeError as e:
+        slurmcluster.stop(base)
+        pytest.fail(f"could not boot a private Slurm cluster: {e}")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield base
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        slurmcluster.stop(base)
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -55,10 +55,14 @@ def write_config(base: Path) -> Path:
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
     cpus = os.cpu_count() or 1
+    # Job ids of their own: two clusters booted at once on one machine (two test runs) never share a
+    # job's cgroup (/sys/fs/cgroup/memory/slurm/uid_0/job_N).
+    first_job = int.from_bytes(os.urandom(3), "big") % 900_000 + 1000
     conf = base / "slurm.conf"
     conf.write_text(f"""\
 # A private single-node cluster for res's tests (tests/slurmcluster.py).
 ClusterName=restest
+FirstJobId={first_job}
 SlurmctldHost={host}
 SlurmUser=root
 SlurmdUser=root
@@ -187,6 +191,20 @@ def node_ready(base: Path) -> bool:
     r = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], env={**os.environ, **environment(base)},
                        capture_output=True, text=True, timeout=10)
     return r.returncode == 0 and r.stdout.strip() in ("idle", "mixed", "allocated")
+
+
+def booted_here(conf: str | None) -> Path | None:
+    """The directory of a cluster this file booted whose slurm.conf is `conf` (SLURM_CONF), if its
+    node answers: reused by the tests rather than a second one booted."""
+    if not conf:
+        return None
+    base = Path(conf).resolve().parent
+    if not (base / "pids.json").exists() or not _pids(base):
+        return None
+    try:
+        return base if node_ready(base) else None
+    except (OSError, subprocess.SubprocessError):
+        return None
 
 
 def start(base: Path) -> dict[str, str]:
