@@ -5,7 +5,9 @@
 
 Checks: the systemd user manager over D-Bus; the cgroup version; the memory, cpu and io controllers
 usable by the user manager (delegated); lingering; systemd-oomd; whether /tmp is tmpfs
-(informational: never a fix); the user unit directory in the manager's unit search path.
+(informational: never a fix); the user unit directory in the manager's unit search path; where
+Slurm's tools are installed or the policy uses a cluster, that `sinfo` answers, the partition is up,
+and a job on a node can write the logs directory.
 Exit 0 when nothing needs fixing, 1 otherwise.
 
 `gather()` reads the machine into `Facts`; `decide(facts)` (core/doctor.py) is pure and turns them
@@ -132,5 +134,46 @@ def gather(paths: Paths, policy, read: Callable[[str], str | None] = lambda p: _
     return f
 
 
+def _run(argv: list[str], timeout: float) -> tuple[int, str]:
+    import subprocess
+
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return 127, f"{argv[0]} is not installed"
+    except subprocess.TimeoutExpired:
+        return 124, f"{argv[0]} did not answer in {timeout:g} s"
+    return r.returncode, " ".join((r.stdout if r.returncode == 0 else (r.stderr or r.stdout)).split())
+
+
+def gather_cluster(f: Facts, paths: Paths, policy) -> None:
+    """The cluster's facts, where Slurm's tools are installed or the policy sends work there."""
+    import shutil
+
+    conf = os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    configured = shutil.which("sbatch") is not None and os.path.exists(conf)
+    if not configured and policy.overflow != "cluster" and not policy.cluster.partition:
+        return  # no cluster here, and none asked for: nothing to say
+    f.cluster_checked, f.cluster_partition, f.cluster_logs = True, policy.cluster.partition, str(paths.logs)
+    rc, out = _run(["sinfo", "--noheader", "--format=%R|%a"], 20)
+    if rc != 0:
+        f.cluster_error = out[:300] or f"sinfo exited {rc}"
+        return
+    f.cluster_partitions = tuple(sorted({line.split("|")[0] for line in out.replace(" ", "\n").splitlines()
+                                         if line.endswith("|up")}))
+    if f.cluster_partition and f.cluster_partition not in f.cluster_partitions:
+        return
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    probe = paths.logs / f".doctor-{os.getpid()}"
+    argv = ["srun", "--nodes=1", "--ntasks=1", "--mem=16M", "--time=1", "--immediate=30", "--job-name=res-doctor"]
+    if f.cluster_partition:
+        argv.append(f"--partition={f.cluster_partition}")
+    rc, out = _run([*argv, "sh", "-c", 'touch "$0" && rm -f "$0"', str(probe)], 60)
+    if rc != 0:
+        f.cluster_write_error = out[:300] or f"srun exited {rc}"
+
+
 def cmd_doctor(paths: Paths, policy) -> tuple[int, list[str]]:
-    return decide(gather(paths, policy))
+    facts = gather(paths, policy)
+    gather_cluster(facts, paths, policy)
+    return decide(facts)

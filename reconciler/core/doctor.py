@@ -32,6 +32,13 @@ class Facts:
     policy_warnings: tuple[str, ...] = ()  # policy values that do not mean what they say
     private_manager: str | None = None  # "pid N": the manager reached is the private one res serve started
     private_allowed: bool = True  # policy private_manager = "auto"
+    # The Slurm cluster (DESIGN §6b), checked where one is installed or the policy uses one.
+    cluster_checked: bool = False
+    cluster_error: str | None = None  # sinfo failed: what it said
+    cluster_partitions: tuple[str, ...] = ()  # (up ones)
+    cluster_partition: str = ""  # the policy's [cluster] partition ("": Slurm's default)
+    cluster_logs: str = ""  # the logs directory cluster jobs write to
+    cluster_write_error: str | None = None  # a job on a node could not write there (None: it could, or not tried)
 
 
 def decide(f: Facts) -> tuple[int, list[str]]:
@@ -107,8 +114,31 @@ def decide(f: Facts) -> tuple[int, list[str]]:
         fix(f"unit dir {f.unit_dir} is not in the user manager's search path",
             "run res with the XDG_CONFIG_HOME the manager has (systemctl --user show-environment)")
 
+    if f.cluster_checked:
+        _cluster(f, good, fix)
+
     for warning in f.policy_warnings:
         what, _, how = warning.partition("; ")
         fix(what, how)
 
     return (0 if all(g for g, _ in ok) else 1), [line for _, line in ok]
+
+
+def _cluster(f: Facts, good, fix) -> None:
+    """The cluster's lines: sinfo answers, the partition exists and is up, a node can write the logs."""
+    if f.cluster_error is not None:
+        fix(f"slurm cluster unreachable ({f.cluster_error})",
+            "check: scontrol ping (slurmctld), munge -n | unmunge (munge), SLURM_CONF; res run --on cluster waits until it answers")
+        return
+    want = f.cluster_partition
+    if want and want not in f.cluster_partitions:
+        fix(f"slurm partition {want!r} not found or not up (up: {', '.join(f.cluster_partitions) or 'none'})",
+            "set [cluster] partition in the policy to one of them, or empty for Slurm's default")
+        return
+    good(f"slurm answers (sinfo): partition{'s' if len(f.cluster_partitions) != 1 else ''} "
+         f"{', '.join(f.cluster_partitions) or 'none'} up" + (f", using {want}" if want else ""))
+    if f.cluster_write_error is not None:
+        fix(f"a cluster node cannot write {f.cluster_logs} ({f.cluster_write_error})",
+            "put the state directory (RES_STATE_DIR) on a filesystem the nodes share")
+    else:
+        good(f"a cluster node can write {f.cluster_logs} (cluster jobs' logs and exit records)")

@@ -238,3 +238,31 @@ def test_the_cluster_busy_line_says_when_slurm_would_start_it_and_what_to_do():
               "est_start": 1_780_003_600.0, "retry": "after", "retry_at": 1_780_003_600.0}
     assert reason_line(detail, UTC) == ("busy: the cluster would start it at ~21:26 (slurm, partition debug); "
                                         "retry after ~21:26, or --queue to wait in slurm's queue, or work on something else")
+
+
+# ---------------------------------------------------------------- res doctor
+
+
+def _doctor(**kw) -> list[str]:
+    from reconciler.core.doctor import Facts, decide
+
+    f = Facts(user="me", cgroup_version=2, controllers=frozenset({"memory", "cpu", "io"}), linger=True,
+              oomd_running=True, unit_dir="/u", unit_path=("/u",), cluster_checked=True, cluster_logs="/s/logs", **kw)
+    return [line for line in decide(f)[1] if "slurm" in line or "cluster" in line]
+
+
+def test_doctor_says_whether_the_cluster_answers_has_the_partition_and_a_node_can_write_the_logs():
+    assert _doctor(cluster_partitions=("debug",)) == [
+        "ok   slurm answers (sinfo): partition debug up",
+        "ok   a cluster node can write /s/logs (cluster jobs' logs and exit records)"]
+    (line,) = _doctor(cluster_error="sinfo: error: Unable to contact slurm controller (connect failure)")
+    assert line.startswith("fix  slurm cluster unreachable (sinfo: error: Unable to contact slurm controller") \
+        and "scontrol ping" in line
+    (line,) = _doctor(cluster_partitions=("debug",), cluster_partition="gpu")
+    assert line == ("fix  slurm partition 'gpu' not found or not up (up: debug): set [cluster] partition in the "
+                    "policy to one of them, or empty for Slurm's default")
+    lines = _doctor(cluster_partitions=("debug",), cluster_write_error="touch: cannot touch: Permission denied")
+    assert lines[1].startswith("fix  a cluster node cannot write /s/logs (touch: cannot touch: Permission denied)")
+    from reconciler.core.doctor import Facts, decide
+
+    assert not [line for line in decide(Facts(user="me"))[1] if "slurm" in line]  # not checked: not said
