@@ -26,10 +26,15 @@ numbers.
     m  a predecessor ends -> the next job on its lock starts, serve running    target p50 ≤ 50 ms
     n  SIGKILL of `res serve`, the job ends, a new serve: until it is settled  target ≤ 2 s
     o  ten 1-second jobs on one lock, queued at once: first start to last end  target ≤ 11 s
+    p  `res run --on cluster` (serve running) to Slurm's RUNNING vs `sbatch --wrap` to RUNNING
+                                                                          target ≤ 1.5×
+    q  200 cluster requests by 8 agents through `res serve`: 0 lost, 0 duplicated in squeue, wall
 
 Exit status: 0 when everything was measured, whether or not a speed target was met; 1 when the thing
 measured is broken (an entry lost, an id handed out twice, a run not started, a benchmark that
-errored). a, d, e, g, i and j need a systemd user manager; without one they are skipped (and say so).
+errored). a, d, e, g, i and j need a systemd user manager; without one they are skipped (and say so);
+p and q need Slurm's packages (they boot a private single-node cluster unless SLURM_CONF names one
+tests/slurmcluster.py booted).
 Everything started here runs under a private state directory, unique slices and unit prefix, and is
 stopped by pid."""
 from __future__ import annotations
@@ -51,9 +56,9 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 from common import Broken, Report, manager_reachable  # noqa: E402
 
 FULL = dict(run_rounds=20, plan_runs=15, writers=(64, 50), latency_rounds=15, hook_rounds=40, status_rounds=20,
-            wait_rounds=15, kill_rounds=5, chain_jobs=10)
+            wait_rounds=15, kill_rounds=5, chain_jobs=10, cluster_rounds=10, cluster_crowd=(8, 25))
 SMOKE = dict(run_rounds=5, plan_runs=5, writers=(8, 10), latency_rounds=3, hook_rounds=8, status_rounds=5,
-             wait_rounds=3, kill_rounds=1, chain_jobs=3)
+             wait_rounds=3, kill_rounds=1, chain_jobs=3, cluster_rounds=2, cluster_crowd=(4, 3))
 
 
 def machine() -> str:
@@ -71,7 +76,7 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="res benchmarks: figures as ratios")
     ap.add_argument("--smoke", action="store_true", help="a small, fast version (CI)")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l,m,n,o", help="which benchmarks, e.g. b,c")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q", help="which benchmarks, e.g. b,c")
     a = ap.parse_args(argv)
     size = SMOKE if a.smoke else FULL
     only = set(a.only.split(","))
@@ -99,6 +104,7 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
     from user_bench import bench_hook, bench_status
     from wait_bench import bench_kill_settle, bench_lock_chain, bench_next_start, bench_run_wait, bench_wait_latency
     from writers_bench import bench_loop_writers, bench_writers
+    from cluster_bench import bench_cluster_crowd, bench_cluster_run
 
     have_manager = manager_reachable()
     benchmarks = [
@@ -118,6 +124,8 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
         ("m", True, lambda: bench_next_start(report, size["wait_rounds"])),
         ("n", True, lambda: bench_kill_settle(report, size["kill_rounds"])),
         ("o", True, lambda: bench_lock_chain(report, size["chain_jobs"])),
+        ("p", True, lambda: bench_cluster_run(report, size["cluster_rounds"])),
+        ("q", True, lambda: bench_cluster_crowd(report, *size["cluster_crowd"])),
     ]
     print(f"res benchmarks ({'smoke' if a.smoke else 'full'}) · {machine()}", flush=True)
     started = time.monotonic()

@@ -32,6 +32,7 @@ JOB_ID = re.compile(r"^r-[0-9]+$")
 SQUEUE_FIELDS = ("%i", "%j", "%T", "%r", "%S", "%e", "%N", "%P", "%k")
 SQUEUE_FORMAT = "|".join(SQUEUE_FIELDS)
 CALL_TIMEOUT_S = 20.0
+FRESH_S = 2.0  # an answer of squeue this recent stands for a start's "is it there already?"
 NOW_SLACK_S = 5  # a test-only start this close to now is "now" (Slurm's clock is in whole seconds)
 
 # Slurm job states (squeue %T) as the runtime protocol's unit states.
@@ -198,6 +199,7 @@ class SlurmRuntime:
         self.env = dict(os.environ if env is None else env)
         self._user = str(os.getuid())
         self._known: dict[str, SlurmJob] = {}  # job id -> its Slurm job, as last seen
+        self._known_at = float("-inf")  # when (monotonic)
 
     # ------------------------------------------------------------------ the tools
 
@@ -276,7 +278,7 @@ class SlurmRuntime:
             job_id = job.name[4:]
             if JOB_ID.match(job_id) and (job_id not in mine or int(job.slurm_id) > int(mine[job_id].slurm_id)):
                 mine[job_id] = job
-        self._known = mine
+        self._known, self._known_at = mine, time.monotonic()
         return mine
 
     async def observe(self, job_ids: list[str]) -> dict[str, JobObs]:
@@ -315,7 +317,8 @@ class SlurmRuntime:
     async def start(self, spec: JobSpec) -> str | None:
         """Submit (idempotent: a job of ours already there under this name and not ended is it)."""
         name = self.unit_name(spec.job_id)
-        jobs = await self.jobs()
+        # Asked this very pass (its observation, moments ago): not asked again.
+        jobs = self._known if time.monotonic() - self._known_at < FRESH_S else await self.jobs()
         there = jobs.get(spec.job_id)
         if there is not None and there.state in ALIVE_STATES:
             return there.slurm_id  # submitted before (by a pass cut off before it recorded that)
