@@ -192,8 +192,10 @@ class Executor:
             self._fresh_log(req.id, attempt)
             invocation = await runtime.start(spec)
         except RuntimeUnavailable as e:
-            # Unknown whether it started: leave `starting`; the next pass sees the unit or requeues.
             log.warning("start of %s: %s", req.id, e)
+            if e.not_started:  # certainly not started: back in the queue, tried again next pass
+                self.store.put(transition(starting, "requeue", now), expect_phase=Phase.starting)
+            # Else unknown whether it started: leave `starting`; the next pass sees the unit or requeues.
             return
         except RuntimeBusy as e:  # asked for now, and the cluster would not start it now
             from reconciler.config.zone import zone_of

@@ -19,11 +19,13 @@ from reconciler.core.models import ExitObs, JobObs
 
 class RuntimeUnavailable(Exception):
     """The runtime could not be reached or did not answer: nothing it runs can be observed. `absent`:
-    there is none to reach at all (not one that is slow or broken)."""
+    there is none to reach at all (not one that is slow or broken). `not_started`: raised by a start
+    that certainly started nothing (the runtime said no, rather than not answering): the job goes back
+    to the queue at once, rather than after its lease."""
 
-    def __init__(self, line: str, absent: bool = False):
+    def __init__(self, line: str, absent: bool = False, not_started: bool = False):
         super().__init__(line)
-        self.absent = absent
+        self.absent, self.not_started = absent, not_started
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ JOB_ID = re.compile(r"^r-[0-9]+$")
 SQUEUE_FIELDS = ("%i", "%j", "%T", "%r", "%S", "%e", "%N", "%P", "%k")
 SQUEUE_FORMAT = "|".join(SQUEUE_FIELDS)
 CALL_TIMEOUT_S = 20.0
+RETRY_AFTER_S = 15.0  # after squeue failed, how long passes take the cluster as unreachable without asking
 FRESH_S = 2.0  # an answer of squeue this recent stands for a start's "is it there already?"
 NOW_SLACK_S = 5  # a test-only start this close to now is "now" (Slurm's clock is in whole seconds)
 
@@ -200,6 +201,9 @@ class SlurmRuntime:
         self._user = str(os.getuid())
         self._known: dict[str, SlurmJob] = {}  # job id -> its Slurm job, as last seen
         self._known_at = float("-inf")  # when (monotonic)
+        # The last time squeue failed, and why: for RETRY_AFTER_S the cluster is not asked again
+        # (a down slurmctld costs each ask ~10 s of client retries; the loop's passes must go on).
+        self._failed: tuple[float, RuntimeUnavailable] | None = None
 
     # ------------------------------------------------------------------ the tools
 
@@ -237,7 +241,8 @@ class SlurmRuntime:
         line = " ".join(err.split())[:300] or "no answer"
         hint = "munge failing? check: munge -n | unmunge" if "munge" in line.lower() or "credential" in line.lower() \
             else "slurmctld down? check: scontrol ping"
-        return RuntimeUnavailable(f"slurm: {tool}: {line} ({hint})")
+        # Slurm's clients answer an unreachable controller with an error, never by half-submitting.
+        return RuntimeUnavailable(f"slurm: {tool}: {line} ({hint})", not_started=True)
 
     async def connect(self) -> None:
         return None  # each call is its own: nothing to hold open
@@ -267,10 +272,17 @@ class SlurmRuntime:
 
     async def jobs(self) -> dict[str, SlurmJob]:
         """Our jobs Slurm knows (the newest per name), by res job id."""
-        rc, out, err = await self._call(["squeue", "--noheader", "--states=all", f"--user={self._user}",
-                                         f"--format={SQUEUE_FORMAT}"])
-        if rc != 0:
-            raise self._unreachable("squeue", err)
+        if self._failed is not None and time.monotonic() - self._failed[0] < RETRY_AFTER_S:
+            raise self._failed[1]
+        try:
+            rc, out, err = await self._call(["squeue", "--noheader", "--states=all", f"--user={self._user}",
+                                             f"--format={SQUEUE_FORMAT}"])
+            if rc != 0:
+                raise self._unreachable("squeue", err)
+        except RuntimeUnavailable as e:
+            self._failed = (time.monotonic(), e)
+            raise
+        self._failed = None
         mine: dict[str, SlurmJob] = {}
         for job in parse_squeue(out):
             if job.comment != self.comment or not job.name.startswith("res-"):
@@ -333,11 +345,25 @@ class SlurmRuntime:
             await self._can_start_now(spec, args, env)
         rc, out, err = await self._call(["sbatch", *args], stdin=batch_script(spec, self._exit_hook()), env=env)
         if rc != 0:
-            line = " ".join((err or out).split())[:300]
-            if _unreachable_text(line):
-                raise self._unreachable("sbatch", err)
-            raise RuntimeError(f"sbatch refused it: {line}")
+            await self._refused("sbatch", err or out)
         return parse_submitted(out)
+
+    async def _refused(self, tool: str, text: str) -> None:
+        """Raise what a non-zero answer of sbatch means: the cluster unreachable, or its nodes not up
+        yet (slurmctld just restarted: nothing was submitted, and it is tried again next pass), or a
+        request it will never take (RuntimeError: the start fails, with Slurm's words)."""
+        line = " ".join(text.split())[:300]
+        if _unreachable_text(line):
+            raise self._unreachable(tool, text)
+        if "node configuration is not available" in line.lower():
+            rc, out, _ = await self._call(["sinfo", "--noheader", "--format=%T"])
+            states = out.split() if rc == 0 else []
+            unsettled = [s for s in states if s.endswith(("*", "~", "#", "%")) or s.rstrip("*") in
+                         ("unknown", "down", "not_responding", "future", "reboot", "powering_up")]
+            if rc != 0 or unsettled:
+                raise RuntimeUnavailable(f"slurm: {tool}: {line} (nodes not up yet: {', '.join(unsettled) or 'unknown'}; "
+                                         "check: sinfo)", not_started=True)
+        raise RuntimeError(f"{tool} refused it: {line}")
 
     async def _can_start_now(self, spec: JobSpec, args: list[str], env: dict[str, str]) -> None:
         """Raise RuntimeBusy unless Slurm would start it now (`sbatch --test-only`)."""
@@ -345,10 +371,7 @@ class SlurmRuntime:
         rc, out, err = await self._call(["sbatch", "--test-only", *test], stdin="#!/bin/sh\ntrue\n", env=env)
         text = (err + out)
         if rc != 0:
-            line = " ".join(text.split())[:300]
-            if _unreachable_text(line):
-                raise self._unreachable("sbatch --test-only", err)
-            raise RuntimeError(f"sbatch refused it: {line}")
+            await self._refused("sbatch", text)
         parsed = parse_test_only(text)
         if parsed is None:
             return  # an answer we do not read: submit, and Slurm decides
