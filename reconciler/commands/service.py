@@ -92,7 +92,7 @@ def service_environment(env: Mapping[str, str], state_dir: str, policy_file: str
                         pythonpath: str | None = None) -> dict[str, str]:
     """What the service's `res serve` gets on top of the user manager's environment: every RES_*
     variable of `env` (valid names, nothing secret-looking: the unit file is world-readable), the
-    state directory and policy file pinned, PATH, and PYTHONPATH if given. Sorted by name."""
+    state directory and policy file pinned, PATH, SLURM_CONF where set, and PYTHONPATH if given. Sorted by name."""
     out = {}
     for name, value in env.items():
         if (name.startswith("RES_") and ENV_NAME.match(name) and name not in NOT_INHERITED
@@ -100,8 +100,9 @@ def service_environment(env: Mapping[str, str], state_dir: str, policy_file: str
             out[name] = value
     out["RES_STATE_DIR"] = state_dir
     out["RES_POLICY_FILE"] = policy_file
-    if env.get("PATH") and _usable_value(env["PATH"]):
-        out["PATH"] = env["PATH"]
+    for name in ("PATH", "SLURM_CONF"):  # the Slurm tools' config: the cluster the service submits to
+        if env.get(name) and _usable_value(env[name]):
+            out[name] = env[name]
     if pythonpath:
         out["PYTHONPATH"] = pythonpath
     return dict(sorted(out.items()))

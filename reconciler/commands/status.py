@@ -55,7 +55,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
 
 def where_of(rec: JobRecord, obs: dict) -> str:
     """`local`, or where on the cluster: `slurm:4121@node` (as the last pass saw it), else `slurm:4121`."""
-    if rec.where != "cluster":
+    if rec.where != "cluster" and not (rec.phase == Phase.queued and rec.request.on == "cluster"):
         return "local"
     return obs.get("place") or (f"slurm:{rec.invocation}" if rec.invocation else "slurm")
 

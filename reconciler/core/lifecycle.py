@@ -83,7 +83,7 @@ def _changes(rec: JobRecord, event: str, now: float, f: dict) -> dict:
         return {"started": now}
     if event in ("refuse", "expire", "start_failed"):
         out = {"why": f["why"], "detail": f["detail"], "ended": now}
-        if event == "refuse" and rec.phase == S:  # the cluster said not now: it holds nothing
+        if rec.phase == S:  # refused by the cluster, or a start that failed: nobody holds it
             out.update(attached_by=None, lease_until=None)
         return out
     if event == "start":

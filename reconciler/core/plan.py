@@ -39,6 +39,9 @@ def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
         out.notices.append(f"{desired.queue_error}; starting and stopping nothing because of it")
     if not world.ok:
         out.notices.append("could not observe jobs (" + "; ".join(world.errors) + "); acting on none of them")
+    if world.cluster_ok is False and world.unobserved:
+        out.notices.append(f"could not observe the cluster ({world.cluster_error}); "
+                           f"{', '.join(sorted(world.unobserved))} left as they are until it answers")
     out.notices.extend(f"{line}; set aside: not started, nothing stopped for it" for line in desired.set_aside)
     # Held entries are in the file but unusable: not taken as released, never admitted.
     wanted = {r.id for r in desired.requests} | set(desired.held)

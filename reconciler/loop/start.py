@@ -19,8 +19,10 @@ from reconciler.config.paths import Paths, loop_unit_stem
 
 READY_S = 10.0  # how long a started loop may take to listen (imports, the manager, the first pass)
 # What the loop needs of the caller's environment: res's own settings, where the policy and unit
-# files are, and how this Python finds res (a checkout on PYTHONPATH).
-PASSED = ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "PYTHONPATH", "HOME", "PATH", "TZ")
+# files are, how this Python finds res (a checkout on PYTHONPATH), and where the Slurm tools find
+# the cluster (the loop submits and asks for the caller's cluster jobs).
+PASSED = ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "PYTHONPATH", "HOME", "PATH", "TZ",
+          "SLURM_CONF", "SLURM_CLUSTERS")
 
 
 def unit_name(paths: Paths, prefix: str) -> str:

@@ -32,6 +32,7 @@ JOB_ID = re.compile(r"^r-[0-9]+$")
 SQUEUE_FIELDS = ("%i", "%j", "%T", "%r", "%S", "%e", "%N", "%P", "%k")
 SQUEUE_FORMAT = "|".join(SQUEUE_FIELDS)
 CALL_TIMEOUT_S = 20.0
+STOP_WAIT_S = 60.0  # scancel to the job's end: Slurm's KillWait (30 s by default) and slack
 RETRY_AFTER_S = 15.0  # after squeue failed, how long passes take the cluster as unreachable without asking
 FRESH_S = 2.0  # an answer of squeue this recent stands for a start's "is it there already?"
 NOW_SLACK_S = 5  # a test-only start this close to now is "now" (Slurm's clock is in whole seconds)
@@ -391,6 +392,14 @@ class SlurmRuntime:
             if _unreachable_text(err):
                 raise self._unreachable("scancel", err)
             raise RuntimeError(f"scancel {job.slurm_id} failed: {' '.join(err.split())[:300]}")
+        # scancel only asks: wait (bounded) until Slurm says the job ended, as systemd's stop waits
+        # for its stop job, so that the pass after a stop sees the end and settles it.
+        deadline = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            job = (await self.jobs()).get(job_id)
+            if job is None or job.state not in ALIVE_STATES:
+                return
 
     async def forget(self, job_id: str) -> None:
         try:

@@ -62,6 +62,8 @@ def test_service_environment_pins_state_and_policy_and_keeps_every_res_variable(
                    "RES_UNIT_PREFIX": "x", "RES_USER_RESERVE_GB": "8"}
     assert list(out) == sorted(out)
     assert service_environment({}, "/s", "/p", pythonpath="/checkout")["PYTHONPATH"] == "/checkout"
+    # The cluster the service submits to is the installer's (DESIGN §6b).
+    assert service_environment({"SLURM_CONF": "/etc/slurm/other.conf"}, "/s", "/p")["SLURM_CONF"] == "/etc/slurm/other.conf"
 
 
 def test_status_lines():
