@@ -111,8 +111,10 @@ AllowedSwapSpace=0
 
 def _spawn(base: Path, name: str, argv: list[str], env: dict[str, str]) -> int:
     out = open(base / "log" / f"{name}.out", "ab")
+    # cwd: its own directory (a daemon started from a directory removed later makes every job step
+    # print "Unable to get current working directory" into the job's output).
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+                            start_new_session=True, cwd=str(base))
     out.close()
     return proc.pid
 

@@ -117,6 +117,24 @@ def parse_test_only(text: str) -> tuple[float | None, str, str] | None:
     return parse_time(m.group(2)), m.group(4), m.group(5)
 
 
+def parse_sinfo_sizes(text: str) -> list[tuple[int, int]]:
+    """(CPUs, memory MB) of each node line of `sinfo --format=%c|%m` (`2|4096`, `4+|2000+`: the
+    smallest of a group)."""
+    out = []
+    for line in text.splitlines():
+        cpus, _, mem = line.strip().partition("|")
+        try:
+            out.append((int(cpus.rstrip("+")), int(mem.rstrip("+"))))
+        except ValueError:
+            continue
+    return out
+
+
+def fits_node(spec: JobSpec, cpus: int, mem_mb: int) -> bool:
+    """Whether a node of this size could ever hold the job as sbatch_args asks for it."""
+    return math.ceil(spec.mem_gb * 1024) <= mem_mb and max(1, math.ceil(spec.cpus)) <= cpus
+
+
 def slurm_exit(job: SlurmJob) -> ExitObs:
     """How a job ended as far as Slurm alone tells (its batch script wrote no exit record: the node
     failed, or the script was killed before it could)."""
@@ -346,24 +364,27 @@ class SlurmRuntime:
             await self._can_start_now(spec, args, env)
         rc, out, err = await self._call(["sbatch", *args], stdin=batch_script(spec, self._exit_hook()), env=env)
         if rc != 0:
-            await self._refused("sbatch", err or out)
+            await self._refused("sbatch", err or out, spec)
         return parse_submitted(out)
 
-    async def _refused(self, tool: str, text: str) -> None:
+    async def _refused(self, tool: str, text: str, spec: JobSpec | None = None) -> None:
         """Raise what a non-zero answer of sbatch means: the cluster unreachable, or its nodes not up
         yet (slurmctld just restarted: nothing was submitted, and it is tried again next pass), or a
         request it will never take (RuntimeError: the start fails, with Slurm's words)."""
         line = " ".join(text.split())[:300]
         if _unreachable_text(line):
             raise self._unreachable(tool, text)
-        if "node configuration is not available" in line.lower():
-            rc, out, _ = await self._call(["sinfo", "--noheader", "--format=%T"])
-            states = out.split() if rc == 0 else []
-            unsettled = [s for s in states if s.endswith(("*", "~", "#", "%")) or s.rstrip("*") in
-                         ("unknown", "down", "not_responding", "future", "reboot", "powering_up")]
-            if rc != 0 or unsettled:
-                raise RuntimeUnavailable(f"slurm: {tool}: {line} (nodes not up yet: {', '.join(unsettled) or 'unknown'}; "
-                                         "check: sinfo)", not_started=True)
+        if "node configuration is not available" in line.lower() and spec is not None:
+            # Slurm says this both of a request no node could ever hold and of any request while its
+            # nodes are not registered (slurmctld just restarted): only the first is final.
+            argv = ["sinfo", "--noheader", "--format=%c|%m"]
+            if getattr(self.cluster, "partition", ""):
+                argv.append(f"--partition={self.cluster.partition}")
+            rc, out, _ = await self._call(argv)
+            nodes = parse_sinfo_sizes(out) if rc == 0 else []
+            if rc != 0 or any(fits_node(spec, cpus, mem_mb) for cpus, mem_mb in nodes):
+                raise RuntimeUnavailable(f"slurm: {tool}: {line} (a node could hold it: not up yet? check: sinfo)",
+                                         not_started=True)
         raise RuntimeError(f"{tool} refused it: {line}")
 
     async def _can_start_now(self, spec: JobSpec, args: list[str], env: dict[str, str]) -> None:
@@ -372,7 +393,7 @@ class SlurmRuntime:
         rc, out, err = await self._call(["sbatch", "--test-only", *test], stdin="#!/bin/sh\ntrue\n", env=env)
         text = (err + out)
         if rc != 0:
-            await self._refused("sbatch", text)
+            await self._refused("sbatch", text, spec)
         parsed = parse_test_only(text)
         if parsed is None:
             return  # an answer we do not read: submit, and Slurm decides

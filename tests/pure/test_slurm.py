@@ -266,3 +266,13 @@ def test_doctor_says_whether_the_cluster_answers_has_the_partition_and_a_node_ca
     from reconciler.core.doctor import Facts, decide
 
     assert not [line for line in decide(Facts(user="me"))[1] if "slurm" in line]  # not checked: not said
+
+
+def test_a_request_no_node_could_hold_is_told_from_nodes_not_up_yet():
+    from reconciler.runtime.slurm import fits_node, parse_sinfo_sizes
+
+    nodes = parse_sinfo_sizes("2|4096\n64+|257000+\nbad line\n")
+    assert nodes == [(2, 4096), (64, 257000)]
+    assert fits_node(_spec(mem_gb=4.0, cpus=2), 2, 4096)  # 4096 MB, 2 cpus: exactly a node
+    assert not fits_node(_spec(mem_gb=4.01, cpus=2), 2, 4096)
+    assert not fits_node(_spec(mem_gb=1.0, cpus=2.5), 2, 4096)  # 3 cpus asked
