@@ -288,3 +288,26 @@ def wait_for(pred, what: str, limit_s: float = 60, step: float = 0.1):
         assert time.monotonic() < deadline, f"never {what}"
         time.sleep(step)
 
+
+# ---------------------------------------------------------------- the fake agent (the fault tiers)
+
+FAKE = str(Path(__file__).resolve().parent / "fake_agent.py")
+# Seconds, not minutes: a lapsed lease is claimed within a sweep, and live jobs are looked at every tick.
+FAST = {"RES_ATTACH_LEASE_S": "3", "RES_ATTACH_RENEW_S": "1", "RES_SWEEP_S": "0.5", "RES_TICK_S": "0.5",
+        "RES_MAX_CONCURRENT_SESSIONS": "20"}
+
+
+def _sonnet_rates() -> tuple[float, float]:
+    import tomllib
+
+    model = tomllib.loads((Path(__file__).resolve().parent.parent / "policies" / "pricing.toml").read_text())
+    rates = model["models"]["claude-sonnet-4-5"]
+    return rates["input"], rates["output"]
+
+
+RATE_IN, RATE_OUT = _sonnet_rates()  # USD per 1M tokens (the fake agent's model)
+
+
+def token_cost(k: int) -> float:
+    """What k fake-agent events cost at the table's rate: event i has i input tokens and 1 output token."""
+    return (RATE_IN * k * (k + 1) / 2 + RATE_OUT * k) / 1e6

@@ -8,6 +8,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,31 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, mark))
 
 
+@contextmanager
+def booted(harness, prefix: str, what: str):
+    """(its environment, its directory) of something `harness` (usermgr, slurmcluster) boots under a
+    temporary directory, with that environment in os.environ meanwhile; stopped by pid and removed
+    after, and the environment put back."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        env = harness.start(base)
+    except RuntimeError as e:
+        harness.stop(base)
+        pytest.fail(f"could not boot {what}: {e}")
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield env, base
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        harness.stop(base)
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def user_manager():
     """Environment variables that reach a running systemd user manager."""
@@ -48,24 +74,8 @@ def user_manager():
         return
     if os.geteuid() != 0 and not os.path.isdir("/run/systemd/system"):
         pytest.skip("no systemd user manager reachable and cannot boot one (needs /run/systemd/system)")
-    base = Path(tempfile.mkdtemp(prefix="res-usermgr-"))
-    try:
-        env = usermgr.start(base)
-    except RuntimeError as e:
-        usermgr.stop(base)
-        pytest.fail(f"could not boot a private user manager: {e}")
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with booted(usermgr, "res-usermgr-", "a private user manager") as (env, _):
         yield env
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        usermgr.stop(base)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -80,24 +90,8 @@ def slurm_cluster():
     if reused is not None:  # one booted by hand for this shell (python3 tests/slurmcluster.py start DIR)
         yield reused
         return
-    base = Path(tempfile.mkdtemp(prefix="res-slurm-"))
-    try:
-        env = slurmcluster.start(base)
-    except RuntimeError as e:
-        slurmcluster.stop(base)
-        pytest.fail(f"could not boot a private Slurm cluster: {e}")
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with booted(slurmcluster, "res-slurm-", "a private Slurm cluster") as (_, base):
         yield base
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        slurmcluster.stop(base)
-        shutil.rmtree(base, ignore_errors=True)
 
 
 _counter = iter(range(1, 1 << 30))

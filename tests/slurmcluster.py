@@ -19,6 +19,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from reconciler.runtime.usermanager import end_pid  # noqa: E402
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 REAL_MEMORY_MB = 4096  # what the node offers: below this machine's RAM (a larger figure drains the node)
 
@@ -159,24 +162,7 @@ def stop_daemon(base: Path, name: str, sig: int = signal.SIGTERM, wait_s: float 
     pid = pids.pop(name, None)
     if pid is None:
         return
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                break
-        except ChildProcessError:  # not our child (started by another process): poll its existence
-            if not Path(f"/proc/{pid}").exists():
-                break
-        time.sleep(0.05)
-    else:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    end_pid(pid, sig, wait_s)
     _save_pids(Path(base), pids)
 
 

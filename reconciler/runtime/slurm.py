@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconciler.core.models import ExitObs, JobObs
+from reconciler.core.models import ExitObs, JobObs, copy
 from reconciler.runtime import JobSpec, RuntimeUnavailable, read_exit_record
 
 JOB_ID = re.compile(r"^r-[0-9]+$")
@@ -156,12 +156,8 @@ def with_slurm_state(ex: ExitObs, job: SlurmJob | None) -> ExitObs:
     if result == "oom-kill" and ex.code == "exited" and ex.oom_kills == 0:
         # Slurm saw an OOM kill in the job's cgroup, yet the command exited by itself (a child was
         # killed and it went on): its own exit code stands, the kill is on record.
-        return ExitObs(**{**_fields(ex), "oom_kills": 1})
-    return ExitObs(**{**_fields(ex), "result": result})
-
-
-def _fields(ex: ExitObs) -> dict:
-    return {k: getattr(ex, k) for k in ExitObs.__dataclass_fields__}
+        return copy(ex, oom_kills=1)
+    return copy(ex, result=result)
 
 
 def batch_script(spec: JobSpec, exit_hook: list[str]) -> str:
@@ -330,7 +326,7 @@ class SlurmRuntime:
             else:
                 ended = with_slurm_state(own, job) if own is not None else slurm_exit(job)
                 out[job_id] = JobObs(state="inactive", place=self.place(job_id),
-                                     exit=ExitObs(**{**_fields(ended), "invocation": job.slurm_id}))
+                                     exit=copy(ended, invocation=job.slurm_id))
         return out
 
     # ------------------------------------------------------------------ submit, cancel

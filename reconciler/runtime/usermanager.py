@@ -175,29 +175,35 @@ def start(state_root: Path, config_home: Path | None = None, env: dict | None = 
     raise ManagerError(f"systemd --user did not come up in {UP_S:g} s; see {record / 'manager.log'}")
 
 
+def end_pid(pid: int, sig: int = signal.SIGTERM, wait_s: float = 5.0) -> None:
+    """Send `sig` to a process we started (by its pid), wait up to `wait_s` for it to end (reaping it
+    if it is our child), then SIGKILL it."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
+        except ChildProcessError:
+            pass
+        if not alive(pid):
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def stop(state_root: Path) -> list[int]:
     """End this state directory's private manager: the pids it recorded, SIGTERM then SIGKILL."""
     record = record_dir(state_root)
     stopped = []
     for name, pid in pids(state_root).items():
         if alive(pid):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            for _ in range(100):
-                try:
-                    os.waitpid(pid, os.WNOHANG)  # reap it if it is our child
-                except ChildProcessError:
-                    pass
-                if not alive(pid):
-                    break
-                time.sleep(0.05)
-            else:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            end_pid(pid)
             stopped.append(pid)
         (record / f"{name}.pid").unlink(missing_ok=True)
     return stopped

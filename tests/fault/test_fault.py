@@ -21,28 +21,18 @@ import re
 import signal
 import subprocess
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
 
-from clihelp import PY, res, wait_for  # noqa: F401
+from clihelp import FAKE, FAST, PY, res, token_cost, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.fault, pytest.mark.systemd]
 
 HERE = Path(__file__).resolve().parents[1]  # tests/
-FAKE = str(HERE / "fake_agent.py")
-FAST = {"RES_ATTACH_LEASE_S": "3", "RES_ATTACH_RENEW_S": "1", "RES_SWEEP_S": "0.5", "RES_TICK_S": "0.5",
-        "RES_MAX_CONCURRENT_SESSIONS": "20"}
 LEASE_S, SWEEP_S = 3.0, 0.5
 
-_SONNET = tomllib.loads((HERE.parent / "policies" / "pricing.toml").read_text())["models"]["claude-sonnet-4-5"]
-RATE_IN, RATE_OUT = _SONNET["input"], _SONNET["output"]  # USD per 1M tokens (the fake agent's model)
 
-
-def token_cost(k: int) -> float:
-    """What k fake-agent events cost at the table's rate: event i has i input tokens and 1 output token."""
-    return (RATE_IN * k * (k + 1) / 2 + RATE_OUT * k) / 1e6
 
 
 @pytest.fixture

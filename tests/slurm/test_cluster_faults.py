@@ -26,27 +26,17 @@ from pathlib import Path
 
 import pytest
 
-from clihelp import CLOCK, PY, wait_for
+from clihelp import CLOCK, FAKE, FAST, PY, token_cost, wait_for
 import slurmcluster
 
 pytestmark = pytest.mark.slurm
 
 HERE = Path(__file__).resolve().parents[1]  # tests/
-FAKE = str(HERE / "fake_agent.py")
-# Seconds, not minutes: a lapsed lease is claimed within a sweep, and live jobs are looked at every tick.
-FAST = {"RES_ATTACH_LEASE_S": "3", "RES_ATTACH_RENEW_S": "1", "RES_SWEEP_S": "0.5", "RES_TICK_S": "0.5",
-        "RES_MAX_CONCURRENT_SESSIONS": "20"}
 
-_SONNET = tomllib.loads((HERE.parent / "policies" / "pricing.toml").read_text())["models"]["claude-sonnet-4-5"]
-RATE_IN, RATE_OUT = _SONNET["input"], _SONNET["output"]  # USD per 1M tokens (the fake agent's model)
 
 SUBMITTED = re.compile(rf"(r-\d+) submitted to slurm job (\d+); log (\S+); ETA ~{CLOCK}")
 BLOCK = 'until [ -e "$0" ]; do sleep 0.1; done; echo released'
 
-
-def token_cost(k: int) -> float:
-    """What k fake-agent events cost at the table's rate: event i has i input tokens and 1 output token."""
-    return (RATE_IN * k * (k + 1) / 2 + RATE_OUT * k) / 1e6
 
 
 @pytest.fixture
