@@ -305,3 +305,13 @@ def test_dry_run_shows_the_submit_of_a_request_the_cluster_did_not_answer(cl):
     w = cl("wait", "r-1", "--timeout", "2m")
     assert w.code == 0 and w.one_line().startswith("r-1 done rc=0"), str(w)
     assert "submitted-later" in (cl.state / "logs" / "r-1.log").read_text()
+
+
+def test_doctor_checks_the_cluster_it_is_configured_for(cl):
+    """With a cluster configured (SLURM_CONF), `res doctor` ends with its lines: sinfo answers with the
+    partition up, and a job on a node (srun) wrote into the logs directory."""
+    r = cl("doctor")
+    lines = r.out.splitlines()
+    assert r.err == "" and len(lines) == 9, str(r)
+    assert lines[7] == "ok   slurm answers (sinfo): partition debug up", str(r)
+    assert lines[8] == f"ok   a cluster node can write {cl.state / 'logs'} (cluster jobs' logs and exit records)", str(r)
