@@ -162,7 +162,7 @@ class Streamer:
                     if self.store.put(read, expect_phase=rec.phase, expect_holder=rec.attached_by):
                         pass  # what was read counts; the rest next pass
                     return None
-                size = _size(self.log_path(rec.id))
+                size = _size(self.log_path(rec.id, rec.log_dir))
                 read = self._ingest(copy(read, **{"log_offset": max(size, read.log_offset)}),
                                     final=True, rc=rc, limit=PASS_READ_BYTES)
             return read
@@ -176,7 +176,7 @@ class Streamer:
         if self.fault == "always" or (self.fault == "once" and rec.id not in self._faulted):
             self._faulted.add(rec.id)
             raise AttachError("injected read failure (RES_FAULT_INGEST)")
-        return ingest(rec, self.log_path(rec.id), self.pricing, final_rc=rc, final=final, limit=limit)[0]
+        return ingest(rec, self.log_path(rec.id, rec.log_dir), self.pricing, final_rc=rc, final=final, limit=limit)[0]
 
     def _failed(self, rec: JobRecord, error: str, now: float, records: dict[str, JobRecord] | None) -> None:
         given_up = transition(rec, "attach_failed", now, error=error)

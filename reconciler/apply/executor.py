@@ -168,8 +168,10 @@ class Executor:
     async def _start(self, a, req, rec, now):
         where = (a.detail or {}).get("where", "local")
         runtime = self._runtime(where)
+        # A cluster job's log is where the cluster runtime's nodes write (the policy's shared directory).
+        log_dir = str(runtime.logs_dir) if where == "cluster" and runtime.logs_dir != self.paths.logs else None
         starting = transition(rec, "start", now, request=req, unit=runtime.unit_name(req.id), holder=self.holder,
-                              lease_s=self.policy.attach_lease_s, where=where)
+                              lease_s=self.policy.attach_lease_s, where=where, log_dir=log_dir)
         attempt = starting.attempt
         # `starting` (with its lease) is on disk before the unit is asked for (DESIGN §5.3).
         if not self.store.put(starting, expect_phase=rec.phase if rec else None):
@@ -182,14 +184,14 @@ class Executor:
         # (environ.is_secret, applied in runtime.systemd.job_environment).
         spec = JobSpec(
             job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=req.env, mem_gb=req.mem_gb, cpus=req.cpus,
-            log_path=self.paths.log(req.id), exit_path=self.paths.exit_record(req.id),
+            log_path=self.paths.log(req.id, log_dir), exit_path=self.paths.exit_record(req.id, log_dir),
             description=f"res {req.id}: {' '.join(req.title.split())[:120]}", cpu_quota=self.policy.cpu_quota,
             est_s=req.est_s, queue=req.queue,
         )
         from reconciler.runtime.slurm import RuntimeBusy
 
         try:
-            self._fresh_log(req.id, attempt)
+            self._fresh_log(self.paths.log(req.id, log_dir), attempt)
             invocation = await runtime.start(spec)
         except RuntimeUnavailable as e:
             log.warning("start of %s: %s", req.id, e)
@@ -244,10 +246,10 @@ class Executor:
         except Exception as e:  # only housekeeping; the record is already settled
             log.warning("forget %s: %s", job_id, e)
 
-    def _fresh_log(self, job_id: str, attempt: int) -> None:
+    def _fresh_log(self, path: Path, attempt: int) -> None:
         """A new attempt of an id moves the old attempt's log aside; the log is created 0600. A log
         that is not a regular file of ours (a symlink planted there) fails the start, in one line."""
-        path = self.paths.log(job_id)
+        job_id = path.name[:-len(".log")]
         if attempt > 1 and path.exists():
             os.replace(path, path.with_name(f"{job_id}.attempt{attempt - 1}.log"))
         try:

@@ -154,7 +154,9 @@ def gather_cluster(f: Facts, paths: Paths, policy) -> None:
     configured = shutil.which("sbatch") is not None and os.path.exists(conf)
     if not configured and policy.overflow != "cluster" and not policy.cluster.partition:
         return  # no cluster here, and none asked for: nothing to say
-    f.cluster_checked, f.cluster_partition, f.cluster_logs = True, policy.cluster.partition, str(paths.logs)
+    logs = paths.cluster_logs(policy.cluster.shared_dir)
+    f.cluster_checked, f.cluster_partition, f.cluster_logs = True, policy.cluster.partition, str(logs)
+    f.cluster_shared = bool(policy.cluster.shared_dir)
     rc, out = _run(["sinfo", "--noheader", "--format=%R|%a"], 20)
     if rc != 0:
         f.cluster_error = out[:300] or f"sinfo exited {rc}"
@@ -163,8 +165,15 @@ def gather_cluster(f: Facts, paths: Paths, policy) -> None:
                                          if line.endswith("|up")}))
     if f.cluster_partition and f.cluster_partition not in f.cluster_partitions:
         return
-    paths.logs.mkdir(parents=True, exist_ok=True)
-    probe = paths.logs / f".doctor-{os.getpid()}"
+    if f.cluster_shared and not os.path.isdir(policy.cluster.shared_dir):
+        f.cluster_write_error = f"{policy.cluster.shared_dir} is not a directory here (not mounted?)"
+        return
+    try:
+        logs.mkdir(mode=0o700, parents=not f.cluster_shared, exist_ok=True)
+    except OSError as e:
+        f.cluster_write_error = f"cannot make it here: {e.strerror}"
+        return
+    probe = logs / f".doctor-{os.getpid()}"
     argv = ["srun", "--nodes=1", "--ntasks=1", "--mem=16M", "--time=1", "--immediate=30", "--job-name=res-doctor"]
     if f.cluster_partition:
         argv.append(f"--partition={f.cluster_partition}")

@@ -49,8 +49,8 @@ def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | N
         if rec.where == "cluster":
             partition = engine.policy.cluster.partition
             return 0, (f"{job_id} submitted to slurm job {rec.invocation or '?'}" + (f" (partition {partition})" if partition else "")
-                       + f"; log {engine.paths.log(job_id)}; ETA ~{fmt_clock(rec.eta(), zone)}"), data
-        return 0, f"{job_id} started; log {engine.paths.log(job_id)}; ETA ~{fmt_clock(rec.eta(), zone)}", data
+                       + f"; log {engine.paths.log(job_id, rec.log_dir)}; ETA ~{fmt_clock(rec.eta(), zone)}"), data
+        return 0, f"{job_id} started; log {engine.paths.log(job_id, rec.log_dir)}; ETA ~{fmt_clock(rec.eta(), zone)}", data
     if rec.phase == Phase.queued:
         reason = queued_line(detail, zone) if detail else "waiting"
         return 0, f"{job_id} queued, {reason}; cancel: res release {job_id}", data

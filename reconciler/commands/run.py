@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 from reconciler.commands.base import Fail, decide, quiet_logs, say, the_policy
 from reconciler.config.environ import public_env, resolve_program
@@ -52,37 +53,52 @@ def cmd_run(a, paths: Paths) -> int:
     if state not in ("queued", "running", "starting", "exited") or code != 0:
         _print_answer(code, line, data, a.json)
         return code
-    return _wait_for_job(paths, data["id"], line, state, a)
+    return _wait_for_job(paths, data, line, state, a)
 
 
-def _wait_for_job(paths: Paths, job_id: str, line: str, state: str, a) -> int:
+def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a) -> int:
     """`res run --wait`: the job's output as it comes (stdout), res's own lines on stderr (as
     `systemd-run --wait` does), the job's exit code."""
     from reconciler.loop.waiting import LogFollower, tail_lines, wait_for
+
+    job_id = data["id"]
 
     def say(text: str) -> None:
         if not a.json:
             print(text, file=sys.stderr, flush=True)
 
-    log = paths.log(job_id)
     say(line)  # started, or queued (once: position, est. start, what it waits for)
-    started = (lambda: say(f"{job_id} started; log {log}")) if state == "queued" else None
+    started = (lambda: say(f"{job_id} started; log {follow.path}")) if state == "queued" else None
     quiet = a.json or a.tail is not None
-    follow = LogFollower(log, on_start=started, echo=not quiet)
+    follow = LogFollower(Path(data.get("log") or paths.log(job_id)), on_start=started, echo=not quiet,
+                         locate=(lambda: _log_of(paths, job_id)) if state == "queued" else None)
     code, done, data = wait_for(paths, the_policy, job_id, None, on_idle=follow.poll)
+    if not follow.seen:
+        follow.poll(relocate=True)  # started and ended between two looks: where it ran
     if not quiet:
         follow.poll()  # the rest, up to the line the unit's own stop step wrote
     elif a.tail is not None and not a.json:
-        sys.stdout.buffer.write(tail_lines(log, a.tail))
+        sys.stdout.buffer.write(tail_lines(follow.path, a.tail))
         sys.stdout.flush()
     if a.json:
         out = dict(data or {"id": job_id}, exit_code=code, line=done)
         if a.tail is not None:
-            out["tail"] = tail_lines(log, a.tail).decode("utf-8", "replace")
+            out["tail"] = tail_lines(follow.path, a.tail).decode("utf-8", "replace")
         print(json.dumps(out))
     else:
         print(done, file=sys.stderr)
     return code
+
+
+def _log_of(paths: Paths, job_id: str) -> Path:
+    """Where a job's log is, as its record says (read-only)."""
+    from reconciler.recorded.store import Store
+
+    store = Store.open(paths, readonly=True)
+    try:
+        return paths.log(job_id, store.log_dir(job_id))
+    finally:
+        store.close()
 
 
 def cmd_note(a, paths: Paths) -> int:

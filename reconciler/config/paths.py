@@ -58,11 +58,24 @@ class Paths:
     def logs(self) -> Path:
         return self.root / "logs"
 
-    def log(self, job_id: str) -> Path:
-        return self.logs / f"{job_id}.log"
+    def log(self, job_id: str, log_dir: str | None = None) -> Path:
+        """A job's log: in the state directory's logs/, or in the directory its record names (a
+        cluster job's: the policy's shared directory when it was submitted)."""
+        return (Path(log_dir) if log_dir else self.logs) / f"{job_id}.log"
 
-    def exit_record(self, job_id: str) -> Path:
-        return exit_record_path(self.logs, job_id)
+    def exit_record(self, job_id: str, log_dir: str | None = None) -> Path:
+        return exit_record_path(Path(log_dir) if log_dir else self.logs, job_id)
+
+    def cluster_logs(self, shared_dir: str) -> Path:
+        """Where cluster jobs write their logs and exit records: the state directory's logs/, or,
+        when the policy names a shared directory, this state directory's own folder in it (by user
+        and state directory, so that two users or two state directories never share one)."""
+        if not shared_dir:
+            return self.logs
+        import hashlib
+
+        tag = hashlib.sha256(str(self.root).encode()).hexdigest()[:10]
+        return Path(shared_dir) / f"res-{os.getuid()}-{tag}"
 
     @property
     def tick_lock(self) -> Path:

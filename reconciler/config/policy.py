@@ -61,6 +61,20 @@ class ClusterPolicy(BaseModel):
     partition: str = Field(default="", pattern=r"^[A-Za-z0-9_.,-]*$", max_length=200)
     account: str = Field(default="", pattern=r"^[A-Za-z0-9_.-]*$", max_length=200)
     qos: str = Field(default="", pattern=r"^[A-Za-z0-9_.-]*$", max_length=200)
+    # Where cluster jobs write their logs and exit records, on a filesystem the nodes and this host
+    # share; empty: the state directory's logs/ (which must then be shared).
+    shared_dir: str = Field(default="", max_length=1000)
+
+    @field_validator("shared_dir")
+    @classmethod
+    def _absolute_plain_path(cls, v: str) -> str:
+        if not v:
+            return v
+        import os.path
+
+        if not v.startswith("/") or any(c in v for c in "\0\n\r") or ".." in v.split("/"):
+            raise ValueError("must be an absolute path, without '..', newlines or NUL")
+        return os.path.normpath(v)
 
 
 class Policy(BaseSettings):

@@ -38,6 +38,7 @@ class Facts:
     cluster_partitions: tuple[str, ...] = ()  # (up ones)
     cluster_partition: str = ""  # the policy's [cluster] partition ("": Slurm's default)
     cluster_logs: str = ""  # the logs directory cluster jobs write to
+    cluster_shared: bool = False  # it is in the policy's [cluster] shared_dir (else: the state directory's logs/)
     cluster_write_error: str | None = None  # a job on a node could not write there (None: it could, or not tried)
 
 
@@ -139,6 +140,9 @@ def _cluster(f: Facts, good, fix) -> None:
          f"{', '.join(f.cluster_partitions) or 'none'} up" + (f", using {want}" if want else ""))
     if f.cluster_write_error is not None:
         fix(f"a cluster node cannot write {f.cluster_logs} ({f.cluster_write_error})",
-            "put the state directory (RES_STATE_DIR) on a filesystem the nodes share")
+            "set [cluster] shared_dir in the policy to a directory mounted at the same path on this host and every node"
+            if f.cluster_shared else
+            "set [cluster] shared_dir in the policy to a directory this host and the nodes share, "
+            "or put the state directory (RES_STATE_DIR) on one")
     else:
         good(f"a cluster node can write {f.cluster_logs} (cluster jobs' logs and exit records)")

@@ -59,7 +59,7 @@ def allowed(phase: Phase | None, event: str) -> bool:
 def transition(rec: JobRecord | None, event: str, now: float, **facts) -> JobRecord:
     """The record after `event`. Facts by event: enqueue/grant/refuse/start/recover_*: `request`
     (when there is no record yet); refuse, expire, start_failed, recover_lost: `why`, `detail`;
-    start: `unit`, `holder`, `lease_s`; started: `invocation`; recover_unit: `unit`; stop:
+    start: `unit`, `holder`, `lease_s`, `where`, `log_dir`; started: `invocation`; recover_unit: `unit`; stop:
     `reason`, `code`; settle: `rc`, `peak_gb`, `why`, `detail`, `at`; claim: `holder`, `lease_s`;
     stream: `read` (the record with the new offset and digest), `lease_s` (None: not renewed);
     read_failed / attach_failed: `error`."""
@@ -88,7 +88,8 @@ def _changes(rec: JobRecord, event: str, now: float, f: dict) -> dict:
         return out
     if event == "start":
         return {"attempt": rec.attempt + 1, "started": now, "unit": f["unit"], "attached_by": f["holder"],
-                "lease_until": now + f["lease_s"], "where": f.get("where", "local")}
+                "lease_until": now + f["lease_s"], "where": f.get("where", "local"),
+                "log_dir": f.get("log_dir")}
     if event == "started":
         return {"invocation": f["invocation"]}
     if event == "unit_seen":

@@ -186,6 +186,7 @@ class JobRecord:
     phase: Phase
     unit: str | None = None
     where: Literal["local", "cluster"] = "local"  # the runtime it was started on
+    log_dir: str | None = None  # where its log and exit record are, when not the state directory's logs/
     attempt: int = 0
     invocation: str | None = None  # the runtime's id of this attempt's run: its exit record must carry it
     started: float | None = None

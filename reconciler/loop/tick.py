@@ -66,7 +66,8 @@ def make_cluster(paths: Paths, policy):
     until a pass has a cluster job or request."""
     from reconciler.runtime.slurm import SlurmRuntime
 
-    return SlurmRuntime(state_root=paths.root, logs_dir=paths.logs, cluster=policy.cluster)
+    return SlurmRuntime(state_root=paths.root, logs_dir=paths.cluster_logs(policy.cluster.shared_dir),
+                        cluster=policy.cluster, shared_dir=policy.cluster.shared_dir)
 
 
 def cluster_wanted(desired: Desired, records: dict, policy) -> bool:

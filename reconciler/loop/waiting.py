@@ -112,13 +112,25 @@ class LogFollower:
     """Prints a job's log to stdout as it grows (raw bytes: the job's own output, as it wrote it);
     `on_start()` once the log exists (the job was started). `echo` False: only that."""
 
-    def __init__(self, path, on_start=None, out=None, echo: bool = True):
-        self.path, self.on_start, self.echo = path, on_start, echo
+    LOCATE_EVERY_S = 1.0
+
+    def __init__(self, path, on_start=None, out=None, echo: bool = True, locate=None):
+        """`locate()`: where the log is, asked again (about once a second) until it is seen: a queued
+        job's log is where it is started (a cluster job's: the policy's shared directory)."""
+        self.path, self.on_start, self.echo, self.locate = path, on_start, echo, locate
         self.offset = 0
         self.seen = False
+        self.located_at = time.monotonic()
         self.out = out if out is not None else sys.stdout.buffer
 
-    def poll(self) -> None:
+    def poll(self, relocate: bool = False) -> None:
+        if not self.seen and self.locate is not None and (
+                relocate or time.monotonic() - self.located_at >= self.LOCATE_EVERY_S):
+            self.located_at = time.monotonic()
+            try:
+                self.path = self.locate()
+            except Exception:  # state.db busy or unreadable for a moment: the path known so far
+                pass
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:

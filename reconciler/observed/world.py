@@ -83,7 +83,7 @@ async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], 
             obs = world.jobs.get(job_id)
             if obs is not None:
                 try:
-                    obs.log_bytes = os.lstat(paths.log(job_id)).st_size
+                    obs.log_bytes = os.lstat(paths.log(job_id, records[job_id].log_dir)).st_size
                 except OSError:
                     pass
     return world

@@ -333,6 +333,16 @@ class Store:
             return known[1]
         return self._load(job_id, rows[0][0])
 
+    def log_dir(self, job_id: str) -> str | None:
+        """The record's log_dir, read from its row without building the record (`res run --wait`
+        looks for a queued job's log where it was started)."""
+        rows = self._rows("SELECT record FROM jobs WHERE id = ?", (job_id,))
+        try:
+            found = json.loads(rows[0][0]).get("log_dir") if rows else None
+        except (ValueError, AttributeError):
+            return None
+        return found if isinstance(found, str) and found else None
+
     def put(self, record: "JobRecord", expect_phase: Any = None, expect_holder: Any = ANY) -> bool:
         """Write `record` (insert or replace) in one transaction, if the stored row still is what the
         caller last saw; returns False (and writes nothing) if not:

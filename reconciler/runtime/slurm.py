@@ -209,8 +209,13 @@ class SlurmRuntime:
 
     name = "slurm"
 
-    def __init__(self, state_root: Path, logs_dir: Path, cluster=None, env: dict[str, str] | None = None):
+    def __init__(self, state_root: Path, logs_dir: Path, cluster=None, env: dict[str, str] | None = None,
+                 shared_dir: str = ""):
+        """`logs_dir`: where jobs write their logs and exit records; when it is a folder of the policy's
+        `shared_dir`, that directory must be there (mounted) for the cluster to be used."""
         self.state_root, self.logs_dir, self.cluster = Path(state_root), Path(logs_dir), cluster
+        self.shared_dir = shared_dir
+        self._logs_made = False
         self.comment = f"res:{self.state_root}"
         self.env = dict(os.environ if env is None else env)
         self._user = str(os.getuid())
@@ -289,6 +294,8 @@ class SlurmRuntime:
         """Our jobs Slurm knows (the newest per name), by res job id."""
         if self._failed is not None and time.monotonic() - self._failed[0] < RETRY_AFTER_S:
             raise self._failed[1]
+        if self.shared_dir and not self._logs_made:
+            self._make_logs()
         try:
             rc, out, err = await self._call(["squeue", "--noheader", "--states=all", f"--user={self._user}",
                                              f"--format={SQUEUE_FORMAT}"])
@@ -328,6 +335,22 @@ class SlurmRuntime:
                 out[job_id] = JobObs(state="inactive", place=self.place(job_id),
                                      exit=copy(ended, invocation=job.slurm_id))
         return out
+
+    def _make_logs(self) -> None:
+        """This state directory's folder in the shared directory, made 0700 once. The shared directory
+        itself is the user's: while it is not there (not mounted?), the cluster is not used, with why:
+        its jobs' exit records are there, and nothing may be submitted that could not write them."""
+        shared = self.shared_dir
+        if not os.path.isdir(shared):
+            raise RuntimeUnavailable(f"slurm: the shared_dir {shared} is not a directory here "
+                                     f"(not mounted? check: ls -ld {shared})", not_started=True)
+        if self.logs_dir.is_symlink():
+            raise RuntimeUnavailable(f"slurm: {self.logs_dir} is a symlink; refusing to use it", not_started=True)
+        try:
+            self.logs_dir.mkdir(mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise RuntimeUnavailable(f"slurm: cannot make {self.logs_dir}: {e.strerror}", not_started=True) from None
+        self._logs_made = True
 
     # ------------------------------------------------------------------ submit, cancel
 

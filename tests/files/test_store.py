@@ -232,3 +232,44 @@ def test_concurrent_processes(paths):
         assert s.get_meta("counter") == str(workers * 25)  # no lost update
         assert list(s.records()) == ["r-1"]
     assert not [f for f in os.listdir(paths.root) if f.startswith("state.db") and f not in ("state.db", "state.db-wal", "state.db-shm")]
+
+
+def test_log_dir_is_read_from_the_row_without_building_the_record(paths):
+    """`res run --wait` looks for a queued job's log where it was started (a cluster job's shared
+    directory) through this read; a row that is not ours to read says nothing, never raises."""
+    with Store.open(paths) as s:
+        assert s.put(rec(1)) and s.put(rec(2, Phase.running, where="cluster", log_dir="/nfs/scratch/res-0-abc"))
+    with Store.open(paths, readonly=True) as ro:
+        assert ro.log_dir("r-1") is None and ro.log_dir("r-9") is None
+        assert ro.log_dir("r-2") == "/nfs/scratch/res-0-abc"
+    conn = sqlite3.connect(paths.db)
+    conn.execute("UPDATE jobs SET record = '[1, 2]' WHERE id = 'r-1'")
+    conn.commit()
+    conn.close()
+    with Store.open(paths, readonly=True) as ro:
+        assert ro.log_dir("r-1") is None
+
+
+def test_log_follower_moves_to_where_a_queued_job_was_started(tmp_path):
+    """The follower looks where the record says until it sees the log: a job queued here and started
+    on the cluster writes to the shared directory, and its output is printed from there, once."""
+    import io
+
+    from reconciler.loop.waiting import LogFollower
+
+    here, there = tmp_path / "logs" / "r-1.log", tmp_path / "shared" / "r-1.log"
+    there.parent.mkdir()
+    where = [here]
+    started, out = [], io.BytesIO()
+    follow = LogFollower(here, on_start=lambda: started.append(follow.path), out=out, locate=lambda: where[0])
+    follow.poll()
+    assert not follow.seen and out.getvalue() == b""
+    there.write_bytes(b"one\n")
+    where[0] = there  # the record now says: started, in the shared directory
+    follow.poll(relocate=True)
+    there.write_bytes(b"one\ntwo\n")
+    follow.poll()
+    assert started == [there] and out.getvalue() == b"one\ntwo\n"
+    where[0] = here  # seen: the path is not asked again
+    follow.poll(relocate=True)
+    assert follow.path == there

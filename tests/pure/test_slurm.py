@@ -3,6 +3,7 @@ SOURCES.md there), and the planner's decisions for cluster requests (DESIGN §6b
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 
@@ -247,7 +248,7 @@ def _doctor(**kw) -> list[str]:
     from reconciler.core.doctor import Facts, decide
 
     f = Facts(user="me", cgroup_version=2, controllers=frozenset({"memory", "cpu", "io"}), linger=True,
-              oomd_running=True, unit_dir="/u", unit_path=("/u",), cluster_checked=True, cluster_logs="/s/logs", **kw)
+              oomd_running=True, unit_dir="/u", unit_path=("/u",), cluster_checked=True, **{"cluster_logs": "/s/logs", **kw})
     return [line for line in decide(f)[1] if "slurm" in line or "cluster" in line]
 
 
@@ -276,3 +277,57 @@ def test_a_request_no_node_could_hold_is_told_from_nodes_not_up_yet():
     assert fits_node(_spec(mem_gb=4.0, cpus=2), 2, 4096)  # 4096 MB, 2 cpus: exactly a node
     assert not fits_node(_spec(mem_gb=4.01, cpus=2), 2, 4096)
     assert not fits_node(_spec(mem_gb=1.0, cpus=2.5), 2, 4096)  # 3 cpus asked
+
+
+# ---------------------------------------------------------------- the shared directory ([cluster] shared_dir)
+
+
+def test_cluster_logs_are_the_state_logs_unless_the_policy_names_a_shared_directory():
+    from reconciler.config.paths import Paths
+
+    a, b = Paths(Path("/home/me/.local/state/res")), Paths(Path("/tmp/other-state"))
+    assert a.cluster_logs("") == a.logs
+    shared = a.cluster_logs("/nfs/scratch")
+    assert shared.parent == Path("/nfs/scratch") and shared.name.startswith(f"res-{os.getuid()}-")
+    assert shared == a.cluster_logs("/nfs/scratch")  # one state directory: always the same folder
+    assert b.cluster_logs("/nfs/scratch") != shared  # two state directories never share one
+    assert a.log("r-7", str(shared)) == shared / "r-7.log" and a.log("r-7") == a.logs / "r-7.log"
+    assert a.exit_record("r-7", str(shared)) == shared / "r-7.exit.json"
+
+
+@pytest.mark.parametrize("bad", ["relative/dir", "/nfs/../etc", "/nfs/x\ny", "/nfs/\0"])
+def test_a_shared_dir_that_is_not_a_plain_absolute_path_is_refused(bad):
+    from pydantic import ValidationError
+
+    from reconciler.config.policy import ClusterPolicy
+
+    with pytest.raises(ValidationError, match="absolute path"):
+        ClusterPolicy(shared_dir=bad)
+    assert ClusterPolicy(shared_dir="/nfs//scratch/").shared_dir == "/nfs/scratch"
+    assert ClusterPolicy().shared_dir == ""
+
+
+def test_a_started_cluster_job_keeps_the_log_dir_it_was_started_with():
+    from reconciler.core.lifecycle import transition
+
+    rec = transition(None, "enqueue", NOW, request=req(1, on="cluster"))
+    assert rec.log_dir is None
+    started = transition(rec, "start", NOW, unit="res-r-1", holder="h", lease_s=30, where="cluster",
+                         log_dir="/nfs/scratch/res-0-abc")
+    assert (started.where, started.log_dir) == ("cluster", "/nfs/scratch/res-0-abc")
+    ran = transition(transition(started, "started", NOW, invocation="4121"), "settle", NOW + 5, rc=0, peak_gb=0.1,
+                     why=None, detail={"code": "exited"}, at=None)
+    assert ran.log_dir == "/nfs/scratch/res-0-abc"  # settled: still found where it ran
+    again = transition(transition(started, "requeue", NOW), "start", NOW + 1, unit="res-r-1", holder="h",
+                       lease_s=30, where="local")
+    assert (again.where, again.log_dir) == ("local", None)  # started here after all: the state logs/
+
+
+def test_doctor_tells_how_to_fix_an_unwritable_shared_directory():
+    lines = _doctor(cluster_partitions=("debug",), cluster_logs="/nfs/scratch/res-0-abc", cluster_shared=True,
+                    cluster_write_error="/nfs/scratch is not a directory here (not mounted?)")
+    assert lines[1] == ("fix  a cluster node cannot write /nfs/scratch/res-0-abc (/nfs/scratch is not a directory "
+                        "here (not mounted?)): set [cluster] shared_dir in the policy to a directory mounted at "
+                        "the same path on this host and every node")
+    (_, line) = _doctor(cluster_partitions=("debug",), cluster_write_error="Permission denied")
+    assert "set [cluster] shared_dir in the policy to a directory this host and the nodes share" in line

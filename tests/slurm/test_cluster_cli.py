@@ -315,3 +315,47 @@ def test_doctor_checks_the_cluster_it_is_configured_for(cl):
     assert r.err == "" and len(lines) == 9, str(r)
     assert lines[7] == "ok   slurm answers (sinfo): partition debug up", str(r)
     assert lines[8] == f"ok   a cluster node can write {cl.state / 'logs'} (cluster jobs' logs and exit records)", str(r)
+
+    shared = cl.tmp / "shared"
+    cl.env["RES_CLUSTER"] = json.dumps({"shared_dir": str(shared)})
+    r = cl("doctor")
+    assert r.code == 1 and r.out.splitlines()[8].startswith(f"fix  a cluster node cannot write {shared}/res-"), str(r)
+    assert f"({shared} is not a directory here (not mounted?)): set [cluster] shared_dir" in r.out, str(r)
+    shared.mkdir()
+    r = cl("doctor")
+    (folder,) = shared.iterdir()
+    assert r.out.splitlines()[8] == f"ok   a cluster node can write {folder} (cluster jobs' logs and exit records)", str(r)
+
+
+# ---------------------------------------------------------------- the policy's shared directory
+
+
+def test_cluster_jobs_write_to_the_policys_shared_directory_and_res_reads_them_there(cl):
+    """`[cluster] shared_dir` (here as RES_CLUSTER): a cluster job's log and exit record are in this
+    state directory's own folder under it, not in the state directory; the submit line, `--wait`'s
+    streamed output, status and the settled rc all come from there. While the shared directory is
+    missing (not mounted), a cluster request waits with a line naming it, and is submitted once
+    it is there."""
+    shared = cl.tmp / "shared"
+    cl.env["RES_CLUSTER"] = json.dumps({"shared_dir": str(shared)})
+    r = cl("run", "--on", "cluster", "--mem", "100M", "--for", "1m", "--", "sh", "-c", "echo from-node")
+    assert r.code == 0 and "waits for the cluster" in r.one_line() and f"shared_dir {shared} is not a directory" \
+        in r.one_line() and "ls -ld" in r.one_line(), str(r)
+    assert cl.slurm_jobs() == []  # nothing submitted that could not write its exit record
+    shared.mkdir()
+    st = cl.reconcile_until("r-1", lambda s: s["state"] == "done", "submitted once the shared dir is there",
+                            limit_s=120)
+    folder = shared / os.listdir(shared)[0]
+    assert os.listdir(shared) == [folder.name] and folder.name.startswith(f"res-{os.getuid()}-")
+    assert (st["rc"], st["log"]) == (0, str(folder / "r-1.log")), st
+    assert (folder / "r-1.log").read_text() == "from-node\n"
+    assert not (cl.state / "logs" / "r-1.log").exists() and not (cl.state / "logs" / "r-1.exit.json").exists()
+    assert oct(folder.stat().st_mode & 0o777) == "0o700"
+
+    w = cl("run", "--on", "cluster", "--wait", "--mem", "100M", "--for", "1m", "--", "sh", "-c", "echo streamed; exit 4")
+    assert w.code == 4 and w.out == "streamed\n", str(w)
+    m = SUBMITTED.fullmatch(w.err_lines[0])
+    assert m and m.group(3) == str(folder / "r-2.log"), str(w)
+    # rc 4 and its why come from the batch script's exit record, which only the shared folder has
+    assert re.match(r"r-2 done rc=4\b.*exit code 4", w.err_lines[-1]), str(w)
+    assert [j["name"] for j in cl.slurm_jobs()].count("res-r-2") == 1
