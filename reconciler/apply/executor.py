@@ -255,6 +255,9 @@ class Executor:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
         except OSError as e:
+            if e.errno == errno.ENOENT and path.parent != self.paths.logs:
+                # the shared directory's folder is gone (unmounted since this pass looked): it waits
+                raise RuntimeUnavailable(f"its log's folder {path.parent} is not there", not_started=True) from None
             what = "is a symlink; refusing to write through it" if e.errno == errno.ELOOP else e.strerror
             raise RuntimeError(f"its log {path} {what}") from None
         try:

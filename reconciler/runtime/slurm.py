@@ -215,7 +215,6 @@ class SlurmRuntime:
         `shared_dir`, that directory must be there (mounted) for the cluster to be used."""
         self.state_root, self.logs_dir, self.cluster = Path(state_root), Path(logs_dir), cluster
         self.shared_dir = shared_dir
-        self._logs_made = False
         self.comment = f"res:{self.state_root}"
         self.env = dict(os.environ if env is None else env)
         self._user = str(os.getuid())
@@ -294,7 +293,7 @@ class SlurmRuntime:
         """Our jobs Slurm knows (the newest per name), by res job id."""
         if self._failed is not None and time.monotonic() - self._failed[0] < RETRY_AFTER_S:
             raise self._failed[1]
-        if self.shared_dir and not self._logs_made:
+        if self.shared_dir:
             self._make_logs()
         try:
             rc, out, err = await self._call(["squeue", "--noheader", "--states=all", f"--user={self._user}",
@@ -337,9 +336,12 @@ class SlurmRuntime:
         return out
 
     def _make_logs(self) -> None:
-        """This state directory's folder in the shared directory, made 0700 once. The shared directory
-        itself is the user's: while it is not there (not mounted?), the cluster is not used, with why:
-        its jobs' exit records are there, and nothing may be submitted that could not write them."""
+        """This state directory's folder in the shared directory, made 0700 when missing (asked every
+        time the cluster is: a stat). The shared directory itself is the user's: while it is not there
+        (not mounted?), the cluster is not used, with why: its jobs' exit records are there, and nothing
+        may be submitted that could not write them."""
+        if os.path.isdir(self.logs_dir) and not os.path.islink(self.logs_dir):
+            return
         shared = self.shared_dir
         if not os.path.isdir(shared):
             raise RuntimeUnavailable(f"slurm: the shared_dir {shared} is not a directory here "
@@ -350,7 +352,6 @@ class SlurmRuntime:
             self.logs_dir.mkdir(mode=0o700, exist_ok=True)
         except OSError as e:
             raise RuntimeUnavailable(f"slurm: cannot make {self.logs_dir}: {e.strerror}", not_started=True) from None
-        self._logs_made = True
 
     # ------------------------------------------------------------------ submit, cancel
 

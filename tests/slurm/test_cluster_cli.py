@@ -359,3 +359,11 @@ def test_cluster_jobs_write_to_the_policys_shared_directory_and_res_reads_them_t
     # rc 4 and its why come from the batch script's exit record, which only the shared folder has
     assert re.match(r"r-2 done rc=4\b.*exit code 4", w.err_lines[-1]), str(w)
     assert [j["name"] for j in cl.slurm_jobs()].count("res-r-2") == 1
+
+    # Unmounted while res runs (here: moved away): the next request waits, with why, and is not failed
+    shared.rename(cl.tmp / "unmounted")
+    r = cl("run", "--on", "cluster", "--mem", "100M", "--for", "1m", "--", "sh", "-c", "echo later")
+    assert r.code == 0 and f"shared_dir {shared} is not a directory" in r.one_line(), str(r)
+    (cl.tmp / "unmounted").rename(shared)
+    st = cl.reconcile_until("r-3", lambda s: s["state"] == "done", "submitted once it is mounted again", limit_s=120)
+    assert st["rc"] == 0 and (folder / "r-3.log").read_text() == "later\n", st
