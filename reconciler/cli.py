@@ -56,6 +56,12 @@ def _arg(parse, what):
     return conv
 
 
+def _asker_args(p) -> None:
+    p.add_argument("--by", metavar="NAME", help="who asks (default: RES_BY, else the agent session and its pid, "
+                                                "else the user); status and busy lines name it")
+    p.add_argument("--task", help="what for (default: RES_TASK, else the git branch here)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="res", description="Resources for coding agents on a shared workstation.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
@@ -68,7 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--title")
     run.add_argument("--project")
     run.add_argument("--queue", action="store_true", help="wait in the queue instead of being refused")
-    run.add_argument("--lock", help="never run two jobs holding the same KEY at once")
+    run.add_argument("--lock", help="never run two jobs holding the same KEY at once (within this git repository, "
+                                    "all its worktrees; outside git, this directory)")
+    _asker_args(run)
     run.add_argument("--force", action="store_true", help="ignore the ledger (not the reserve, not locks)")
     run.add_argument("--on", choices=("local", "cluster"), default=None,
                      help="cluster: submit to Slurm; local: never leaves this machine (default: here, or the "
@@ -95,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     note.add_argument("--for", dest="est", required=True, type=_arg(parse_duration_s, "--for"))
     note.add_argument("--project")
     note.add_argument("--force", action="store_true")
+    _asker_args(note)
     owner = note.add_mutually_exclusive_group()
     owner.add_argument("--owner", type=_arg(parse_pid, "--owner"), metavar="PID",
                        help="free the note when this process ends (default: the agent session that asks, "
@@ -158,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("action", choices=["install", "uninstall", "status"])
 
     sub.add_parser("doctor", help="check what res needs from this machine; one line per gap, with the fix")
+
+    sub.add_parser("agent-rules", help="print the lines for an agent's instructions file (CLAUDE.md, AGENTS.md)")
     return p
 
 
@@ -342,12 +353,19 @@ def cmd_doctor(a, paths: Paths) -> int:
     return code
 
 
+def cmd_agent_rules(a, paths: Paths) -> int:
+    from reconciler.render.rules import agent_rules
+
+    print("\n".join(agent_rules(the_policy())))
+    return 0
+
+
 # Each command's module is imported only when it is the one asked for (the hot path stays light).
 COMMANDS = {"run": "run:cmd_run", "note": "run:cmd_note", "wait": "run:cmd_wait", "release": "run:cmd_release",
             "reconcile": "reconcile:cmd_reconcile", "observe": "reconcile:cmd_observe",
             "status": cmd_status, "serve": cmd_serve, "init": cmd_init, "game": cmd_game, "hook": cmd_hook,
             "hist": cmd_hist, "clean": cmd_clean, "adopt": cmd_adopt, "shell-init": cmd_shell_init,
-            "service": cmd_service, "doctor": cmd_doctor}
+            "service": cmd_service, "doctor": cmd_doctor, "agent-rules": cmd_agent_rules}
 
 
 def _command(name: str):

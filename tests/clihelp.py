@@ -23,6 +23,17 @@ GIB = 1024**3
 CLOCK = r"\d\d:\d\d"
 
 
+def _asker_name() -> str:
+    """Who a `res` call of these tests is asked by (the `by` busy and status lines name): the agent
+    session the tests run under, if any, else the user: the default of observed.asker."""
+    from reconciler.observed.asker import asker
+
+    return asker({k: v for k, v in os.environ.items() if k != "RES_BY"}, os.getpid(), "/")["by"]
+
+
+ME = _asker_name()
+
+
 def meminfo_gb(key: str) -> float:
     """A /proc/meminfo figure in GB (GiB, as res counts them)."""
     with open("/proc/meminfo") as f:

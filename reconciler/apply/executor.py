@@ -183,7 +183,7 @@ class Executor:
         # The caller's environment as recorded; the runtime passes none of it that looks secret
         # (environ.is_secret, applied in runtime.systemd.job_environment).
         spec = JobSpec(
-            job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=req.env, mem_gb=req.mem_gb, cpus=req.cpus,
+            job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=job_env(req), mem_gb=req.mem_gb, cpus=req.cpus,
             log_path=self.paths.log(req.id, log_dir), exit_path=self.paths.exit_record(req.id, log_dir),
             description=f"res {req.id}: {' '.join(req.title.split())[:120]}", cpu_quota=self.policy.cpu_quota,
             est_s=req.est_s, queue=req.queue,
@@ -265,6 +265,17 @@ class Executor:
                 raise RuntimeError(f"its log {path} is not a regular file")
         finally:
             os.close(fd)
+
+
+def job_env(req: Request) -> dict[str, str]:
+    """The caller's environment as recorded, and who the job is: RES_ID (a `res run` its command makes
+    is recorded as part of it: `batch r-N`), RES_BY and RES_TASK (its requests are asked by the same
+    one, for the same task)."""
+    env = {**req.env, "RES_ID": req.id}
+    for name, value in (("RES_BY", req.by), ("RES_TASK", req.task)):
+        if value:
+            env[name] = value
+    return env
 
 
 def _program_resolved(req: Request) -> list[str]:

@@ -182,7 +182,39 @@ def gather_cluster(f: Facts, paths: Paths, policy) -> None:
         f.cluster_write_error = out[:300] or f"srun exited {rc}"
 
 
+RULES_FILES = ("CLAUDE.md", "AGENTS.md", ".claude/CLAUDE.md")
+
+
+def gather_rules(f: Facts, cwd: str) -> None:
+    """The agents' instructions files at the root of the checkout `cwd` is in, and whether they
+    mention res (read, never written)."""
+    import re
+
+    from reconciler.config.gitrepo import checkout
+    from reconciler.render.rules import MENTIONS_RES
+
+    found = checkout(cwd)
+    if found is None:
+        return
+    f.rules_repo = found[0]
+    present, mention = [], []
+    for name in RULES_FILES:
+        try:
+            with open(os.path.join(found[0], name), "rb") as fh:
+                text = fh.read(1 << 20).decode("utf-8", "replace")
+        except OSError:
+            continue
+        present.append(name)
+        if re.search(MENTIONS_RES, text):
+            mention.append(name)
+    f.rules_files, f.rules_mention = tuple(present), tuple(mention)
+
+
 def cmd_doctor(paths: Paths, policy) -> tuple[int, list[str]]:
     facts = gather(paths, policy)
+    try:
+        gather_rules(facts, os.getcwd())
+    except OSError:
+        pass  # no cwd: nothing to say about a repository
     gather_cluster(facts, paths, policy)
     return decide(facts)

@@ -98,6 +98,19 @@ async def _as(engine, who: str | None, edit):
     return await asyncio.to_thread(edit, writer)
 
 
+def scoped_lock(fields: dict, policy) -> dict:
+    """The request's lock as it is recorded: `--lock KEY`, or the lock its title takes unasked (the
+    policy's lock_title_words), within the main tree of its cwd's repository (core/locks.py)."""
+    from reconciler.core.locks import lock_scope, title_lock
+
+    key = fields.get("lock") or title_lock(str(fields.get("title") or ""), policy.lock_title_words)
+    if not key:
+        return fields
+    from reconciler.config.gitrepo import main_tree
+
+    return {**fields, "lock": lock_scope(key, main_tree(fields.get("cwd") or "/"))}
+
+
 async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = False,
                  on_accept=None, who: str | None = None) -> tuple[int, str, dict | None]:
     """`resume`: a loop took this request and ended before answering; decide the request it
@@ -105,6 +118,7 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
     the request is written (a caller that gives up waiting then knows what it left behind)."""
     from reconciler.desired.reader import DesiredError
 
+    fields = scoped_lock(fields, engine.policy) if kind == "job" else fields
     req = find_submitted(engine, kind, fields) if resume else None
     if req is None:
         try:

@@ -43,7 +43,7 @@ def cmd_run(a, paths: Paths) -> int:
                   project=a.project or _project(cwd), mem_gb=a.mem, est_s=a.est,
                   created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
                   agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
-                  max_iterations=a.max_iterations, **_given(cpus=a.cpus, on=a.on))
+                  max_iterations=a.max_iterations, **_given(cpus=a.cpus, on=a.on), **_asker(a, caller, cwd))
     if a.tail is not None and not a.wait:
         raise Fail("res: --tail goes with --wait", 2)
     if not a.wait:
@@ -59,7 +59,7 @@ def cmd_run(a, paths: Paths) -> int:
 def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a) -> int:
     """`res run --wait`: the job's output as it comes (stdout), res's own lines on stderr (as
     `systemd-run --wait` does), the job's exit code."""
-    from reconciler.loop.waiting import LogFollower, tail_lines, wait_for
+    from reconciler.loop.waiting import LogFollower, ThrottleWatch, tail_lines, wait_for
 
     job_id = data["id"]
 
@@ -72,7 +72,13 @@ def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a) -> int:
     quiet = a.json or a.tail is not None
     follow = LogFollower(Path(data.get("log") or paths.log(job_id)), on_start=started, echo=not quiet,
                          locate=(lambda: _log_of(paths, job_id)) if state == "queued" else None)
-    code, done, data = wait_for(paths, the_policy, job_id, None, on_idle=follow.poll)
+    throttle = ThrottleWatch(paths, job_id)
+
+    def on_idle() -> None:
+        follow.poll()
+        throttle.poll()
+
+    code, done, data = wait_for(paths, the_policy, job_id, None, on_idle=on_idle)
     if not follow.seen:
         follow.poll(relocate=True)  # started and ended between two looks: where it ran
     if not quiet:
@@ -119,8 +125,18 @@ def cmd_note(a, paths: Paths) -> int:
         owner, name = note_owner(os.getppid())
     fields = dict(title=_check_title(a.title), project=a.project or _project(os.getcwd()), mem_gb=a.mem,
                   est_s=a.est, created=time.time(), force=a.force, owner_pid=owner, owner_name=name,
-                  **_given(cpus=a.cpus))
+                  **_given(cpus=a.cpus), **_asker(a, _caller_env(), os.getcwd()))
     return _submit(paths, "note", fields, a.json)
+
+
+def _asker(a, env: dict[str, str], cwd: str) -> dict:
+    """Who asks: --by/--task, else the environment, the process tree, the git branch (observed.asker)."""
+    from reconciler.observed.asker import asker
+
+    try:
+        return asker(env, os.getppid(), cwd, by=a.by, task=a.task)
+    except ValueError as e:
+        raise Fail(f"res: {e}", 2) from None
 
 
 def _submit(paths: Paths, kind: str, fields: dict, as_json: bool = False) -> int:
@@ -171,10 +187,10 @@ def cmd_release(a, paths: Paths) -> int:
 
 def cmd_wait(a, paths: Paths) -> int:
     """Exits with the job's own code; 124 timeout, 125 never ran, 1 error (README: exit codes)."""
-    from reconciler.loop.waiting import wait_for
+    from reconciler.loop.waiting import ThrottleWatch, wait_for
 
     quiet_logs()
-    code, line, data = wait_for(paths, the_policy, a.id, a.timeout)
+    code, line, data = wait_for(paths, the_policy, a.id, a.timeout, on_idle=ThrottleWatch(paths, a.id).poll)
     if a.json:
         print(json.dumps(dict(data or {"id": a.id}, exit_code=code, line=line)))
     else:

@@ -12,7 +12,7 @@ from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase, copy,
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
 from reconciler.core.digest import running_spend_usd, spend_is_estimated, unknown_format
-from reconciler.render.status import HEADER, field_text, status_line
+from reconciler.render.status import HEADER, asker_data, field_text, status_line
 from reconciler.core.quantities import Zone, fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
 
 
@@ -36,6 +36,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "id": rec.id, "kind": req.kind, "state": rec.phase.value, "title": req.title, "project": req.project,
         "mem_gb": req.mem_gb, "cpus": req.cpus, "used_gb": used if rec.phase in LIVE else None,
         "peak_gb": rec.peak_gb, "rc": rec.rc, "why": rec.why, "queue": req.queue, "lock": req.lock,
+        "by": asker_data(req),
         "created": req.created, "started": rec.started, "ended": rec.ended, "eta": rec.eta(),
         "overdue": bool(rec.phase in LIVE and expires is not None and now > expires),
         "unit": rec.unit, "attempt": rec.attempt, "cmd": req.cmd, "cwd": req.cwd,
@@ -253,7 +254,7 @@ def entry_json(rec: JobRecord, paths: Paths, detail: dict | None = None) -> dict
     """One entry as `run`, `note`, `wait` and `release` print it with --json."""
     req = rec.request
     reason = reason_of(rec, detail)
-    return {"id": rec.id, "kind": req.kind, "state": rec.phase.value, "title": req.title,
+    return {"id": rec.id, "kind": req.kind, "state": rec.phase.value, "title": req.title, "by": asker_data(req),
             "log": str(paths.log(rec.id, rec.log_dir)) if req.kind == "job" else None,
             "position": reason.get("position"), "est_start": reason.get("est_start"),
             "started": rec.started, "eta": rec.eta() if rec.phase not in TERMINAL else None, "ended": rec.ended,

@@ -12,7 +12,9 @@ SECRET_NAME = re.compile(
     r"TOKEN|SECRET|PASSW(OR)?D|PASSPHRASE|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|SIGNING_?KEY"
     r"|PASS$|(^|_)PAT$|(^|_)AUTH(_|$)|WEBHOOK|COOKIE|(^|_)DSN$|_KEY$|^KEY$|SESSION_?ID|(^|_)OTP(_|$)",
     re.IGNORECASE)
-NOT_SECRET = frozenset({"SSH_AUTH_SOCK", "GPG_AGENT_INFO", "XAUTHORITY", "KRB5CCNAME"})  # paths, not secrets
+# Paths, and agent sessions' ids (names a transcript on this machine, no credential), not secrets.
+NOT_SECRET = frozenset({"SSH_AUTH_SOCK", "GPG_AGENT_INFO", "XAUTHORITY", "KRB5CCNAME", "CLAUDE_CODE_SESSION_ID",
+                        "CODEX_THREAD_ID"})
 # Values that are secrets whatever their name: a URL with a password in it, and the shapes of the
 # common API keys and tokens (Anthropic, OpenAI, GitHub, GitLab, Slack, AWS, Google, Stripe, npm,
 # Hugging Face, JWTs, PEM private keys).

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -97,6 +97,10 @@ class Policy(BaseSettings):
     agents_slice: str = Field(pattern=r"^[A-Za-z0-9_.:-]+\.slice$", max_length=200)
     jobs_slice: str = Field(pattern=r"^[A-Za-z0-9_.:-]+\.slice$", max_length=200)
     unit_prefix: str = Field(pattern=r"^[A-Za-z0-9_]+$", max_length=64)
+    lock_title_words: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]] = Field(max_length=100)
+    heavy_mem_gb: float = Field(gt=0, le=65536)
+    heavy_cpus: float = Field(gt=0, le=4096)
+    heavy_minutes: float = Field(gt=0, le=24 * 60 * 365)
     max_concurrent_sessions: int = Field(ge=0, le=10000)
     max_starts_per_tick: int = Field(ge=1, le=10000)
     cpu_quota: bool

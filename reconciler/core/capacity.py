@@ -20,6 +20,7 @@ class Holder:
     overdue: bool
     lock: str | None = None
     session: bool = False
+    by: str | None = None  # who asked for it (Request.by)
 
 
 @dataclass
@@ -38,8 +39,13 @@ class Capacity:
 
     def fits(self, req: Request) -> bool:
         if req.force:
-            return req.mem_gb <= self.force_mem_gb and req.cpus <= self.force_cpus
+            return self.fits_past_ledger(req)
         return req.mem_gb <= self.mem_gb and req.cpus <= self.cpus
+
+    def fits_past_ledger(self, req: Request) -> bool:
+        """Whether --force would start it: against what is really free (MemAvailable − reserve −
+        headroom), the ledger's claims ignored."""
+        return req.mem_gb <= self.force_mem_gb and req.cpus <= self.force_cpus
 
     def never_fits(self, req: Request) -> bool:
         return req.mem_gb > self.max_mem_gb or req.cpus > self.max_cpus
@@ -102,6 +108,7 @@ def holder_of(rec: JobRecord, used_gb: float, now: float) -> Holder:
         overdue=expires is not None and now > expires,
         lock=req.lock,
         session=req.session,
+        by=req.by,
     )
 
 
@@ -232,7 +239,7 @@ def short_of(cap: Capacity, mem_gb: float, cpus: float) -> list[str]:
 
 def holder_data(h: Holder) -> dict:
     return {"id": h.id, "title": h.title, "project": h.project, "gb": round(h.held_gb, 3), "cpus": h.cpus,
-            "until": None if h.overdue else h.eta, "overdue": h.overdue}
+            "until": None if h.overdue else h.eta, "overdue": h.overdue, **({"by": h.by} if h.by else {})}
 
 
 def _retry(when: float | None, holders: list[Holder], now: float) -> dict:
@@ -253,16 +260,24 @@ def busy_detail(req: Request, cap: Capacity, now: float, head: Request | None = 
     d = {"code": "busy", "resource": "queue_head" if head else "+".join(short), "short": short,
          "holders": [holder_data(h) for h in chosen], "free_gb": round(cap.mem_gb, 3), "free_cpus": round(cap.cpus, 3),
          "asked_gb": req.mem_gb, "asked_cpus": req.cpus, **_retry(when, chosen, now)}
+    # What --force would do: said when it was given (and still does not fit), or when it would start it.
+    if req.force:
+        d["force"] = "short"
+    elif not head and short == ["memory"] and cap.fits_past_ledger(req):  # (CPUs: nothing is measured to offer)
+        d["force"] = "would_fit"
+    if "force" in d:
+        d["really_free_gb"] = round(max(cap.force_mem_gb, 0.0), 3)
     if head:
         d["head"] = {"id": head.id, "title": head.title, "gb": head.mem_gb, "cpus": head.cpus,
                      "waits_for": "+".join(short_of(cap, head.mem_gb, head.cpus) or short)}
     return d
 
 
-def lock_detail(lock: str, holder: Holder) -> dict:
+def lock_detail(lock: str, holder: Holder, forced: bool = False) -> dict:
     known = holder.eta is not None and not holder.overdue
     return {"code": "busy", "resource": "lock", "lock": lock, "holders": [holder_data(holder)],
-            "retry": "after" if known else "soon", "retry_at": holder.eta if known else None}
+            "retry": "after" if known else "soon", "retry_at": holder.eta if known else None,
+            **({"force": "lock"} if forced else {})}
 
 
 def sessions_detail(sessions: list[Holder], limit: int) -> dict:

@@ -40,6 +40,10 @@ class Facts:
     cluster_logs: str = ""  # the logs directory cluster jobs write to
     cluster_shared: bool = False  # it is in the policy's [cluster] shared_dir (else: the state directory's logs/)
     cluster_write_error: str | None = None  # a job on a node could not write there (None: it could, or not tried)
+    # The agents' instructions in the repository doctor runs in (`res agent-rules`): "" outside one.
+    rules_repo: str = ""
+    rules_files: tuple[str, ...] = ()  # CLAUDE.md / AGENTS.md there
+    rules_mention: tuple[str, ...] = ()  # those of them that mention res
 
 
 def decide(f: Facts) -> tuple[int, list[str]]:
@@ -51,6 +55,9 @@ def decide(f: Facts) -> tuple[int, list[str]]:
 
     def fix(what: str, how: str) -> None:
         ok.append((False, f"fix  {' '.join(what.split())}: {how}"))
+
+    def note(what: str, how: str) -> None:  # worth knowing, not a gap: the exit code stays 0
+        ok.append((True, f"note {' '.join(what.split())}: {how}"))
 
     later = "fix the user manager first, then run res doctor again"
     if f.manager is None:
@@ -118,11 +125,25 @@ def decide(f: Facts) -> tuple[int, list[str]]:
     if f.cluster_checked:
         _cluster(f, good, fix)
 
+    if f.rules_repo:
+        _rules(f, good, note)
     for warning in f.policy_warnings:
         what, _, how = warning.partition("; ")
         fix(what, how)
 
     return (0 if all(g for g, _ in ok) else 1), [line for _, line in ok]
+
+
+def _rules(f: Facts, good, note) -> None:
+    """Whether the repository's instructions files tell agents about res (doctor never edits them)."""
+    if f.rules_mention:
+        good(f"{' and '.join(f.rules_mention)} in {f.rules_repo} tell{'s' if len(f.rules_mention) == 1 else ''} agents about res")
+    elif f.rules_files:
+        note(f"{' and '.join(f.rules_files)} in {f.rules_repo} do{'es' if len(f.rules_files) == 1 else ''} not mention res",
+             "res agent-rules prints the lines to add (res never edits your files)")
+    else:
+        note(f"no CLAUDE.md or AGENTS.md in {f.rules_repo}",
+             "res agent-rules prints the lines an agent's instructions need (res never writes them)")
 
 
 def _cluster(f: Facts, good, fix) -> None:

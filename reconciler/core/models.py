@@ -90,7 +90,7 @@ class Request:
     est_s: Annotated[int, _typed(gt=0, le=365 * 86400)]  # --for
     created: Annotated[float, _typed(ge=0, le=MAX_EPOCH)]
     queue: Annotated[bool, _typed()] = False
-    lock: Annotated[str | None, _typed(max_length=200)] = None
+    lock: Annotated[str | None, _typed(max_length=4400)] = None  # KEY@<main tree of its repository> (core/locks.py)
     force: Annotated[bool, _typed()] = False
     # Where it may run: "" here (or on the cluster when the policy's overflow says so and it does not
     # fit here now), "local" never anywhere else, "cluster" on the Slurm cluster (DESIGN §6b).
@@ -107,6 +107,13 @@ class Request:
     # notes: the process whose exit frees the note (None: only its time or `res release` frees it)
     owner_pid: Annotated[int | None, _typed(ge=1, le=MAX_PID)] = None
     owner_name: Annotated[str | None, _typed(max_length=64)] = None  # what that process is (e.g. "claude")
+    # Who asked and how to reach them (`[by …]` in status, the busy lines): a name (`claude pid 4121`,
+    # a person), the task (a git branch), the job whose command asked (RES_ID), and an address to
+    # message the asker at. None: not known.
+    by: Annotated[str | None, _typed(max_length=200)] = None
+    task: Annotated[str | None, _typed(max_length=200)] = None
+    batch: Annotated[str | None, _typed(pattern=r"^r-[1-9][0-9]{0,9}$")] = None
+    reply_to: Annotated[str | None, _typed(max_length=500)] = None
 
     @property
     def number(self) -> int:

@@ -385,7 +385,7 @@ class _Admission:
                 if blocked is not None:
                     self.acts.append(_refuse(req, blocked[0], never=blocked[1]))
                 elif holder is not None:
-                    self.acts.append(_refuse(req, lock_detail(req.lock or "", holder)))
+                    self.acts.append(_refuse(req, lock_detail(req.lock or "", holder, req.force)))
                 return  # (over this pass's start cap: decided next pass)
             self.position += 1
             waits = (blocked[0]["resource"] if blocked else "lock" if holder is not None else "starts_per_pass")
@@ -411,7 +411,7 @@ class _Admission:
             detail, final = blocked
             self.acts.append(_refuse(req, detail, never=final))
         elif holder is not None:
-            self.acts.append(_refuse(req, lock_detail(req.lock or "", holder)))
+            self.acts.append(_refuse(req, lock_detail(req.lock or "", holder, req.force)))
         elif self.head is not None and not req.force:
             self.acts.append(_refuse(req, busy_detail(req, cap, self.now, head=self.head)))
         elif not cap.fits(req):

@@ -178,5 +178,15 @@ def escaped(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def lock_text(lock: str, limit: int = 120, quote: str = '"') -> str:
+    """A lock key as lines show it, quoted: one line, its scope (`KEY@<main tree>`) cut from the left
+    when long, since the path's end names the repository."""
+    flat = one_line(lock).replace(quote, '"' if quote == "'" else "'")
+    if len(flat) > limit:
+        key, at, scope = flat.partition("@")
+        flat = one_line(flat, limit) if not at or len(key) > limit // 2 else f"{key}@…{scope[-(limit - len(key) - 2):]}"
+    return quote + flat + quote
+
+
 def quoted(text: str, limit: int = 60) -> str:
     return '"' + one_line(text, limit).replace('"', "'") + '"'

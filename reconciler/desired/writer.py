@@ -579,7 +579,8 @@ class Writer:
             texts += [(f"env {k!r}", k), (f"env {k}", v)]
             if "=" in k or not k:
                 raise DesiredError(f"env {k!r}: not a variable name")
-        texts += [(name, v) for name, v in (("lock", req.lock), ("owner_name", req.owner_name)) if v is not None]
+        texts += [(name, v) for name, v in (("lock", req.lock), ("owner_name", req.owner_name), ("by", req.by),
+                                            ("task", req.task), ("reply_to", req.reply_to)) if v is not None]
         for where, text in texts:
             _check_text(where, text)
         return req
@@ -909,7 +910,7 @@ class Writer:
         return written
 
 
-_KEY_ORDER = ("title", "project", "mem_gb", "cpus", "est_s", "created", "queue", "lock", "force", "on", "cmd", "cwd", "agent", "env", "owner_pid", "owner_name")
+_KEY_ORDER = ("title", "project", "mem_gb", "cpus", "est_s", "created", "queue", "lock", "force", "on", "cmd", "cwd", "agent", "env", "owner_pid", "owner_name", "by", "task", "batch", "reply_to")
 
 
 def _entry_dict(req: "Request") -> dict[str, Any]:

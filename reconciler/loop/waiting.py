@@ -152,6 +152,51 @@ class LogFollower:
             os.close(fd)
 
 
+class ThrottleWatch:
+    """Tells once, on stderr, that the job waited for is at its own memory limit and stalling on it
+    (the rule of `res status`'s warning, render.lines.throttled), from the last pass's observation
+    in state.db, looked at about every EVERY_S."""
+
+    EVERY_S = 2.0
+
+    def __init__(self, paths: Paths, job_id: str, out=None):
+        self.paths, self.job_id = paths, job_id
+        self.out = out if out is not None else sys.stderr
+        self.said = False
+        self.looked_at = time.monotonic()
+
+    def poll(self) -> None:
+        if self.said or time.monotonic() - self.looked_at < self.EVERY_S:
+            return
+        self.looked_at = time.monotonic()
+        try:
+            line = throttle_notice(self.paths, self.job_id)
+        except Exception:  # state.db busy or unreadable for a moment: looked at again later
+            return
+        if line:
+            self.said = True
+            print(line, file=self.out, flush=True)
+
+
+def throttle_notice(paths: Paths, job_id: str) -> str | None:
+    """The throttle line for `job_id` if the last pass saw it throttled, else None."""
+    from reconciler.recorded.store import Store
+    from reconciler.render.lines import throttle_line, throttled
+
+    store = Store.open(paths, readonly=True)
+    try:
+        obs = ((store.get_meta_json("last_tick", {}).get("world") or {}).get("jobs") or {}).get(job_id) or {}
+        pressure, used = obs.get("pressure_avg60"), obs.get("mem_used_gb") or 0.0
+        if pressure is None:
+            return None
+        rec = store.get(job_id)
+    finally:
+        store.close()
+    if rec is None or not throttled(used, rec.request.mem_gb, pressure):
+        return None
+    return throttle_line(rec.request, used, pressure)
+
+
 def tail_lines(path, n: int, limit: int = 8 << 20) -> bytes:
     """The last `n` lines of a file (at most `limit` bytes of it), as bytes."""
     try:

@@ -54,6 +54,14 @@ def note_owner(start: int) -> tuple[int, str]:
     return start, own_name
 
 
+def nearest_agent(start: int, hops: int = 64) -> tuple[int, str] | None:
+    """(pid, agent CLI name) of the nearest agent session among `start` and its ancestors, or None."""
+    for pid, _comm, agent in _ancestry(start, hops):
+        if agent is not None:
+            return pid, agent
+    return None
+
+
 def _ancestry(pid: int, hops: int):
     """(pid, comm, agent CLI name or None) of `pid` and its ancestors, nearest first, as far as /proc
     tells (at most `hops`)."""

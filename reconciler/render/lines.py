@@ -102,6 +102,19 @@ def agents_memory_line(world: World) -> str | None:
             f"(of which {fmt_gb(cache)} reclaimable cache)")
 
 
+def throttled(used_gb: float, mem_gb: float, pressure_avg60: float | None) -> bool:
+    """A job at its own memory limit and stalling on it: the rule of the status warning and of `res
+    wait`'s notice."""
+    return pressure_avg60 is not None and used_gb >= THROTTLE_USED * mem_gb and pressure_avg60 >= THROTTLE_PRESSURE
+
+
+def throttle_line(req, used_gb: float, pressure_avg60: float) -> str:
+    by = f" (by {one_line(req.by, 60)})" if req.by else ""
+    return (f"{req.id} {quoted(req.title, 30)}{by} is throttled at its own limit "
+            f"({fmt_gb(used_gb)} of {fmt_gb(req.mem_gb)}, memory pressure {pressure_avg60:.0f}%); "
+            f"it would run faster with more --mem")
+
+
 def status_warnings(world: World, records, policy) -> list[str]:
     """One line per thing the user may want to act on; none of them stops anything."""
     out = []
@@ -109,10 +122,8 @@ def status_warnings(world: World, records, policy) -> list[str]:
         o = world.jobs.get(rec.id)
         if o is None or o.pressure_avg60 is None:
             continue
-        if o.mem_used_gb >= THROTTLE_USED * rec.request.mem_gb and o.pressure_avg60 >= THROTTLE_PRESSURE:
-            out.append(f"{rec.id} {quoted(rec.request.title, 30)} is throttled at its own limit "
-                       f"({fmt_gb(o.mem_used_gb)} of {fmt_gb(rec.request.mem_gb)}, memory pressure {o.pressure_avg60:.0f}%); "
-                       f"it would run faster with more --mem")
+        if throttled(o.mem_used_gb, rec.request.mem_gb, o.pressure_avg60):
+            out.append(throttle_line(rec.request, o.mem_used_gb, o.pressure_avg60))
     if world.tmp_tmpfs_used_gb is not None and world.mem_total_gb and \
             world.tmp_tmpfs_used_gb > TMPFS_SHARE * world.mem_total_gb:
         out.append(f"/tmp is a tmpfs holding {fmt_gb(world.tmp_tmpfs_used_gb)} "

@@ -7,7 +7,8 @@ Agents parse these lines: each is one line, stable and complete.
 from __future__ import annotations
 
 from reconciler.core.models import Action, Plan
-from reconciler.core.quantities import GIB, Zone, fmt_clock, fmt_cpus, fmt_gb, fmt_span, fmt_usd_pair, one_line, quoted
+from reconciler.core.quantities import (GIB, Zone, fmt_clock, fmt_cpus, fmt_gb, fmt_span, fmt_usd_pair, lock_text, one_line,
+                                        quoted)
 from reconciler.render.game import changes_text
 
 UNHELD = "nobody attached"  # a reattach of a job whose holder gave it up cleanly: bookkeeping
@@ -21,7 +22,8 @@ def _until(h: dict, zone: Zone) -> str:
 
 def _who(h: dict, zone: Zone) -> str:
     project = f"{one_line(h['project'], 30)} " if h["project"] else ""
-    return f"{project}{quoted(h['title'], 40)} ({h['id']}) {_until(h, zone)}"
+    by = f", by {one_line(h['by'], 60)}" if h.get("by") else ""
+    return f"{project}{quoted(h['title'], 40)} ({h['id']}{by}) {_until(h, zone)}"
 
 
 def _retry_text(d: dict, zone: Zone) -> str:
@@ -51,7 +53,8 @@ def reason_line(d: dict, zone: Zone) -> str:
         return (f"busy: the cluster would start it at ~{when} (slurm, partition {d['partition']}); "
                 f"retry after ~{when}, or --queue to wait in slurm's queue, or work on something else")
     if resource == "lock":
-        return f"busy: lock {quoted(d['lock'], 40)} held by {_who(d['holders'][0], zone)}; {_retry_text(d, zone)}"
+        forced = "--force never overrides a lock; " if d.get("force") == "lock" else ""
+        return f"busy: lock {lock_text(d['lock'])} held by {_who(d['holders'][0], zone)}; {forced}{_retry_text(d, zone)}"
     if resource == "sessions":
         hs = d["holders"]
         who = ", ".join(_who(h, zone) for h in hs[:5]) + (f", and {len(hs) - 5} more" if len(hs) > 5 else "")
@@ -77,11 +80,18 @@ def busy_line(d: dict, zone: Zone) -> str:
         waits = head["waits_for"].split("+")
         parts.append(f"queue head {head['id']} {quoted(head['title'], 40)} waits for "
                      f"{_amounts(waits, head['gb'], head['cpus'])} first")
-    free = f"{_amounts(short, max(d['free_gb'], 0), max(d['free_cpus'], 0))} free for agents"
-    if not d["holders"]:
-        free += f", {_amounts(short, d['asked_gb'], d['asked_cpus'])} asked; the rest is in use outside res or kept as the user's reserve"
-    parts.append(free)
+    force = d.get("force")
+    if force != "short":
+        free = f"{_amounts(short, max(d['free_gb'], 0), max(d['free_cpus'], 0))} free for agents"
+        if not d["holders"]:
+            free += f", {_amounts(short, d['asked_gb'], d['asked_cpus'])} asked; the rest is in use outside res or kept as the user's reserve"
+        parts.append(free)
     parts.append(_retry_text(d, zone))
+    if force == "short":
+        return f"busy even with --force: only {fmt_gb(d['really_free_gb'])} really free beyond the reserve; " + "; ".join(parts)
+    if force == "would_fit":
+        parts.append(f"{fmt_gb(d['really_free_gb'])} really free beyond the reserve: --force starts it past the "
+                     "ledger (only if the holders will not use what they reserved)")
     return "busy: " + "; ".join(parts)
 
 
@@ -96,7 +106,7 @@ def queued_line(d: dict, zone: Zone) -> str:
     eta = f"est. start ~{fmt_clock(d['est_start'], zone)}" if d["est_start"] is not None else "est. start unknown"
     text = f"position {d['position']}; {eta}"
     if d["waits_for"] == "lock":
-        text += f"; lock {d['lock']!r} held by {d['lock_holder']}"
+        text += f"; lock {lock_text(d['lock'], quote=chr(39))} held by {d['lock_holder']}"
     elif d["waits_for"] == "queue_head":
         text += f"; behind queue head {d['head']}"
     return text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from reconciler.core.models import JobRecord, Phase
-from reconciler.core.quantities import Zone, escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
+from reconciler.core.quantities import Zone, escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, lock_text, one_line, quoted
 
 HEADER = f"{'ID':<6} {'PROJECT':<16} {'TITLE':<32} {'STATE':<9} {'MEM':>7} {'USED':>7} {'PEAK':>7} {'CPUS':>5} {'START':>5}  WHY / WHEN"
 
@@ -50,9 +50,35 @@ def status_line(v: dict, zone: Zone) -> str:
         tail += f" ~${v['running_spend_usd']:.2f}: output in no known {v['agent']} format"
     elif v["agent"] != "none":
         tail += f" ${v['spend_usd']:.2f} {v['iterations']} turns"
+    live = v["state"] in ("queued", "starting", "running")
+    if v["state"] in ("starting", "running") and v.get("lock"):  # (a queued one's wait names it already)
+        tail += f" lock {lock_text(v['lock'])}"
+    who = asker_text(v.get("by") or {}) if live else ""
     return (f"{v['id']:<6} {one_line(v['project'], 16):<16} {quoted(v['title'], 30):<32} {v['state']:<9} "
             f"{_size(v['mem_gb']):>7} {_size(v['used_gb']):>7} {_size(v['peak_gb']):>7} {fmt_cpus(v['cpus']).split()[0]:>5} "
-            f"{started:>5}  {one_line(tail.strip(), 160)}").rstrip()
+            f"{started:>5}  {one_line(tail.strip(), 160)} {who}").rstrip()
+
+
+def asker_data(req) -> dict:
+    """Who asked, as `--json` carries it: name, task, batch, message (the keys known)."""
+    pairs = (("name", req.by), ("task", req.task), ("batch", req.batch), ("message", req.reply_to))
+    return {k: v for k, v in pairs if v}
+
+
+def asker_text(by: dict) -> str:
+    """`[by claude pid 4121 fix-login batch r-3, message unix:/run/agent.sock]`, the keys known; ""
+    when none is."""
+    words = []
+    if by.get("name"):
+        words.append(f"by {one_line(by['name'], 60)}")
+    if by.get("task"):
+        words.append(one_line(by["task"], 60) if words else f"task {one_line(by['task'], 60)}")
+    if by.get("batch"):
+        words.append(f"batch {by['batch']}")
+    text = " ".join(words)
+    if by.get("message"):
+        text += f"{', ' if text else ''}message {one_line(by['message'], 120)}"
+    return f"[{text}]" if text else ""
 
 
 def done_line(rec: JobRecord) -> str:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from clihelp import FAKE, FAST, PY, res, token_cost, wait_for  # noqa: F401
+from clihelp import FAKE, FAST, ME, PY, res, token_cost, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.fault, pytest.mark.systemd]
 
@@ -469,7 +469,7 @@ def test_session_caps_through_the_cli(fres):
     r = res.run_job(PY, FAKE, "5", mem="100M", extra=("--agent", "claude"))
     line = r.one_line()
     assert r.code == 3 and line.startswith("busy: 2 agent sessions running (max 2): "), str(r)
-    assert "(r-1)" in line and "(r-2)" in line and '"session 0"' in line, line
+    assert f"(r-1, by {ME})" in line and f"(r-2, by {ME})" in line and '"session 0"' in line, line
     print(f"\n[8a] over the cap: exit {r.code}: {line}")
     assert res.started("true", mem="100M") == "r-4"  # a plain job is no session
     r = res.run_job("sh", "-c", BLOCKED_AGENT, str(gos[2]), PY, FAKE, "5", mem="100M",

@@ -183,7 +183,7 @@ def test_ten_kb_title_is_refused_and_nothing_is_written(paths, writer):
         ({"cmd": ["a\x00b"]}, "cmd[0]"),
         ({"cmd": ["caf\udce9"]}, "UTF-8"),
         ({"env": {"A=B": "x"}}, "env"),
-        ({"lock": "k" * 300}, "lock"),
+        ({"lock": "k" * 4401}, "lock"),
     ],
 )
 def test_invalid_requests_are_refused_before_writing(paths, writer, fields, word):

@@ -16,7 +16,7 @@ from reconciler.loop.serve import answer_request
 def test_a_request_not_decided_in_answer_timeout_s_is_answered_with_its_id():
     said = []
     engine = SimpleNamespace(
-        policy=SimpleNamespace(answer_timeout_s=0.2),
+        policy=SimpleNamespace(answer_timeout_s=0.2, lock_title_words=[]),
         writer=SimpleNamespace(who=None, add=lambda fields, kind: SimpleNamespace(id="r-7", queue=False)),
         store=SimpleNamespace(get=lambda job_id: None), blocked=[])
 

@@ -55,7 +55,7 @@ def test_a_job_cannot_forge_its_own_or_a_neighbours_exit_record(res):
     # names r-1 (it would fit if the forged record had freed r-1's reservation: no overbooking)
     free = res.status_all()["budget"]["mem_gb"]
     r = res.run_job("true", mem=f"{max(int((free + 0.25) * 1024), 64)}M")
-    assert r.code == 3 and "(r-1)" in r.out, str(r)
+    assert r.code == 3 and "(r-1, by " in r.out, str(r)
     assert res.started("sh", "-c", BLOCK, str(res.tmp / "go-3"), mem="128M") == "r-4"  # r-3 was refused
     # release --stop still stops the forger, and its end is its own
     r = res("release", "--stop", "r-1")

@@ -136,8 +136,10 @@ def test_fitting_request_starts_and_later_ones_see_the_claim():
 def test_busy_line_names_holders_earliest_eta_first_and_when_to_retry():
     late = running(4, mem=7.5, title="dotnet e2e", started=NOW - 60, est=3600)
     soon = running(5, mem=2.0, title="lint", project="proj-b", started=NOW - 60, est=600)
-    # budget: 21 − 6 − 2 − 7.5 − 2.0 = 3.5; 5 GB needs r-5's 2 GB back, which ends first
-    p = run_plan([req(6, mem=5.0)], records=[late, soon], w=world(avail=21.0))
+    # both use what they reserved (gone from MemAvailable): budget 11.5 − 6 − 2 = 3.5, and --force
+    # would not fit either; 5 GB needs r-5's 2 GB back, which ends first
+    used = {"r-4": JobObs(state="active", mem_used_gb=7.5), "r-5": JobObs(state="active", mem_used_gb=2.0)}
+    p = run_plan([req(6, mem=5.0)], records=[late, soon], w=world(avail=11.5, jobs=used))
     (a,) = p.actions
     assert a.kind == "refuse"
     eta_soon = fmt_clock(NOW - 60 + 600, UTC)
@@ -148,7 +150,8 @@ def test_busy_line_names_holders_earliest_eta_first_and_when_to_retry():
 def test_busy_line_with_two_holders_retries_after_the_later_one():
     a1 = running(4, mem=4.0, title="dotnet e2e", started=NOW, est=3600)
     a2 = running(5, mem=4.0, title="lint", started=NOW, est=600)
-    p = run_plan([req(6, mem=10.0)], records=[a1, a2], w=world(avail=20.0))  # budget 4: needs both back
+    used = {"r-4": JobObs(state="active", mem_used_gb=4.0), "r-5": JobObs(state="active", mem_used_gb=4.0)}
+    p = run_plan([req(6, mem=10.0)], records=[a1, a2], w=world(avail=12.0, jobs=used))  # budget 4: needs both back
     line = p.actions[0].reason
     assert line.index("(r-5)") < line.index("(r-4)")
     assert line.endswith(f"retry after ~{fmt_clock(NOW + 3600, UTC)} or work on something else")

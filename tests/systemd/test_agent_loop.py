@@ -12,7 +12,7 @@ import select
 
 import pytest
 
-from clihelp import CLOCK, PY, res, unit_props, wait_for  # noqa: F401
+from clihelp import CLOCK, ME, PY, res, unit_props, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.systemd
 
@@ -89,7 +89,8 @@ def test_run_wait_on_a_queued_job_says_so_once_then_streams(res):
     out, err = p.communicate(timeout=120)
     assert p.returncode == 5 and out == "second ran\n", (out, err)
     started, done = err.splitlines()
-    assert re.fullmatch(rf"r-2 queued, position 1; est\. start ~{CLOCK}; lock 'gate' held by r-1; cancel: res release r-2",
+    assert re.fullmatch(rf"r-2 queued, position 1; est\. start ~{CLOCK}; lock 'gate@{re.escape(str(res.work))}' held by "
+                        r"r-1; cancel: res release r-2",
                         queued), err
     assert re.fullmatch(r"r-2 started; log \S+/logs/r-2\.log", started), err
     assert done.startswith("r-2 done rc=5 "), err
@@ -148,7 +149,8 @@ def test_status_header_queue_positions_and_the_finished_grace(res):
         assert res("run", "--queue", "--mem", "256M", "--for", "10m", "--lock", "k", "--", "true").code == 0
     lines = res.ok("status").lines
     assert lines[0].startswith("ID ") and "WHY / WHEN" in lines[0]
-    waits = [re.search(r"position (\d); est\. start ~(\d\d:\d\d); lock 'k' held by r-1$", ln) for ln in lines[2:5]]
+    waits = [re.search(rf"position (\d); est\. start ~(\d\d:\d\d); lock 'k@{re.escape(str(res.work))}' held by r-1 "
+                       rf"\[by {re.escape(ME)}\]$", ln) for ln in lines[2:5]]
     assert all(waits), lines
     assert [int(m.group(1)) for m in waits] == [1, 2, 3]
     queued = [j for j in res.status_all()["jobs"] if j["state"] == "queued"]

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from clihelp import CLOCK, GIB, PY, meminfo_gb, nproc, res, unit_props, wait_for  # noqa: F401
+from clihelp import CLOCK, GIB, ME, PY, meminfo_gb, nproc, res, unit_props, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.systemd
 
@@ -82,8 +82,11 @@ def test_busy_line_names_the_holder_free_memory_and_retry(res):
     assert res.started(*hold, mem="1G", extra=("--title", "holder job", "--project", "proj-a")) == "r-1"
     r = res.run_job("true", mem="1G")
     line = r.one_line()
-    m = re.fullmatch(rf'busy: 1\.0 GB held by proj-a "holder job" \(r-1\) until ~({CLOCK}); (\d+) MB free for agents; '
-                     rf"retry after ~({CLOCK}) or work on something else", line)
+    # the holder sleeps: it uses next to nothing of its 1 GB, so --force would start this one
+    m = re.fullmatch(rf'busy: 1\.0 GB held by proj-a "holder job" \(r-1, by {re.escape(ME)}\) until ~({CLOCK}); '
+                     rf"(\d+) MB free for agents; retry after ~({CLOCK}) or work on something else; "
+                     r"[\d.]+ GB really free beyond the reserve: --force starts it past the ledger \(only if the "
+                     r"holders will not use what they reserved\)", line)
     assert r.code == 3 and m and r.err == "", str(r)
     assert m.group(1) == m.group(3)  # retry when the holder is expected to end
     assert float(m.group(2)) < 1024  # under 1 GB free: said in MB
@@ -98,9 +101,11 @@ def test_busy_line_names_holders_earliest_eta_first(res):
     assert res.started(*late, mem="512M", est="50m", extra=("--title", "late")) == "r-1"
     assert res.started(*early, mem="512M", est="10m", extra=("--title", "early")) == "r-2"
     r = res.run_job("true", mem="1280M")  # needs both to end
-    m = re.fullmatch(rf'busy: 512 MB held by \S+ "early" \(r-2\) until ~({CLOCK}), 512 MB by \S+ "late" \(r-1\) '
-                     rf"until ~({CLOCK}); [\d.]+ [GM]B free for agents; retry after ~({CLOCK}) or work on something else",
-                     r.one_line())
+    by = f", by {re.escape(ME)}"
+    m = re.fullmatch(rf'busy: 512 MB held by \S+ "early" \(r-2{by}\) until ~({CLOCK}), 512 MB by \S+ "late" \(r-1{by}\) '
+                     rf"until ~({CLOCK}); [\d.]+ [GM]B free for agents; retry after ~({CLOCK}) or work on something else"
+                     r"; [\d.]+ GB really free beyond the reserve: --force starts it past the ledger \(only if the "
+                     r"holders will not use what they reserved\)", r.one_line())
     assert r.code == 3 and m, str(r)
     assert m.group(3) == m.group(2)  # retry when enough is free: after the later of the two
     st = {j: res.status(j) for j in ("r-1", "r-2")}
@@ -112,8 +117,8 @@ def test_busy_line_names_a_cpu_shortage(res):
     hold, _ = blocker(res, "1")
     assert res.started(*hold, cpus=str(n), extra=("--title", "all cpus")) == "r-1"
     r = res.run_job("true", cpus="1")
-    m = re.fullmatch(rf'busy: {n} cpus? held by \S+ "all cpus" \(r-1\) until ~({CLOCK}); 0 cpus free for agents; '
-                     rf"retry after ~({CLOCK}) or work on something else", r.one_line())
+    m = re.fullmatch(rf'busy: {n} cpus? held by \S+ "all cpus" \(r-1, by {re.escape(ME)}\) until ~({CLOCK}); '
+                     rf"0 cpus free for agents; retry after ~({CLOCK}) or work on something else", r.one_line())
     assert r.code == 3 and m, str(r)
 
 
@@ -151,20 +156,22 @@ def test_lock_held_entries_are_skipped_not_blocking(res):
     assert res.started(*hold, extra=("--lock", "db")) == "r-1"
     locked_cmd, locked_go = blocker(res, "2")
     r = res.run_job(*locked_cmd, extra=("--queue", "--lock", "db"))
-    assert r.code == 0 and re.fullmatch(r"r-2 queued, position 1; .*lock 'db' held by r-1.*; cancel: res release r-2",
+    assert r.code == 0 and re.fullmatch(rf"r-2 queued, position 1; .*lock 'db@{re.escape(str(res.work))}' held by r-1.*; cancel: res release r-2",
                                         r.one_line()), str(r)
     other, other_go = blocker(res, "3")
     assert res.started(*other, extra=("--queue",)) == "r-3"  # behind a lock-held entry, not blocked by it
     r = res.run_job("true", extra=("--lock", "db"))
-    m = re.fullmatch(rf'busy: lock "db" held by \S+ "[^"]*" \(r-1\) until ~{CLOCK}; retry after ~{CLOCK} or work on '
-                     r"something else", r.one_line())
+    db = f'"db@{re.escape(str(res.work))}"'
+    m = re.fullmatch(rf'busy: lock {db} held by \S+ "[^"]*" \(r-1, by {re.escape(ME)}\) until ~{CLOCK}; retry after '
+                     rf"~{CLOCK} or work on something else", r.one_line())
     assert r.code == 3 and m, str(r)
-    r = res.run_job("true", extra=("--lock", "db", "--force"))  # --force never overrides a lock
-    assert r.code == 3 and r.one_line().startswith('busy: lock "db" held by'), str(r)
+    r = res.run_job("true", extra=("--lock", "db", "--force"))  # --force never overrides a lock, and says so
+    assert r.code == 3 and re.match(rf"busy: lock {db} held by .*; --force never overrides a lock; retry after ",
+                                    r.one_line()), str(r)
 
     hold_go.touch()
     st = res.reconcile_until("r-2", lambda s: s["state"] == "running", "started after the lock was freed")
-    assert st["lock"] == "db" and res.status("r-1")["state"] == "done"
+    assert st["lock"] == f"db@{res.work}" and res.status("r-1")["state"] == "done"
     locked_go.touch()
     other_go.touch()
     assert res("wait", "r-2").code == 0 and res("wait", "r-3").code == 0
@@ -353,11 +360,11 @@ def test_status_lines_budget_and_json(res):
     lines = r.lines
     assert len(lines) == 6, r.out  # the header, one per live entry, the budget line, the agents slice's memory
     assert lines[0].split() == ["ID", "PROJECT", "TITLE", "STATE", "MEM", "USED", "PEAK", "CPUS", "START", "WHY", "/", "WHEN"]
-    assert re.match(rf'r-1 +projx +"status probe" +running +512 MB +\d+ MB +- +0\.1 +{CLOCK} +ETA ~{CLOCK}$',
-                    lines[1]), lines[1]
+    assert re.match(rf'r-1 +projx +"status probe" +running +512 MB +\d+ MB +- +0\.1 +{CLOCK} +ETA ~{CLOCK} '
+                    rf'lock "k@{re.escape(str(res.work))}" \[by {re.escape(ME)}\]$', lines[1]), lines[1]
     # a queued entry says where it stands, when it is expected to start, and what it waits for
     assert re.match(rf'r-2 +\S+ +"waits for k" +queued +256 MB +- +- +0\.1 +- +position 1; est\. start ~{CLOCK}; '
-                    r"lock 'k' held by r-1$", lines[2]), lines[2]
+                    rf"lock 'k@{re.escape(str(res.work))}' held by r-1 \[by {re.escape(ME)}\]$", lines[2]), lines[2]
     assert re.match(r'r-3 +\S+ +"a note" +running +256 MB ', lines[3]), lines[3]
     assert re.fullmatch(r"agents may use [\d.]+ [GM]B, [\d.]+ cpus? now; reserve [\d.]+ GB/0 cpus; "
                         r"sessions spent \$0\.00 today", lines[4]), lines[4]

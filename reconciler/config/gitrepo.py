@@ -1,0 +1,106 @@
+"""What a directory's git checkout says, read from its files (no `git` process: `res run` is a hot
+path): the checkout's root, the repository's main tree (the scope of a `--lock`), the branch.
+
+A worktree made by `git worktree add` has a `.git` file (`gitdir: <main>/.git/worktrees/<name>`)
+whose git directory holds `commondir` (`../..`): the repository's own git directory, whose parent
+is the main tree. Every worktree of one repository so has one main tree; two repositories never do.
+"""
+from __future__ import annotations
+
+import os
+
+_MAX_FILE = 4096  # a .git file, HEAD or commondir longer than this is not git's
+
+
+# ---------------------------------------------------------------- pure: file contents to facts
+
+
+def gitdir_from_file(text: str, base: str) -> str | None:
+    """The git directory a `.git` file in `base` points to (`gitdir: PATH`, relative to `base`)."""
+    line = text.strip()
+    if not line.startswith("gitdir:"):
+        return None
+    target = line[len("gitdir:"):].strip()
+    return os.path.normpath(os.path.join(base, target)) if target else None
+
+
+def common_dir_of(gitdir: str, commondir_text: str | None) -> str:
+    """The repository's own git directory: a worktree's `commondir` (relative to its git dir), or
+    the git directory itself."""
+    if commondir_text is None or not commondir_text.strip():
+        return os.path.normpath(gitdir)
+    return os.path.normpath(os.path.join(gitdir, commondir_text.strip()))
+
+
+def main_tree_of(common_dir: str) -> str:
+    """The main tree of a repository whose git directory is `common_dir`: its parent when it is a
+    `.git` directory; a bare repository (no tree) is its own scope."""
+    common_dir = os.path.normpath(common_dir)
+    return os.path.dirname(common_dir) if os.path.basename(common_dir) == ".git" else common_dir
+
+
+def branch_of(head_text: str) -> str | None:
+    """The branch HEAD names (`ref: refs/heads/NAME`); None when detached."""
+    line = head_text.strip()
+    prefix = "ref: refs/heads/"
+    return line[len(prefix):] or None if line.startswith(prefix) else None
+
+
+# ---------------------------------------------------------------- reading a checkout
+
+
+def _read(path: str) -> str | None:
+    """A small regular file's text; None for anything else (a FIFO planted as HEAD never blocks us)."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, _MAX_FILE + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > _MAX_FILE:
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def checkout(cwd: str) -> tuple[str, str] | None:
+    """(the checkout's root, its git directory) for `cwd`, or None outside git."""
+    d = os.path.abspath(cwd)
+    while True:
+        dot = os.path.join(d, ".git")
+        if os.path.isdir(dot):
+            return d, dot
+        if os.path.isfile(dot):
+            text = _read(dot)
+            gitdir = gitdir_from_file(text, d) if text is not None else None
+            if gitdir is not None and os.path.isdir(gitdir):
+                return d, gitdir
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
+
+
+def main_tree(cwd: str) -> str:
+    """The repository's main tree for `cwd` (all its worktrees share it); outside git, `cwd`."""
+    found = checkout(cwd)
+    if found is None:
+        return os.path.abspath(cwd)
+    _, gitdir = found
+    return main_tree_of(common_dir_of(gitdir, _read(os.path.join(gitdir, "commondir"))))
+
+
+def branch(cwd: str) -> str | None:
+    """The branch checked out where `cwd` is (a worktree's own HEAD), or None."""
+    found = checkout(cwd)
+    if found is None:
+        return None
+    head = _read(os.path.join(found[1], "HEAD"))
+    return branch_of(head) if head is not None else None
