@@ -197,6 +197,7 @@ class Executor:
             log.warning("start of %s: %s", req.id, e)
             if e.not_started:  # certainly not started: back in the queue, tried again next pass
                 self.store.put(transition(starting, "requeue", now), expect_phase=Phase.starting)
+                _drop_if_empty(self.paths.log(req.id, log_dir))  # a follower must not take it for a start
             # Else unknown whether it started: leave `starting`; the next pass sees the unit or requeues.
             return
         except RuntimeBusy as e:  # asked for now, and the cluster would not start it now
@@ -267,6 +268,14 @@ class Executor:
             os.close(fd)
 
 
+def _drop_if_empty(path) -> None:
+    try:
+        if os.lstat(path).st_size == 0:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
 def job_env(req: Request) -> dict[str, str]:
     """The caller's environment as recorded, and who the job is: RES_ID (a `res run` its command makes
     is recorded as part of it: `batch r-N`), RES_BY and RES_TASK (its requests are asked by the same
@@ -275,6 +284,8 @@ def job_env(req: Request) -> dict[str, str]:
     for name, value in (("RES_BY", req.by), ("RES_TASK", req.task)):
         if value:
             env[name] = value
+        else:
+            env.pop(name, None)  # the caller's, overridden by a flag: not the job's
     return env
 
 

@@ -168,18 +168,33 @@ def gather_cluster(f: Facts, paths: Paths, policy) -> None:
     if f.cluster_shared and not os.path.isdir(policy.cluster.shared_dir):
         f.cluster_write_error = f"{policy.cluster.shared_dir} is not a directory here (not mounted?)"
         return
+    from reconciler.config.paths import own_private_dir
+
     try:
         logs.mkdir(mode=0o700, parents=not f.cluster_shared, exist_ok=True)
     except OSError as e:
         f.cluster_write_error = f"cannot make it here: {e.strerror}"
         return
+    why = own_private_dir(logs)
+    if why is not None:
+        f.cluster_write_error = f"it {why}"
+        return
     probe = logs / f".doctor-{os.getpid()}"
     argv = ["srun", "--nodes=1", "--ntasks=1", "--mem=16M", "--time=1", "--immediate=30", "--job-name=res-doctor"]
     if f.cluster_partition:
         argv.append(f"--partition={f.cluster_partition}")
-    rc, out = _run([*argv, "sh", "-c", 'touch "$0" && rm -f "$0"', str(probe)], 60)
+    # The node writes a file and this host must see it: a directory that is only local here (a
+    # mount point left empty by an unmount) fails, as it must.
+    rc, out = _run([*argv, "sh", "-c", 'echo res-doctor > "$0"', str(probe)], 60)
+    try:
+        seen = probe.read_text() == "res-doctor\n"
+        probe.unlink()
+    except OSError:
+        seen = False
     if rc != 0:
         f.cluster_write_error = out[:300] or f"srun exited {rc}"
+    elif not seen:
+        f.cluster_write_error = "a node wrote a file there and this host does not see it: not the same filesystem"
 
 
 RULES_FILES = ("CLAUDE.md", "AGENTS.md", ".claude/CLAUDE.md")
@@ -190,7 +205,7 @@ def gather_rules(f: Facts, cwd: str) -> None:
     mention res (read, never written)."""
     import re
 
-    from reconciler.config.gitrepo import checkout
+    from reconciler.config.gitrepo import checkout, read_regular
     from reconciler.render.rules import MENTIONS_RES
 
     found = checkout(cwd)
@@ -199,10 +214,8 @@ def gather_rules(f: Facts, cwd: str) -> None:
     f.rules_repo = found[0]
     present, mention = [], []
     for name in RULES_FILES:
-        try:
-            with open(os.path.join(found[0], name), "rb") as fh:
-                text = fh.read(1 << 20).decode("utf-8", "replace")
-        except OSError:
+        text = read_regular(os.path.join(found[0], name), 1 << 20)
+        if text is None:
             continue
         present.append(name)
         if re.search(MENTIONS_RES, text):

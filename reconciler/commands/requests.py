@@ -118,7 +118,10 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
     the request is written (a caller that gives up waiting then knows what it left behind)."""
     from reconciler.desired.reader import DesiredError
 
-    fields = scoped_lock(fields, engine.policy) if kind == "job" else fields
+    if kind == "job":
+        import asyncio
+
+        fields = await asyncio.to_thread(scoped_lock, fields, engine.policy)  # stats of the caller's cwd
     req = find_submitted(engine, kind, fields) if resume else None
     if req is None:
         try:

@@ -50,7 +50,12 @@ def branch_of(head_text: str) -> str | None:
 
 
 def _read(path: str) -> str | None:
-    """A small regular file's text; None for anything else (a FIFO planted as HEAD never blocks us)."""
+    return read_regular(path, _MAX_FILE)
+
+
+def read_regular(path: str, limit: int) -> str | None:
+    """A regular file's text, if it has at most `limit` bytes; None for anything else (a FIFO planted
+    as HEAD or CLAUDE.md never blocks us)."""
     import stat
 
     try:
@@ -60,12 +65,12 @@ def _read(path: str) -> str | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        data = os.read(fd, _MAX_FILE + 1)
+        data = os.read(fd, limit + 1)
     except OSError:
         return None
     finally:
         os.close(fd)
-    if len(data) > _MAX_FILE:
+    if len(data) > limit:
         return None
     return data.decode("utf-8", "replace")
 

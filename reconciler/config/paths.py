@@ -103,6 +103,29 @@ class Paths:
             os.umask(old)
 
 
+def own_private_dir(path) -> str | None:
+    """None when `path` is a directory of ours that only we can enter (0700, not a symlink); else
+    why not ("missing" when there is nothing there). A folder in a shared directory that someone
+    else made first could hold a planted exit record or a FIFO."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != os.getuid():
+        return f"belongs to uid {st.st_uid}, not to us"
+    if st.st_mode & 0o077:
+        return f"is open to others (mode {st.st_mode & 0o777:o}, not 700)"
+    return None
+
+
 def exit_record_path(logs: Path, job_id: str) -> Path:
     """Where a job's unit writes its exit record (exit_record.py): beside its log."""
     return logs / f"{job_id}.exit.json"

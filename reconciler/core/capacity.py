@@ -267,6 +267,7 @@ def busy_detail(req: Request, cap: Capacity, now: float, head: Request | None = 
         d["force"] = "would_fit"
     if "force" in d:
         d["really_free_gb"] = round(max(cap.force_mem_gb, 0.0), 3)
+        d["really_free_cpus"] = round(max(cap.force_cpus, 0.0), 3)
     if head:
         d["head"] = {"id": head.id, "title": head.title, "gb": head.mem_gb, "cpus": head.cpus,
                      "waits_for": "+".join(short_of(cap, head.mem_gb, head.cpus) or short)}

@@ -96,7 +96,8 @@ def _changes(rec: JobRecord, event: str, now: float, f: dict) -> dict:
         return {}
     if event == "requeue":
         # This attempt never ran and is not counted: the next start is the same attempt again.
-        return {"started": None, "lease_until": None, "attached_by": None, "attempt": max(rec.attempt - 1, 0)}
+        return {"started": None, "lease_until": None, "attached_by": None, "attempt": max(rec.attempt - 1, 0),
+                "log_dir": None}  # where the next start puts its log is decided then
     if event == "cancel":
         return {"why": "released before it started", "detail": {"code": "cancelled"}, "ended": now}
     if event == "recover_unit":

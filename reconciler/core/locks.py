@@ -9,8 +9,9 @@ from __future__ import annotations
 
 
 def lock_scope(key: str, scope: str) -> str:
-    """`KEY@<scope>`. A key already scoped (written by hand as `KEY@/path`) is kept as it is."""
-    return key if "@" in key else f"{key}@{scope}"
+    """`KEY@<scope>`. A key already scoped (written by hand as `KEY@/path`: an absolute path after its
+    last `@`) is kept as it is; `db@staging` is a key like any other."""
+    return key if key.rpartition("@")[2].startswith("/") and "@" in key else f"{key}@{scope}"
 
 
 def title_lock(title: str, words) -> str | None:

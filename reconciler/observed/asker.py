@@ -71,12 +71,11 @@ def asker(env: dict[str, str], pid: int, cwd: str, by: str | None = None, task: 
         if value is not None and is_secret(flag[2:].upper(), value):
             raise ValueError(f"{flag} looks like a secret (a key, a token, a URL with a password); res never writes those down")
     out["by"] = _clean(by) or _public("RES_BY", env.get("RES_BY")) or agent_of(pid, env) or _public("USER", user_name(env))
-    if task is not None:
-        out["task"] = _clean(task)
-    else:
+    out["task"] = _clean(task) or _public("RES_TASK", env.get("RES_TASK"))
+    if out["task"] is None:
         from reconciler.config.gitrepo import branch
 
-        out["task"] = _public("RES_TASK", env.get("RES_TASK")) or _public("branch", branch(cwd))
+        out["task"] = _public("branch", branch(cwd))
     batch = env.get("RES_ID", "")
     out["batch"] = batch if JOB_ID.match(batch) else None
     out["reply_to"] = _public("RES_REPLY_TO", env.get("RES_REPLY_TO"), MAX_ADDRESS)

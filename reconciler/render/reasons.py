@@ -88,7 +88,9 @@ def busy_line(d: dict, zone: Zone) -> str:
         parts.append(free)
     parts.append(_retry_text(d, zone))
     if force == "short":
-        return f"busy even with --force: only {fmt_gb(d['really_free_gb'])} really free beyond the reserve; " + "; ".join(parts)
+        only = (fmt_gb(d["really_free_gb"]) + " really free" if d["asked_gb"] > d["really_free_gb"]
+                else fmt_cpus(d["really_free_cpus"]))  # (CPUs: the reserve's share, not a measured use)
+        return f"busy even with --force: only {only} beyond the reserve; " + "; ".join(parts)
     if force == "would_fit":
         parts.append(f"{fmt_gb(d['really_free_gb'])} really free beyond the reserve: --force starts it past the "
                      "ledger (only if the holders will not use what they reserved)")

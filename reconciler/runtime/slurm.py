@@ -293,8 +293,6 @@ class SlurmRuntime:
         """Our jobs Slurm knows (the newest per name), by res job id."""
         if self._failed is not None and time.monotonic() - self._failed[0] < RETRY_AFTER_S:
             raise self._failed[1]
-        if self.shared_dir:
-            self._make_logs()
         try:
             rc, out, err = await self._call(["squeue", "--noheader", "--states=all", f"--user={self._user}",
                                              f"--format={SQUEUE_FORMAT}"])
@@ -315,6 +313,8 @@ class SlurmRuntime:
         return mine
 
     async def observe(self, job_ids: list[str]) -> dict[str, JobObs]:
+        if self.shared_dir:
+            self._make_logs()  # not there: the cluster is unobserved (nothing settled without exit records)
         jobs = await self.jobs()
         out: dict[str, JobObs] = {}
         for job_id in set(jobs) | set(job_ids):
@@ -340,18 +340,24 @@ class SlurmRuntime:
         time the cluster is: a stat). The shared directory itself is the user's: while it is not there
         (not mounted?), the cluster is not used, with why: its jobs' exit records are there, and nothing
         may be submitted that could not write them."""
-        if os.path.isdir(self.logs_dir) and not os.path.islink(self.logs_dir):
+        from reconciler.config.paths import own_private_dir
+
+        why = own_private_dir(self.logs_dir)
+        if why is None:
             return
+        if why != "missing":
+            raise RuntimeUnavailable(f"slurm: {self.logs_dir} {why}; refusing to use it", not_started=True)
         shared = self.shared_dir
         if not os.path.isdir(shared):
             raise RuntimeUnavailable(f"slurm: the shared_dir {shared} is not a directory here "
                                      f"(not mounted? check: ls -ld {shared})", not_started=True)
-        if self.logs_dir.is_symlink():
-            raise RuntimeUnavailable(f"slurm: {self.logs_dir} is a symlink; refusing to use it", not_started=True)
         try:
             self.logs_dir.mkdir(mode=0o700, exist_ok=True)
         except OSError as e:
             raise RuntimeUnavailable(f"slurm: cannot make {self.logs_dir}: {e.strerror}", not_started=True) from None
+        why = own_private_dir(self.logs_dir)  # made by someone else in between: not ours to use
+        if why is not None:
+            raise RuntimeUnavailable(f"slurm: {self.logs_dir} {why}; refusing to use it", not_started=True)
 
     # ------------------------------------------------------------------ submit, cancel
 
@@ -368,6 +374,8 @@ class SlurmRuntime:
     async def start(self, spec: JobSpec) -> str | None:
         """Submit (idempotent: a job of ours already there under this name and not ended is it)."""
         name = self.unit_name(spec.job_id)
+        if self.shared_dir:
+            self._make_logs()
         # Asked this very pass (its observation, moments ago): not asked again.
         jobs = self._known if time.monotonic() - self._known_at < FRESH_S else await self.jobs()
         there = jobs.get(spec.job_id)

@@ -68,6 +68,8 @@ def test_asker_takes_flags_then_the_environment_then_the_tree_and_the_branch(rep
                                              "reply_to": "unix:/run/user/1000/review-bot.sock"}
     flagged = asker(env, me, str(worktree), by="carol", task="hotfix")
     assert (flagged["by"], flagged["task"]) == ("carol", "hotfix")
+    empty = asker(env, me, str(worktree), by="", task="")  # an empty flag is no flag
+    assert (empty["by"], empty["task"]) == ("review-bot", "release 2.1")
 
 
 def test_nothing_secret_is_recorded_and_a_secret_flag_is_refused(repos):

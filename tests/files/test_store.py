@@ -273,3 +273,33 @@ def test_log_follower_moves_to_where_a_queued_job_was_started(tmp_path):
     where[0] = here  # seen: the path is not asked again
     follow.poll(relocate=True)
     assert follow.path == there
+
+
+def test_the_shared_folder_must_be_ours_and_private_or_the_cluster_waits(tmp_path):
+    """A folder in a shared directory that someone else could have made first (or opened to others,
+    or put a symlink at) is refused in one line: a planted exit record or FIFO there would be read."""
+    from reconciler.runtime import RuntimeUnavailable
+    from reconciler.runtime.slurm import SlurmRuntime
+
+    shared = tmp_path / "shared"
+    paths = Paths(tmp_path / "state")
+    folder = paths.cluster_logs(str(shared))
+
+    def check() -> str | None:
+        rt = SlurmRuntime(paths.root, folder, shared_dir=str(shared))
+        try:
+            rt._make_logs()
+        except RuntimeUnavailable as e:
+            assert e.not_started and "\n" not in str(e)
+            return str(e)
+        return None
+
+    assert "is not a directory here (not mounted?" in check()
+    shared.mkdir()
+    assert check() is None and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    folder.chmod(0o755)
+    assert check() == f"slurm: {folder} is open to others (mode 755, not 700); refusing to use it"
+    folder.rmdir()
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    folder.symlink_to(tmp_path / "elsewhere")
+    assert check() == f"slurm: {folder} is a symlink; refusing to use it"

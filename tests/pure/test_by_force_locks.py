@@ -206,3 +206,20 @@ def test_a_long_lock_scope_is_cut_from_the_left_keeping_the_key_and_the_reposito
     assert shown.startswith('"gate@…') and shown.endswith('/app"') and len(shown) == 122
     assert lock_text("gate@/src/app") == '"gate@/src/app"' and lock_text("e2e", quote="'") == "'e2e'"
     assert lock_text('a"b\nc') == '"a\'b c"'  # one line; the quote inside cannot close it
+
+
+def test_force_short_of_cpus_says_cpus_not_memory():
+    from reconciler.core.models import Game
+
+    hog = running(1, mem=1.0, cpus=6, title="build")
+    # game mode on 16 cpus: its reserve takes 8, so 8 are beyond it (12 outside game mode: it may wait)
+    p = run_plan([req(2, mem=1.0, cpus=10, force=True)], records=[hog], w=world(avail=30, nproc=16),
+                 game=Game(on=True, until=NOW + 3600))
+    (a,) = [x for x in p.actions if x.id == "r-2"]
+    assert a.reason.startswith("busy even with --force: only 8 cpus beyond the reserve; 6 cpus held by "), a.reason
+
+
+def test_only_a_path_after_the_at_sign_is_a_scope():
+    assert lock_scope("db@staging", "/src/app") == "db@staging@/src/app"
+    assert lock_scope("gpu@0", "/src/app") == "gpu@0@/src/app"
+    assert lock_scope("gate@/src/app", "/elsewhere") == "gate@/src/app"

@@ -318,8 +318,9 @@ def test_a_started_cluster_job_keeps_the_log_dir_it_was_started_with():
     ran = transition(transition(started, "started", NOW, invocation="4121"), "settle", NOW + 5, rc=0, peak_gb=0.1,
                      why=None, detail={"code": "exited"}, at=None)
     assert ran.log_dir == "/nfs/scratch/res-0-abc"  # settled: still found where it ran
-    again = transition(transition(started, "requeue", NOW), "start", NOW + 1, unit="res-r-1", holder="h",
-                       lease_s=30, where="local")
+    requeued = transition(started, "requeue", NOW)
+    assert requeued.log_dir is None  # where its next start writes is decided by that start
+    again = transition(requeued, "start", NOW + 1, unit="res-r-1", holder="h", lease_s=30, where="local")
     assert (again.where, again.log_dir) == ("local", None)  # started here after all: the state logs/
 
 
