@@ -1,7 +1,7 @@
 """One agent of benchmark c: `python3 crowd_worker.py writer STATE_DIR COUNT NAME` adds through the
 desired Writer (its file lock, no loop); `python3 crowd_worker.py loop SOCKET COUNT NAME` sends `res
 run --queue` requests to a running `res serve`, one after another as an agent does, each answered
-only once the loop has written and decided it (all on lock `bench-c@bench`, scoped by hand: the crowd and its holder have different cwds).
+only once the loop has written and decided it (all on lock `bench-c@/res-bench`, scoped by hand: the crowd and its holder have different cwds).
 
 Imports everything first, says `ready`, waits for one byte on stdin (the start signal, sent to all
 agents at once), then makes COUNT requests and prints one JSON line: the ids it was given, the time
@@ -30,7 +30,7 @@ else:
         pass
 
     def request(fields: dict) -> str:
-        answer = ask(target, {"op": "submit", "kind": "job", "fields": dict(fields, lock="bench-c@bench"), "who": name}, 120)
+        answer = ask(target, {"op": "submit", "kind": "job", "fields": dict(fields, lock="bench-c@/res-bench"), "who": name}, 120)
         data = answer.get("data") or {}
         if answer.get("code") != 0 or data.get("state") != "queued":
             raise DesiredError(f"not queued: {answer.get('line')}")

@@ -144,7 +144,7 @@ def bench_loop_writers(report: Report, procs: int, per: int) -> None:
         sock = env.state / "serve.sock"
         holder = ask(sock, {"op": "submit", "kind": "job", "fields": dict(
             title="bench c lock holder", project="bench", mem_gb=0.1, cpus=0.1, est_s=600, created=time.time(),
-            lock="bench-c@bench", cmd=["/bin/sleep", "600"], cwd=str(env.work), env={"PATH": "/usr/bin:/bin"})}, 60)
+            lock="bench-c@/res-bench", cmd=["/bin/sleep", "600"], cwd=str(env.work), env={"PATH": "/usr/bin:/bin"})}, 60)
         if (holder.get("data") or {}).get("state") != "running":
             raise Broken(f"c: the lock holder did not start: {holder.get('line')}")
         wall, reports = run_writers(sock, procs, per, "loop", env.env)
