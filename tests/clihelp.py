@@ -28,7 +28,7 @@ def _asker_name() -> str:
     session the tests run under, if any, else the user: the default of observed.asker."""
     from reconciler.observed.asker import asker
 
-    return asker({k: v for k, v in os.environ.items() if k != "RES_BY"}, os.getpid(), "/")["by"]
+    return asker({k: v for k, v in os.environ.items() if k != "RES_BY"}, os.getpid(), None)["by"]
 
 
 ME = _asker_name()

@@ -168,14 +168,9 @@ def gather_cluster(f: Facts, paths: Paths, policy) -> None:
     if f.cluster_shared and not os.path.isdir(policy.cluster.shared_dir):
         f.cluster_write_error = f"{policy.cluster.shared_dir} is not a directory here (not mounted?)"
         return
-    from reconciler.config.paths import own_private_dir
+    from reconciler.config.paths import make_private_dir
 
-    try:
-        logs.mkdir(mode=0o700, parents=not f.cluster_shared, exist_ok=True)
-    except OSError as e:
-        f.cluster_write_error = f"cannot make it here: {e.strerror}"
-        return
-    why = own_private_dir(logs)
+    why = make_private_dir(logs, parents=not f.cluster_shared)
     if why is not None:
         f.cluster_write_error = f"it {why}"
         return

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from reconciler.commands.base import Fail, decide, quiet_logs, say, the_policy
 from reconciler.config.environ import public_env, resolve_program
+from reconciler.config.gitrepo import checkout
 from reconciler.config.paths import Paths
 
 
@@ -39,11 +40,12 @@ def cmd_run(a, paths: Paths) -> int:
     title = _check_title(a.title if a.title is not None else _title_from(cmd))
     cmd[0] = program  # the program this shell would run, not the one on systemd's PATH
     env = public_env(caller)
+    repo = checkout(cwd)
     fields = dict(title=title,
-                  project=a.project or _project(cwd), mem_gb=a.mem, est_s=a.est,
+                  project=a.project or _project(cwd, repo), mem_gb=a.mem, est_s=a.est,
                   created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
                   agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
-                  max_iterations=a.max_iterations, **_given(cpus=a.cpus, on=a.on), **_asker(a, caller, cwd))
+                  max_iterations=a.max_iterations, **_given(cpus=a.cpus, on=a.on), **_asker(a, caller, repo))
     if a.tail is not None and not a.wait:
         raise Fail("res: --tail goes with --wait", 2)
     if not a.wait:
@@ -123,18 +125,20 @@ def cmd_note(a, paths: Paths) -> int:
         owner = a.owner
     else:
         owner, name = note_owner(os.getppid())
-    fields = dict(title=_check_title(a.title), project=a.project or _project(os.getcwd()), mem_gb=a.mem,
+    cwd = os.getcwd()
+    repo = checkout(cwd)
+    fields = dict(title=_check_title(a.title), project=a.project or _project(cwd, repo), mem_gb=a.mem,
                   est_s=a.est, created=time.time(), force=a.force, owner_pid=owner, owner_name=name,
-                  **_given(cpus=a.cpus), **_asker(a, _caller_env(), os.getcwd()))
+                  **_given(cpus=a.cpus), **_asker(a, _caller_env(), repo))
     return _submit(paths, "note", fields, a.json)
 
 
-def _asker(a, env: dict[str, str], cwd: str) -> dict:
+def _asker(a, env: dict[str, str], repo) -> dict:
     """Who asks: --by/--task, else the environment, the process tree, the git branch (observed.asker)."""
     from reconciler.observed.asker import asker
 
     try:
-        return asker(env, os.getppid(), cwd, by=a.by, task=a.task)
+        return asker(env, os.getppid(), repo, by=a.by, task=a.task)
     except ValueError as e:
         raise Fail(f"res: {e}", 2) from None
 
@@ -198,15 +202,10 @@ def cmd_wait(a, paths: Paths) -> int:
     return code
 
 
-def _project(cwd: str) -> str:
-    d = cwd
-    while True:
-        if os.path.exists(os.path.join(d, ".git")):
-            return os.path.basename(d) or d
-        parent = os.path.dirname(d)
-        if parent == d:
-            return os.path.basename(cwd) or cwd
-        d = parent
+def _project(cwd: str, repo: tuple[str, str] | None) -> str:
+    """The default project: the name of the checkout's root (config/gitrepo.checkout), else of the cwd."""
+    root = repo[0] if repo else cwd
+    return os.path.basename(root) or root
 
 
 def _caller_env() -> dict[str, str]:

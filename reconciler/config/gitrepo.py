@@ -104,7 +104,11 @@ def main_tree(cwd: str) -> str:
 
 def branch(cwd: str) -> str | None:
     """The branch checked out where `cwd` is (a worktree's own HEAD), or None."""
-    found = checkout(cwd)
+    return branch_in(checkout(cwd))
+
+
+def branch_in(found: tuple[str, str] | None) -> str | None:
+    """The branch of a checkout found by checkout()."""
     if found is None:
         return None
     head = _read(os.path.join(found[1], "HEAD"))

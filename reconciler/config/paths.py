@@ -126,6 +126,16 @@ def own_private_dir(path) -> str | None:
     return None
 
 
+def make_private_dir(path, parents: bool = False) -> str | None:
+    """Make `path` 0700 if it is missing; None when it then is a private directory of ours, else why
+    not (in a shared directory someone may have made it first, or made it in between)."""
+    try:
+        Path(path).mkdir(mode=0o700, parents=parents, exist_ok=True)
+    except OSError as e:
+        return f"cannot be made here ({e.strerror})"
+    return own_private_dir(path)
+
+
 def exit_record_path(logs: Path, job_id: str) -> Path:
     """Where a job's unit writes its exit record (exit_record.py): beside its log."""
     return logs / f"{job_id}.exit.json"

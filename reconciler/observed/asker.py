@@ -61,10 +61,12 @@ def agent_of(pid: int, env: dict[str, str]) -> str | None:
     return f"{agent} pid {agent_pid}" + (f" session {session[:8]}" if SESSION_ID.match(session) else "")
 
 
-def asker(env: dict[str, str], pid: int, cwd: str, by: str | None = None, task: str | None = None) -> dict:
+def asker(env: dict[str, str], pid: int, repo: tuple[str, str] | None, by: str | None = None,
+          task: str | None = None) -> dict:
     """The request's `by`, `task`, `batch`, `reply_to` (keys with None left out). `by` and `task`
     given as flags win (ValueError when one looks like a secret); else RES_BY / RES_TASK; else the
-    agent in the process tree (or the user) and the git branch of `cwd`. `batch`: RES_ID, set in
+    agent in the process tree (or the user) and the git branch of `repo` (config/gitrepo.checkout of
+    the caller's cwd). `batch`: RES_ID, set in
     every job's environment, when a job's command asks. `reply_to`: RES_REPLY_TO."""
     out: dict[str, str | None] = {}
     for flag, value in (("--by", by), ("--task", task)):
@@ -73,9 +75,9 @@ def asker(env: dict[str, str], pid: int, cwd: str, by: str | None = None, task: 
     out["by"] = _clean(by) or _public("RES_BY", env.get("RES_BY")) or agent_of(pid, env) or _public("USER", user_name(env))
     out["task"] = _clean(task) or _public("RES_TASK", env.get("RES_TASK"))
     if out["task"] is None:
-        from reconciler.config.gitrepo import branch
+        from reconciler.config.gitrepo import branch_in
 
-        out["task"] = _public("branch", branch(cwd))
+        out["task"] = _public("branch", branch_in(repo))
     batch = env.get("RES_ID", "")
     out["batch"] = batch if JOB_ID.match(batch) else None
     out["reply_to"] = _public("RES_REPLY_TO", env.get("RES_REPLY_TO"), MAX_ADDRESS)

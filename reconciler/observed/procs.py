@@ -45,13 +45,14 @@ def note_owner(start: int) -> tuple[int, str]:
     """(pid, name) of the process whose exit frees a note made by `start`'s child: the nearest agent
     session among `start` and its ancestors (agents run each command in a shell that exits at once),
     else `start` itself (a person's interactive shell)."""
-    own_name = "?"
-    for pid, comm, agent in _ancestry(start, 64):
-        if pid == start:
-            own_name = comm
-        if agent is not None:
-            return pid, agent
-    return start, own_name
+    found = nearest_agent(start)
+    if found is not None:
+        return found
+    try:
+        with open(f"/proc/{start}/stat") as f:
+            return start, parse_stat(f.read())[0]
+    except (OSError, ValueError):
+        return start, "?"
 
 
 def nearest_agent(start: int, hops: int = 64) -> tuple[int, str] | None:

@@ -340,7 +340,7 @@ class SlurmRuntime:
         time the cluster is: a stat). The shared directory itself is the user's: while it is not there
         (not mounted?), the cluster is not used, with why: its jobs' exit records are there, and nothing
         may be submitted that could not write them."""
-        from reconciler.config.paths import own_private_dir
+        from reconciler.config.paths import make_private_dir, own_private_dir
 
         why = own_private_dir(self.logs_dir)
         if why is None:
@@ -351,11 +351,7 @@ class SlurmRuntime:
         if not os.path.isdir(shared):
             raise RuntimeUnavailable(f"slurm: the shared_dir {shared} is not a directory here "
                                      f"(not mounted? check: ls -ld {shared})", not_started=True)
-        try:
-            self.logs_dir.mkdir(mode=0o700, exist_ok=True)
-        except OSError as e:
-            raise RuntimeUnavailable(f"slurm: cannot make {self.logs_dir}: {e.strerror}", not_started=True) from None
-        why = own_private_dir(self.logs_dir)  # made by someone else in between: not ours to use
+        why = make_private_dir(self.logs_dir)
         if why is not None:
             raise RuntimeUnavailable(f"slurm: {self.logs_dir} {why}; refusing to use it", not_started=True)
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from reconciler.config.gitrepo import branch, main_tree
+from reconciler.config.gitrepo import branch, checkout, main_tree
 from reconciler.observed.asker import asker
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -58,17 +58,17 @@ def test_the_task_is_the_branch_checked_out_where_the_caller_is(repos):
 def test_asker_takes_flags_then_the_environment_then_the_tree_and_the_branch(repos):
     _, worktree, _ = repos
     me = os.getpid()
-    got = asker({"USER": "alice"}, me, str(worktree))
+    got = asker({"USER": "alice"}, me, checkout(str(worktree)))
     assert got["task"] == "fix-login" and "batch" not in got and "reply_to" not in got
     # no agent CLI among this test's ancestors (pytest, a shell, the CI runner): the user
     assert got["by"] == "alice" or got["by"].split()[1] == "pid", got
     env = {"USER": "alice", "RES_BY": "review-bot", "RES_TASK": "release 2.1", "RES_ID": "r-12",
            "RES_REPLY_TO": "unix:/run/user/1000/review-bot.sock"}
-    assert asker(env, me, str(worktree)) == {"by": "review-bot", "task": "release 2.1", "batch": "r-12",
+    assert asker(env, me, checkout(str(worktree))) == {"by": "review-bot", "task": "release 2.1", "batch": "r-12",
                                              "reply_to": "unix:/run/user/1000/review-bot.sock"}
-    flagged = asker(env, me, str(worktree), by="carol", task="hotfix")
+    flagged = asker(env, me, checkout(str(worktree)), by="carol", task="hotfix")
     assert (flagged["by"], flagged["task"]) == ("carol", "hotfix")
-    empty = asker(env, me, str(worktree), by="", task="")  # an empty flag is no flag
+    empty = asker(env, me, checkout(str(worktree)), by="", task="")  # an empty flag is no flag
     assert (empty["by"], empty["task"]) == ("review-bot", "release 2.1")
 
 
@@ -76,11 +76,11 @@ def test_nothing_secret_is_recorded_and_a_secret_flag_is_refused(repos):
     _, worktree, _ = repos
     env = {"USER": "alice", "RES_BY": "ghp_" + "a" * 36, "RES_REPLY_TO": "https://bot:hunter2@chat.example.org/hook",
            "RES_TASK": "two\nlines", "RES_ID": "r-0; rm -rf /"}
-    got = asker(env, os.getpid(), str(worktree))
+    got = asker(env, os.getpid(), checkout(str(worktree)))
     assert got.get("by") != env["RES_BY"] and "reply_to" not in got  # a token, a URL with a password: dropped
     assert got["task"] == "two lines" and "batch" not in got  # one line; not a job id: no batch
     with pytest.raises(ValueError, match="--by looks like a secret"):
-        asker(env, os.getpid(), str(worktree), by="sk-ant-" + "x" * 40)
+        asker(env, os.getpid(), checkout(str(worktree)), by="sk-ant-" + "x" * 40)
 
 
 def test_doctor_reads_the_instructions_files_at_the_repository_root(repos):
