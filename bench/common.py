@@ -87,7 +87,13 @@ def manager_reachable() -> bool:
 
 
 def res_argv() -> list[str]:
-    """The installed `res` command (what a user runs), else the module."""
+    """The `res` console script pip installed beside this interpreter (what a user runs), else
+    whatever `res` PATH finds, else the module. Beside the interpreter first: on PATH it may be a
+    version manager's shim (pyenv's is a bash script that costs ~45 ms a call here), whose cost is
+    not res's and which systemd-run, the yardstick, does not pay either (bench a reports it apart)."""
+    beside = Path(PY).parent / "res"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
     exe = shutil.which("res")
     return [exe] if exe else [PY, "-m", "reconciler.cli"]
 

@@ -36,14 +36,6 @@ HOOK_INPUT = json.dumps({
 })
 
 
-def console_script() -> list[str]:
-    """The `res` console script beside this interpreter, else whatever `res` PATH finds (common.res_argv)."""
-    beside = Path(PY).parent / "res"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return [str(beside)]
-    return res_argv()
-
-
 def _checkout_env(env: dict) -> dict:
     """`reconciler` imported from this checkout, whatever an editable install points at."""
     env = dict(env)
@@ -81,7 +73,7 @@ def _check_on(r: subprocess.CompletedProcess) -> None:
 
 def bench_hook(report: Report, rounds: int) -> None:
     off, on = ResEnv("h0"), ResEnv("h1")
-    res = console_script()
+    res = res_argv()
     path_res = shutil.which("res")
     shim = path_res is not None and os.path.realpath(path_res) != os.path.realpath(res[0])
     try:
@@ -165,7 +157,7 @@ def _fill(env: ResEnv) -> None:
 
 def bench_status(report: Report, rounds: int) -> None:
     env, empty = ResEnv("i", **STATUS_POLICY), ResEnv("i0", **STATUS_POLICY)
-    res = console_script()
+    res = res_argv()
     total = NOTES + SESSIONS
     try:
         renv, eenv = _checkout_env(env.env), _checkout_env(empty.env)

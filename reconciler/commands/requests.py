@@ -13,10 +13,25 @@ TickFn = Callable[[], Awaitable[Plan]]
 MAX_PASSES = 6  # a request deferred by the per-pass start cap is decided within a few passes
 
 
+_INDEXED: list = [None, -1, {}]  # the plan last indexed, its number of actions, its actions by id
+
+
+def actions_for(plan: Plan, job_id: str) -> list:
+    """plan.for_id(job_id), from an index made once per plan: the loop answers a whole crowd's
+    requests from one pass's plan, and a scan of every action for each answer made answering a
+    crowd cost O(queued) per request (3,000 queued: 66 µs each, twice per answer)."""
+    if _INDEXED[0] is not plan or _INDEXED[1] != len(plan.actions):
+        index: dict[str, list] = {}
+        for a in plan.actions:
+            index.setdefault(a.id, []).append(a)
+        _INDEXED[:] = [plan, len(plan.actions), index]
+    return _INDEXED[2].get(job_id, [])
+
+
 def _detail(plan: Plan | None, job_id: str, kinds: tuple[str, ...]) -> dict | None:
     if plan is None:
         return None
-    for a in plan.for_id(job_id):
+    for a in actions_for(plan, job_id):
         if a.kind in kinds:
             return a.detail
     return None
@@ -35,7 +50,7 @@ def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | N
     if rec.phase == Phase.starting:
         return None  # not started yet: its unit is not seen (e.g. the loop that asked for it died)
     detail = _detail(plan, job_id, ("enqueue", "wait")) if rec.phase == Phase.queued else None
-    if rec.phase == Phase.queued and detail is None and plan is not None and plan.for_id(job_id):
+    if rec.phase == Phase.queued and detail is None and plan is not None and actions_for(plan, job_id):
         return None  # requeued by this very pass (its starter died): the next pass decides it
     data = entry_json(rec, engine.paths, detail)
     zone = zone_of(engine.policy)
@@ -106,6 +121,8 @@ def scoped_lock(fields: dict, policy) -> dict:
     key = fields.get("lock") or title_lock(str(fields.get("title") or ""), policy.lock_title_words)
     if not key:
         return fields
+    if lock_scope(key, "") == key:  # scoped already (KEY@/path): no cwd to look at
+        return {**fields, "lock": key}
     from reconciler.config.gitrepo import main_tree
 
     return {**fields, "lock": lock_scope(key, main_tree(fields.get("cwd") or "/"))}
@@ -118,16 +135,17 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
     the request is written (a caller that gives up waiting then knows what it left behind)."""
     from reconciler.desired.reader import DesiredError
 
-    if kind == "job":
-        import asyncio
+    policy = engine.policy
 
-        fields = await asyncio.to_thread(scoped_lock, fields, engine.policy)  # stats of the caller's cwd
+    def prepare(given: dict) -> dict:  # on a worker thread: it stats the caller's cwd
+        return scoped_lock(given, policy) if kind == "job" else given
+
     req = find_submitted(engine, kind, fields) if resume else None
     if req is None:
         try:
             adder = getattr(engine, "adder", None)  # the loop's group commit; None: this call writes alone
-            req = await (adder.add(fields, kind, who) if adder is not None
-                         else _as(engine, who, lambda w: w.add(fields, kind)))
+            req = await (adder.add(fields, kind, who, prepare) if adder is not None
+                         else _as(engine, who, lambda w: w.add(prepare(fields), kind)))
         except DesiredError as e:
             return 1, f"res: {e}", None
     if on_accept is not None:
@@ -138,7 +156,7 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
         decided = outcome(engine, req.id, plan)
         if decided is not None:
             return decided
-        if engine.blocked and not (plan and plan.for_id(req.id)):
+        if engine.blocked and not (plan and actions_for(plan, req.id)):
             break  # the pass could not admit anything (systemd unreachable, a broken file): say why
     why = "; ".join(" ".join(n.split()) for n in engine.blocked)
     if why and not req.queue and engine.store.get(req.id) is None:

@@ -165,7 +165,11 @@ def one_line(text: str, limit: int | None = None) -> str:
     """User-supplied text (a title, a reason) as it may appear inside a one-line message: no
     newlines, no control characters (an escape sequence in a title must not reach an agent's
     terminal or parser); cut to `limit` characters with "…"."""
-    flat = " ".join("".join(c if c.isprintable() else " " for c in str(text)).split())
+    text = str(text)
+    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+        flat = text  # already one line (the common case, thousands a pass: no character-wise copy)
+    else:
+        flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
     return flat if limit is None or len(flat) <= limit else flat[: limit - 1] + "…"
 
 

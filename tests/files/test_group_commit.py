@@ -76,6 +76,58 @@ def test_a_refused_request_in_a_group_is_told_and_the_others_go_in(paths):
     assert [g.id for g in (got[0], got[2])] == ["r-1", "r-2"]
 
 
+class SlowWriter(Writer):
+    """A real Writer whose every write takes a while longer (a slow disk), so that requests arrive
+    while one is under way."""
+
+    def add_many(self, items):
+        import time
+
+        time.sleep(0.05)
+        return super().add_many(items)
+
+
+def test_a_pass_waits_for_the_batch_queued_behind_the_write_under_way(paths):
+    """A burst's first request is written alone and the rest queue behind it: the pass about to
+    begin (GroupAdd.written) must find every one of them durable, not only the first."""
+    async def burst():
+        adder = GroupAdd(SlowWriter(paths))
+        first = asyncio.ensure_future(adder.add(dict(JOB, title="first"), "job", None))
+        await asyncio.sleep(0.01)  # its write is under way
+        rest = [asyncio.ensure_future(adder.add(dict(JOB, title=f"t{i}"), "job", None)) for i in range(5)]
+        await asyncio.sleep(0)
+        await adder.written(5)
+        return first.done(), [f.done() for f in rest], adder.batches
+
+    first_done, rest_done, batches = asyncio.run(burst())
+    assert first_done and rest_done == [True] * 5
+    assert batches == 2  # the first alone, the five together
+    assert len(read_desired(paths).desired.requests) == 6
+
+
+def test_each_request_is_prepared_on_the_writes_thread_and_a_failed_one_alone_is_refused(paths):
+    import threading
+
+    seen: list[int] = []
+
+    def scope(fields):
+        seen.append(threading.get_ident())
+        if fields["title"] == "bad":
+            raise ValueError("cannot look at its cwd")
+        return dict(fields, lock=f"gate@{fields['cwd']}")
+
+    async def crowd():
+        adder = GroupAdd(Writer(paths))
+        return await asyncio.gather(*(adder.add(dict(JOB, title=t), "job", None, scope) for t in ("a", "bad", "b")),
+                                    return_exceptions=True)
+
+    got = asyncio.run(crowd())
+    assert isinstance(got[1], ValueError) and "cwd" in str(got[1])
+    assert [g.lock for g in (got[0], got[2])] == ["gate@/tmp", "gate@/tmp"]
+    assert [g.id for g in (got[0], got[2])] == ["r-1", "r-2"]  # the refused one took no id
+    assert seen and threading.get_ident() not in seen  # never on the event loop's thread
+
+
 # ---------------------------------------------------------------- the reader's per-table parse
 
 def test_the_tablewise_parse_is_the_whole_parse(paths):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from reconciler.config.gitrepo import branch_of, common_dir_of, gitdir_from_file, main_tree_of
 from reconciler.core.locks import lock_scope, title_lock
 from reconciler.core.models import JobObs
@@ -150,6 +152,33 @@ def test_submit_records_the_lock_in_its_scope_and_takes_title_locks():
     assert scoped_lock({"title": "make", "lock": "e2e", "cwd": outside}, policy)["lock"] == f"e2e@{outside}"
     assert scoped_lock({"title": "gate all", "cwd": outside}, policy)["lock"] == f"gate@{outside}"
     assert "lock" not in scoped_lock({"title": "make", "cwd": outside}, policy)
+
+
+def test_a_lock_scoped_already_looks_at_no_cwd(monkeypatch):
+    from reconciler.commands.requests import scoped_lock
+    from reconciler.config import gitrepo
+
+    def no_io(cwd):
+        raise AssertionError(f"looked at {cwd}")
+
+    monkeypatch.setattr(gitrepo, "main_tree", no_io)
+    policy = SimpleNamespace(lock_title_words=[])
+    assert scoped_lock({"title": "t", "lock": "db@/srv/app", "cwd": "/x"}, policy)["lock"] == "db@/srv/app"
+    with pytest.raises(AssertionError):  # a key to scope does look
+        scoped_lock({"title": "t", "lock": "db@staging", "cwd": "/x"}, policy)
+
+
+def test_a_plans_actions_by_id_are_its_for_id_and_follow_a_changed_plan():
+    from reconciler.commands.requests import actions_for
+    from reconciler.core.models import Action, Plan
+
+    plan = Plan(actions=[Action(kind="wait", id="r-1"), Action(kind="start", id="r-2"), Action(kind="set", id="r-1")])
+    for job_id in ("r-1", "r-2", "r-9"):
+        assert actions_for(plan, job_id) == plan.for_id(job_id)
+    plan.actions.append(Action(kind="stop", id="r-9"))  # the same plan, changed: indexed again
+    assert actions_for(plan, "r-9") == plan.for_id("r-9") != []
+    other = Plan(actions=[Action(kind="start", id="r-1")])
+    assert actions_for(other, "r-1") == other.for_id("r-1")
 
 
 # ---------------------------------------------------------------- the agents' rule
