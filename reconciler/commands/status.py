@@ -165,7 +165,9 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
     try:
         records = store.records()
         snap = _snapshot(store)
-        last_good = store.get_meta("desired_last_good")
+        last_game = store.get_meta("desired_last_good_game")
+        if last_game is None:  # kept as res kept it before: the whole desired state in one value
+            last_game = json.dumps((json.loads(store.get_meta("desired_last_good") or "{}")).get("game") or {})
         recent = recorded_and_pending(paths, store, now - SHOWN_FOR_S, ("policy.toml", "game.toml"))[-5:]
     finally:
         if own:
@@ -181,7 +183,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
     warn = notices(paths, snap)
 
     world = snap.get("world") or {}
-    game = parse(Game, json.loads(last_good)["game"]) if last_good else Game()
+    game = parse(Game, json.loads(last_game))
     nproc = int(world.get("nproc") or 1)
     reserve_gb, reserve_cpus, game_on = reserves(policy, game, now, nproc)
     spent = spent_today(records, now, zone)

@@ -55,6 +55,11 @@ class Paths:
         return self.root / "state.db"
 
     @property
+    def last_good_queue(self) -> Path:
+        """The text of the last queue.toml a pass read well (used while queue.toml is broken)."""
+        return self.root / "queue.last-good.toml"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 

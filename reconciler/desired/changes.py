@@ -160,6 +160,20 @@ def recorded_and_pending(paths: Paths, store, since: float = 0.0, files=None) ->
     return sorted(rows, key=lambda r: r[0])
 
 
+def _tracked(store) -> dict:
+    """What the files said at the last pass (state.db's `tracked`), parsed once per version: a loop
+    re-reads its own value every pass, and under a crowd it is thousands of entries' digests."""
+    text = store.get_meta("tracked")
+    if text is None:
+        return {}
+    kept = store.memo.get("tracked")
+    if kept is not None and kept[0] == text:
+        return dict(kept[1])  # a copy of the top level: this pass replaces files' entries, never edits them
+    known = json.loads(text)
+    store.memo["tracked"] = (text, known)
+    return dict(known)
+
+
 def track(paths: Paths, store, policy_path: Path, now: float | None = None) -> set[str]:
     """Record this pass's changes to the policy, game and queue files; return the ids of the queue
     entries that were added outside res (and are still there)."""
@@ -172,7 +186,7 @@ def track(paths: Paths, store, policy_path: Path, now: float | None = None) -> s
         by_writer.setdefault(e["file"], set()).add(str(e.get("digest")))
         if e["file"] == "queue.toml" and e.get("op") in ("add", "restore"):
             added_by_writer.update(map(str, e.get("ids") or []))
-    known = store.get_meta_json("tracked", {})
+    known = _tracked(store)
     hand_added = set(store.get_meta_json("hand_added", []))
     before = set(hand_added)
     changed = False
@@ -199,7 +213,9 @@ def track(paths: Paths, store, policy_path: Path, now: float | None = None) -> s
     if rows:
         store.add_changes(rows)
     if changed:
-        store.set_meta_json("tracked", known)
+        text = json.dumps(known, separators=(",", ":"), sort_keys=True)
+        store.set_meta("tracked", text)
+        store.memo["tracked"] = (text, known)
     if hand_added != before:
         store.set_meta_json("hand_added", sorted(hand_added))
     return hand_added

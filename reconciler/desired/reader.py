@@ -46,6 +46,7 @@ class DesiredRead(NamedTuple):
 
     desired: "Desired"
     game_error: str | None
+    queue_text: str | None = None  # queue.toml's text when it read well (None: missing or broken)
 
 
 class _Bad(Exception):
@@ -424,6 +425,15 @@ def read_queue_set_aside(paths: Paths) -> tuple[list["Request"], list[str]]:
         raise DesiredError(b.at(paths.queue)) from None
 
 
+def queue_requests(text: str) -> list["Request"]:
+    """The usable requests of queue.toml text (the loop's last good copy); DesiredError if it
+    cannot be read at all."""
+    try:
+        return _parse_queue(text)[1]
+    except _Bad as b:
+        raise DesiredError(b.at("queue.toml")) from None
+
+
 def read_game(paths: Paths, last_good: "Game | None" = None) -> tuple["Game", str | None]:
     """(game, error line). A missing game.toml is game mode off; a broken one gives `last_good`
     (or off if there is none) and its error line."""
@@ -465,4 +475,4 @@ def read_desired(paths: Paths, last_good: "list[Request] | None" = None, last_go
         return DesiredRead(desired, game_error)
     return DesiredRead(Desired(requests=requests, game=game, game_ok=game_error is None,
                                set_aside=[a.at(paths.queue) for a in aside], held=[a.id for a in aside if a.id]),
-                       game_error)
+                       game_error, text)

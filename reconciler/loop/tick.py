@@ -363,56 +363,114 @@ def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float = 60.0) -
 
 def load_desired(paths: Paths, store, save: bool = True) -> tuple[Desired, list[str]]:
     """Desired state, keeping the last good version of a file that does not parse (DESIGN §2 step 2).
-    `save`: remember this version as the last good one (never in a dry run). The last good version
-    is read only when a file is broken, and saved only when it changed (each entry's JSON made once:
-    the reader hands back the same Request for an entry that did not change)."""
+    `save`: remember this version as the last good one (never in a dry run).
+
+    The queue's last good version is the text of the last queue.toml that read well, kept as a file
+    beside state.db (`Paths.last_good_queue`) and read back with the reader only when queue.toml is
+    broken; the game's is its JSON in state.db. Each is written only when it changed. (It used to be
+    every request's JSON in one state.db value: under a crowd, 1 MB made and written every pass.)"""
     from reconciler.desired.reader import read_desired
 
-    desired, game_error = read_desired(paths)
-    if not desired.queue_ok or game_error:
-        last = store.get_meta("desired_last_good")
-        saved = json.loads(last) if last else None
-        if saved and not desired.queue_ok:
-            desired.requests = [parse(Request, r) for r in saved["requests"]]
-        if saved and game_error:
-            desired.game = parse(Game, saved["game"])
+    got = read_desired(paths)
+    desired, game_error = got.desired, got.game_error
+    if not desired.queue_ok:
+        desired.requests = _last_good_requests(paths, store)
+    if game_error:
+        saved = store.get_meta("desired_last_good_game") or _old_last_good(store).get("game")
+        if saved:
+            desired.game = parse(Game, json.loads(saved) if isinstance(saved, str) else saved)
     notices = [f"{game_error}; keeping game mode as it was"] if game_error else []
-    if save and (desired.queue_ok or not game_error):
-        # Each file's part is remembered only from a good read of that file: a broken one's part
-        # is already the last good version (substituted above).
-        _save_last_good(store, desired)
+    if save:
+        # Each file's version is remembered only from a good read of that file.
+        if desired.queue_ok:
+            _save_last_good_queue(paths, store, got.queue_text or "")
+        if not game_error:
+            _save_last_good_game(store, desired.game)
     return desired, notices
 
 
-def _save_last_good(store, desired: Desired) -> None:
-    memo = store.memo
-    requests = desired.requests
-    kept = memo.get("last_good")  # (the requests, the game) saved last, by identity
-    if kept is not None and kept[1] == desired.game and len(kept[0]) == len(requests) and \
-            all(a is b for a, b in zip(kept[0], requests)):
+def _save_last_good_queue(paths: Paths, store, text: str) -> None:
+    if store.memo.get("last_good_queue") == text:
         return
-    from reconciler.config.memo import ByIdentity
+    path = paths.last_good_queue
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        data = text.encode("utf-8")
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)  # no fsync: a copy for when queue.toml breaks, which an OS crash may lose
+    store.memo["last_good_queue"] = text
+    if store.get_meta("desired_last_good") is not None:  # the old form (every request's JSON): gone
+        store.delete_meta("desired_last_good")
 
-    dumped = memo.setdefault("dumped", ByIdentity())  # a Request -> its JSON
-    parts = [dumped.get(r, lambda req: json.dumps(dump(req))) for r in requests]
-    snapshot = '{"requests": [' + ", ".join(parts) + '], "game": ' + json.dumps(dump(desired.game)) + "}"
-    stored = memo["last_good_text"] if "last_good_text" in memo else store.get_meta("desired_last_good")
-    if snapshot != stored:
-        store.set_meta("desired_last_good", snapshot)
-    memo["last_good_text"] = snapshot
-    memo["last_good"] = (list(requests), desired.game)
+
+def _save_last_good_game(store, game: Game) -> None:
+    if store.memo.get("last_good_game") == game:
+        return
+    text = json.dumps(dump(game))
+    if store.get_meta("desired_last_good_game") != text:
+        store.set_meta("desired_last_good_game", text)
+    store.memo["last_good_game"] = game
+
+
+def _last_good_requests(paths: Paths, store) -> list[Request]:
+    """The requests of the last queue.toml that read well: none when there is no such copy, or when
+    it cannot be read either (nothing is started or stopped while queue.toml is broken anyway)."""
+    from reconciler.config.files import FileProblem, read_regular
+    from reconciler.desired.reader import MAX_FILE_BYTES, DesiredError, queue_requests
+
+    try:
+        data = read_regular(paths.last_good_queue, MAX_FILE_BYTES, follow=False)
+    except FileProblem:
+        data = None
+    if data is None:
+        return [parse(Request, r) for r in _old_last_good(store).get("requests", [])]
+    try:
+        return queue_requests(data.decode("utf-8"))
+    except (DesiredError, UnicodeDecodeError):
+        return []
+
+
+def _old_last_good(store) -> dict:
+    """The last good desired state as res kept it before (one JSON value in state.db), if any."""
+    try:
+        return json.loads(store.get_meta("desired_last_good") or "{}")
+    except ValueError:
+        return {}
 
 
 def publish(store, world: World, p: Plan, now: float) -> None:
     """What `res status` shows without a lock: the world and budget as of this pass, and what it said
     of each queued entry (position, est. start, what it waits for)."""
-    queue = {a.id: a.detail for a in p.actions if a.kind in ("enqueue", "wait") and a.detail}
     held = [{"id": a.id, "title": a.title, "reason": a.reason} for a in p.actions if a.kind == "hold"]
-    store.set_meta("last_tick", json.dumps({
+    rest = json.dumps({
         "at": now, "world": dump(world),
-        "budget_mem_gb": p.budget_mem_gb, "budget_cpus": p.budget_cpus, "notices": p.notices, "queue": queue,
-        "held": held,
-    }))
+        "budget_mem_gb": p.budget_mem_gb, "budget_cpus": p.budget_cpus, "notices": p.notices, "held": held,
+    })
+    store.set_meta("last_tick", rest[:-1] + ', "queue": ' + _queue_json(store, p) + "}")
+
+
+def _queue_json(store, p: Plan) -> str:
+    """The waiting entries' details as one JSON object. An entry's text is made again only when its
+    detail differs from the last pass's: a crowd's pass explains thousands of waiting entries exactly
+    as the pass before did (their JSON was most of publishing). A plan's details are not changed
+    after it is published."""
+    before = store.memo.get("queue_json", {})
+    kept: dict[str, tuple[dict, str]] = {}
+    for a in p.actions:
+        if a.kind in ("enqueue", "wait") and a.detail:
+            old = before.get(a.id)
+            kept[a.id] = old if old is not None and old[0] == a.detail else \
+                (a.detail, f"{json.dumps(a.id)}: {json.dumps(a.detail)}")
+    store.memo["queue_json"] = kept
+    return "{" + ", ".join(text for _, text in kept.values()) + "}"
 
 
 async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Plan, World]:

@@ -452,6 +452,11 @@ class Store:
                 (key, value),
             )
 
+    def delete_meta(self, key: str) -> None:
+        conn = self._writable()
+        with self.transaction():
+            conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
     def add_changes(self, rows: Iterable[tuple[float, str, str, str, str]]) -> None:
         """(at, file, how, who, summary) rows: changes to the user's own files (DESIGN §5.7)."""
         conn = self._writable()
