@@ -318,3 +318,33 @@ def test_res_init_says_what_it_lays_down():
     sub = next(a for a in build_parser()._actions if a.dest == "cmd")
     text = sub.choices["init"].description or sub._choices_actions[[c.dest for c in sub._choices_actions].index("init")].help
     assert "queue.toml" in text and "policy" not in text, text
+
+
+def test_a_command_line_parses_the_same_with_only_its_own_subcommand_built():
+    """`res` builds only the parser of the subcommand it was given (cli.build_parser(only)): what it
+    parses must be exactly what the whole tree parses, and its usage errors the same lines."""
+    from reconciler.cli import _NAMES, build_parser
+    import pytest
+
+    from reconciler.commands.base import Fail
+
+    lines = [
+        ["run", "--mem", "10G", "--for", "40m", "--queue", "--lock", "e2e", "--by", "me", "--", "make", "e2e"],
+        ["run", "--mem=512M", "--cpus", "2", "--for", "1h", "--wait", "--tail", "5", "--on", "cluster", "--", "true"],
+        ["note", "--mem", "2G", "--for", "30m", "--owner", "4242", "editing"],
+        ["status", "r-3", "--json"], ["status", "--all"], ["wait", "r-1", "--timeout", "5m"],
+        ["release", "r-2", "--stop"], ["reconcile", "--dry-run", "--json"], ["serve", "--standby"],
+        ["game", "on", "--for", "2h"], ["hist", "--changes"], ["clean", "--yes"], ["service", "install"],
+        ["adopt"], ["shell-init"], ["doctor"], ["agent-rules"], ["init", "--force"], ["observe", "--json"],
+        ["hook", "--print-config"],
+    ]
+    assert {line[0] for line in lines} == _NAMES  # every subcommand tried
+    for line in lines:
+        assert vars(build_parser(line[0]).parse_args(line)) == vars(build_parser().parse_args(line)), line
+    for bad in (["run", "--mem", "1G"], ["wait"], ["game", "sideways"], ["run", "--mem", "lots", "--for", "1m"]):
+        said = []
+        for parser in (build_parser(bad[0]), build_parser()):
+            with pytest.raises(Fail) as e:
+                parser.parse_args(bad)
+            said.append((e.value.line, e.value.code))
+        assert said[0] == said[1] and said[0][1] == 2, said
