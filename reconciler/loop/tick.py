@@ -17,7 +17,7 @@ from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
 from reconciler.core.lifecycle import transition
 from reconciler.core.plan import plan
-from reconciler.render.reasons import explain
+from reconciler.render.reasons import explain, explained
 
 log = logging.getLogger("res.tick")
 
@@ -109,6 +109,7 @@ class Engine:
         self._slice_key: str | None = None  # the inputs of the slice unit files this instance installed
         self.adopt_once = False  # the next pass adopts sessions whatever adopt_sessions says
         self.adder = None  # the loop's group commit of new requests (loop/group.py); None: each writes alone
+        self.explained: dict | None = None  # the last pass's reasons, for explain() to reuse
         # What the last pass asked of the loop (core/wake.py): when the next pass is due by the
         # clock (None: not by the clock), and the processes whose end ends a note.
         self.next_at: float | None = None
@@ -265,7 +266,8 @@ class Engine:
                 policy, self.adopt_once = policy.model_copy(update={"adopt_sessions": True}), False
             zone = zone_of(policy)
             p = explain(plan(desired, records, world, now, policy, me=self.holder, pricing_error=self.streamer.pricing_error,
-                             zone=zone), zone)
+                             zone=zone), zone, self.explained)
+            self.explained = explained(p, zone)
             p.notices.extend(notices + side)
             self.blocked = ([desired.queue_error or "queue.toml cannot be read"] if not desired.queue_ok else []) + \
                 ([f"could not observe jobs ({'; '.join(world.errors)})"] if not world.ok else [])

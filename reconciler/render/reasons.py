@@ -273,12 +273,24 @@ def action_reason(a: Action, zone: Zone) -> str:
     return a.reason
 
 
-def explain(p: Plan, zone: Zone) -> Plan:
+def explain(p: Plan, zone: Zone, before: dict | None = None) -> Plan:
     """Put each action's reason on it as text (and a settle's `why`): the plan as people and agents
-    read it, and as the executor records it."""
+    read it, and as the executor records it. `before`: the reasons of the last pass, `explained(p)`
+    of its plan; an action of the same kind with the same detail (in the same zone) takes its reason
+    from there (a crowd's pass explains thousands of waiting entries exactly as the pass before)."""
+    known = before.get("by_id", {}) if before is not None and before.get("zone") is zone else {}
     for a in p.actions:
         if a.detail is not None:
+            kept = known.get(a.id)
+            if kept is not None and kept[0] == a.kind and kept[1] == a.detail and a.kind != "settle":
+                a.reason = kept[2]
+                continue
             a.reason = action_reason(a, zone)
             if a.kind == "settle":
                 a.why = outcome_why(a.detail)
     return p
+
+
+def explained(p: Plan, zone: Zone) -> dict:
+    """What `explain` may reuse of this plan in the next pass."""
+    return {"zone": zone, "by_id": {a.id: (a.kind, a.detail, a.reason) for a in p.actions if a.detail is not None}}

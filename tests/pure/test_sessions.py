@@ -348,3 +348,25 @@ def test_a_command_line_parses_the_same_with_only_its_own_subcommand_built():
                 parser.parse_args(bad)
             said.append((e.value.line, e.value.code))
         assert said[0] == said[1] and said[0][1] == 2, said
+
+
+def test_explain_reuses_a_reason_only_for_the_same_kind_detail_and_zone():
+    from reconciler.core.models import Action, Plan
+    from reconciler.render.reasons import explained
+
+    def waiting(pos: int, kind: str = "wait") -> Action:
+        return Action(kind, f"r-{pos}", detail={"code": "queued", "position": pos, "est_start": None,
+                                                "waits_for": "queue_head", "head": "r-1"})
+
+    last = explained(explain(Plan(actions=[waiting(2), waiting(3), waiting(4)]), UTC), UTC)
+    last["by_id"]["r-2"] = ("wait", last["by_id"]["r-2"][1], "REUSED")  # marks what is taken over
+    last["by_id"]["r-4"] = ("wait", last["by_id"]["r-4"][1], "REUSED")
+    p = Plan(actions=[waiting(2), waiting(3, "enqueue"), Action("wait", "r-4", detail={
+        "code": "queued", "position": 3, "est_start": None, "waits_for": "queue_head", "head": "r-1"})])
+    explain(p, UTC, last)
+    assert p.actions[0].reason == "REUSED"  # same kind, same detail
+    assert p.actions[1].reason == "position 3; est. start unknown; behind queue head r-1"  # another kind
+    assert p.actions[2].reason.startswith("position 3;")  # its detail changed
+    other_zone = Plan(actions=[waiting(2)])
+    explain(other_zone, lambda ts: 3600, last)
+    assert other_zone.actions[0].reason != "REUSED"  # another zone: made again
