@@ -19,7 +19,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from reconciler.config.memo import ByIdentity
 from reconciler.config.paths import Paths
@@ -39,14 +39,20 @@ class DesiredError(Exception):
     """The writer could not make a change; the message is one line and nothing was changed."""
 
 
-class DesiredRead(NamedTuple):
-    """What `read_desired` returns: the desired state, and the game file's error line (None if good).
+class DesiredRead:
+    """What `read_desired` returns: the desired state, and the game file's error line (None if good);
+    unpacks as that pair (`desired, game_error = read_desired(paths)`). `queue_text`: queue.toml's
+    text when it read well (None: missing or broken), which the loop keeps as the last good version.
 
     The queue file's state is in `desired.queue_ok` / `desired.queue_error`."""
 
-    desired: "Desired"
-    game_error: str | None
-    queue_text: str | None = None  # queue.toml's text when it read well (None: missing or broken)
+    __slots__ = ("desired", "game_error", "queue_text")
+
+    def __init__(self, desired: "Desired", game_error: str | None, queue_text: str | None = None):
+        self.desired, self.game_error, self.queue_text = desired, game_error, queue_text
+
+    def __iter__(self):
+        return iter((self.desired, self.game_error))
 
 
 class _Bad(Exception):

@@ -13,6 +13,7 @@ import pytest
 from reconciler.config.paths import Paths
 from reconciler.core.models import Action, Game, Plan, World, dump
 from reconciler.desired.changes import track
+from reconciler.desired.reader import read_desired
 from reconciler.desired.writer import Writer
 from reconciler.loop.tick import load_desired, publish
 from reconciler.recorded.store import Store
@@ -38,6 +39,9 @@ def test_a_broken_queue_is_read_as_its_last_good_version_even_by_a_new_loop(path
         assert [r.id for r in desired.requests] == ids and desired.queue_ok
     assert paths.last_good_queue.read_text() == paths.queue.read_text()
     assert oct(paths.last_good_queue.stat().st_mode & 0o777) == "0o600"
+    got = read_desired(paths)
+    desired, game_error = got  # still unpacks as the pair it always was (bench c unpacks it so)
+    assert got.queue_text == paths.queue.read_text() and game_error is None and desired.queue_ok
     good = paths.queue.read_text()
     paths.queue.write_text(good + "\n[[job]\n")  # a hand edit gone wrong
     with Store.open(paths) as store:  # a loop started afresh: nothing in memory
