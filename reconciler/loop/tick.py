@@ -397,17 +397,21 @@ def _save_last_good_queue(paths: Paths, store, text: str) -> None:
     path = paths.last_good_queue
     tmp = path.with_name(path.name + ".tmp")
     try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        data = text.encode("utf-8")
-        while data:
-            data = data[os.write(fd, data):]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)  # no fsync: a copy for when queue.toml breaks, which an OS crash may lose
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            data = text.encode("utf-8")
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)  # no fsync: a copy for when queue.toml breaks, which an OS crash may lose
+    except OSError as e:  # a full disk, a directory planted there: the pass goes on, the copy is retried
+        log.warning("could not keep the last good queue.toml in %s: %s", path, e.strerror or e)
+        return
     store.memo["last_good_queue"] = text
     if store.get_meta("desired_last_good") is not None:  # the old form (every request's JSON): gone
         store.delete_meta("desired_last_good")

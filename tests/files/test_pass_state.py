@@ -144,3 +144,16 @@ def test_tracking_reads_its_own_last_value_again_when_another_process_changed_it
         assert track(paths, loop_store, policy, now=3.0) == {"r-9"}  # still known as added by hand
         outside = [r[4] for r in loop_store.changes(0) if r[1] == "queue.toml" and r[2] == "outside"]
         assert outside == ["r-9 added", "r-9 edited"]  # edited: diffed against the other pass's snapshot
+
+
+def test_something_planted_where_the_copy_goes_never_stops_a_pass(paths, caplog):
+    """A directory (or anything that cannot be replaced by a file) at the copy's path or its
+    temporary's: the pass reads the queue as usual and says why the copy was not kept."""
+    ids = add(paths, 1)
+    paths.last_good_queue.mkdir()
+    (paths.last_good_queue / "x").write_text("kept")
+    with Store.open(paths) as store:
+        desired, _ = load_desired(paths, store)
+        assert [r.id for r in desired.requests] == ids and desired.queue_ok
+    assert "could not keep the last good queue.toml" in caplog.text
+    assert (paths.last_good_queue / "x").read_text() == "kept"  # nothing of it removed
