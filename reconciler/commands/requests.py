@@ -13,25 +13,10 @@ TickFn = Callable[[], Awaitable[Plan]]
 MAX_PASSES = 6  # a request deferred by the per-pass start cap is decided within a few passes
 
 
-_INDEXED: list = [None, -1, {}]  # the plan last indexed, its number of actions, its actions by id
-
-
-def actions_for(plan: Plan, job_id: str) -> list:
-    """plan.for_id(job_id), from an index made once per plan: the loop answers a whole crowd's
-    requests from one pass's plan, and a scan of every action for each answer made answering a
-    crowd cost O(queued) per request (3,000 queued: 66 µs each, twice per answer)."""
-    if _INDEXED[0] is not plan or _INDEXED[1] != len(plan.actions):
-        index: dict[str, list] = {}
-        for a in plan.actions:
-            index.setdefault(a.id, []).append(a)
-        _INDEXED[:] = [plan, len(plan.actions), index]
-    return _INDEXED[2].get(job_id, [])
-
-
 def _detail(plan: Plan | None, job_id: str, kinds: tuple[str, ...]) -> dict | None:
     if plan is None:
         return None
-    for a in actions_for(plan, job_id):
+    for a in plan.for_id(job_id):
         if a.kind in kinds:
             return a.detail
     return None
@@ -50,7 +35,7 @@ def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | N
     if rec.phase == Phase.starting:
         return None  # not started yet: its unit is not seen (e.g. the loop that asked for it died)
     detail = _detail(plan, job_id, ("enqueue", "wait")) if rec.phase == Phase.queued else None
-    if rec.phase == Phase.queued and detail is None and plan is not None and actions_for(plan, job_id):
+    if rec.phase == Phase.queued and detail is None and plan is not None and plan.for_id(job_id):
         return None  # requeued by this very pass (its starter died): the next pass decides it
     data = entry_json(rec, engine.paths, detail)
     zone = zone_of(engine.policy)
@@ -116,12 +101,12 @@ async def _as(engine, who: str | None, edit):
 def scoped_lock(fields: dict, policy) -> dict:
     """The request's lock as it is recorded: `--lock KEY`, or the lock its title takes unasked (the
     policy's lock_title_words), within the main tree of its cwd's repository (core/locks.py)."""
-    from reconciler.core.locks import lock_scope, title_lock
+    from reconciler.core.locks import lock_scope, scoped, title_lock
 
     key = fields.get("lock") or title_lock(str(fields.get("title") or ""), policy.lock_title_words)
     if not key:
         return fields
-    if lock_scope(key, "") == key:  # scoped already (KEY@/path): no cwd to look at
+    if scoped(key):  # no cwd to look at
         return {**fields, "lock": key}
     from reconciler.config.gitrepo import main_tree
 
@@ -156,7 +141,7 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
         decided = outcome(engine, req.id, plan)
         if decided is not None:
             return decided
-        if engine.blocked and not (plan and actions_for(plan, req.id)):
+        if engine.blocked and not (plan and plan.for_id(req.id)):
             break  # the pass could not admit anything (systemd unreachable, a broken file): say why
     why = "; ".join(" ".join(n.split()) for n in engine.blocked)
     if why and not req.queue and engine.store.get(req.id) is None:

@@ -6,6 +6,7 @@ import os
 import time
 
 from reconciler.core.capacity import reserves
+from reconciler.desired import lastgood
 from reconciler.desired.changes import SHOWN_FOR_S, change_line, recorded_and_pending
 from reconciler.core.plan import spent_today
 from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase, copy, dump, parse
@@ -165,9 +166,7 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
     try:
         records = store.records()
         snap = _snapshot(store)
-        last_game = store.get_meta("desired_last_good_game")
-        if last_game is None:  # kept as res kept it before: the whole desired state in one value
-            last_game = json.dumps((json.loads(store.get_meta("desired_last_good") or "{}")).get("game") or {})
+        game = lastgood.game(store) or Game()
         recent = recorded_and_pending(paths, store, now - SHOWN_FOR_S, ("policy.toml", "game.toml"))[-5:]
     finally:
         if own:
@@ -183,7 +182,6 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
     warn = notices(paths, snap)
 
     world = snap.get("world") or {}
-    game = parse(Game, json.loads(last_game))
     nproc = int(world.get("nproc") or 1)
     reserve_gb, reserve_cpus, game_on = reserves(policy, game, now, nproc)
     spent = spent_today(records, now, zone)

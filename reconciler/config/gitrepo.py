@@ -54,25 +54,16 @@ def _read(path: str) -> str | None:
 
 
 def read_regular(path: str, limit: int) -> str | None:
-    """A regular file's text, if it has at most `limit` bytes; None for anything else (a FIFO planted
-    as HEAD or CLAUDE.md never blocks us)."""
-    import stat
+    """config/files.read_regular as text: None for anything but a regular file of at most `limit`
+    bytes (a FIFO planted as HEAD or CLAUDE.md never blocks us)."""
+    from reconciler.config.files import FileProblem
+    from reconciler.config.files import read_regular as read_bytes
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        data = read_bytes(path, limit)
+    except (FileProblem, OSError):
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, limit + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        return None
-    return data.decode("utf-8", "replace")
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def checkout(cwd: str) -> tuple[str, str] | None:

@@ -8,10 +8,15 @@ the lock of that name."""
 from __future__ import annotations
 
 
+def scoped(key: str) -> bool:
+    """Whether `key` is scoped already (written as `KEY@/path`: an absolute path after its last `@`);
+    `db@staging` is a key like any other."""
+    return "@" in key and key.rpartition("@")[2].startswith("/")
+
+
 def lock_scope(key: str, scope: str) -> str:
-    """`KEY@<scope>`. A key already scoped (written by hand as `KEY@/path`: an absolute path after its
-    last `@`) is kept as it is; `db@staging` is a key like any other."""
-    return key if key.rpartition("@")[2].startswith("/") and "@" in key else f"{key}@{scope}"
+    """`KEY@<scope>`; a key scoped already is kept as it is."""
+    return key if scoped(key) else f"{key}@{scope}"
 
 
 def title_lock(title: str, words) -> str | None:

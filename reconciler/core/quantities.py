@@ -194,3 +194,13 @@ def lock_text(lock: str, limit: int = 120, quote: str = '"') -> str:
 
 def quoted(text: str, limit: int = 60) -> str:
     return '"' + one_line(text, limit).replace('"', "'") + '"'
+
+
+THROTTLE_USED = 0.85  # of the job's own --mem
+THROTTLE_PRESSURE = 20.0  # memory.pressure some avg60, percent
+
+
+def throttled(used_gb: float, mem_gb: float, pressure_avg60: float | None) -> bool:
+    """A job at its own memory limit and stalling on it: the rule of the status warning and of `res
+    wait`'s notice (here, import-light: a waiting client checks it every few seconds)."""
+    return pressure_avg60 is not None and used_gb >= THROTTLE_USED * mem_gb and pressure_avg60 >= THROTTLE_PRESSURE

@@ -202,7 +202,7 @@ def _to_tomlkit(v: Any) -> Any:
 # ---------------------------------------------------------------- atomic files
 
 
-def _write_atomic(dfd: int, name: str, data: bytes, durable: bool = True) -> None:
+def write_atomic(dfd: int, name: str, data: bytes, durable: bool = True) -> None:
     """Replace `name` in the directory `dfd` with `data`: a 0600 temp file in the same directory,
     fsync, rename over, fsync the directory. A reader sees the old file or the new one, never a mix."""
     tmp = f".{name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
@@ -290,7 +290,7 @@ class _Note:
         c = q.counts
         line = f"v1 {sha} {max(q.next_id, floor)} {q.top} {c.get('job', 0)} {c.get('note', 0)} {int(q.plain)}\n"
         try:
-            _write_atomic(dfd, _CACHE_NAME, line.encode(), durable=False)
+            write_atomic(dfd, _CACHE_NAME, line.encode(), durable=False)
         except OSError:
             pass  # the queue file itself is written; the note only saves work
 
@@ -470,7 +470,7 @@ class Writer:
             now = None
         if now != ident:
             raise _Changed()
-        _write_atomic(dfd, name, data)
+        write_atomic(dfd, name, data)
 
     def _retrying(self, edit: Any, path: Path | None = None) -> Any:
         """Run `edit(dfd)` under the lock, again (up to 3 times) if the file changed under it."""
@@ -904,7 +904,7 @@ class Writer:
                     except _Changed:
                         raise DesiredError(f"{target}: appeared while it was being laid down; try again") from None
                 else:
-                    _write_atomic(dfd, name, text.encode("utf-8"))
+                    write_atomic(dfd, name, text.encode("utf-8"))
                     self._log_change(dfd, name, "init", [], digest(text.encode("utf-8")))
                 written.append(target)
         return written

@@ -11,7 +11,7 @@ import time
 from reconciler.apply.attach import Streamer
 from reconciler.apply.executor import Executor
 from reconciler.config.locks import locked_async
-from reconciler.core.models import Desired, Game, Phase, Plan, Request, World, dump, parse
+from reconciler.core.models import Desired, Phase, Plan, World, dump, parse
 from reconciler.observed.world import observe_user_side, observe_world
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
@@ -364,92 +364,25 @@ def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float = 60.0) -
 
 
 def load_desired(paths: Paths, store, save: bool = True) -> tuple[Desired, list[str]]:
-    """Desired state, keeping the last good version of a file that does not parse (DESIGN §2 step 2).
-    `save`: remember this version as the last good one (never in a dry run).
-
-    The queue's last good version is the text of the last queue.toml that read well, kept as a file
-    beside state.db (`Paths.last_good_queue`) and read back with the reader only when queue.toml is
-    broken; the game's is its JSON in state.db. Each is written only when it changed. (It used to be
-    every request's JSON in one state.db value: under a crowd, 1 MB made and written every pass.)"""
+    """Desired state, keeping the last good version of a file that does not parse (DESIGN §2 step 2,
+    desired/lastgood.py). `save`: remember this version as the last good one (never in a dry run)."""
+    from reconciler.desired import lastgood
     from reconciler.desired.reader import read_desired
 
     got = read_desired(paths)
     desired, game_error = got.desired, got.game_error
     if not desired.queue_ok:
-        desired.requests = _last_good_requests(paths, store)
+        desired.requests = lastgood.requests(paths, store)
     if game_error:
-        saved = store.get_meta("desired_last_good_game") or _old_last_good(store).get("game")
-        if saved:
-            desired.game = parse(Game, json.loads(saved) if isinstance(saved, str) else saved)
+        desired.game = lastgood.game(store) or desired.game
     notices = [f"{game_error}; keeping game mode as it was"] if game_error else []
     if save:
         # Each file's version is remembered only from a good read of that file.
         if desired.queue_ok:
-            _save_last_good_queue(paths, store, got.queue_text or "")
+            lastgood.save_queue(paths, store, got.queue_text or "")
         if not game_error:
-            _save_last_good_game(store, desired.game)
+            lastgood.save_game(store, desired.game)
     return desired, notices
-
-
-def _save_last_good_queue(paths: Paths, store, text: str) -> None:
-    if store.memo.get("last_good_queue") == text:
-        return
-    path = paths.last_good_queue
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            data = text.encode("utf-8")
-            while data:
-                data = data[os.write(fd, data):]
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)  # no fsync: a copy for when queue.toml breaks, which an OS crash may lose
-    except OSError as e:  # a full disk, a directory planted there: the pass goes on, the copy is retried
-        log.warning("could not keep the last good queue.toml in %s: %s", path, e.strerror or e)
-        return
-    store.memo["last_good_queue"] = text
-    if store.get_meta("desired_last_good") is not None:  # the old form (every request's JSON): gone
-        store.delete_meta("desired_last_good")
-
-
-def _save_last_good_game(store, game: Game) -> None:
-    if store.memo.get("last_good_game") == game:
-        return
-    text = json.dumps(dump(game))
-    if store.get_meta("desired_last_good_game") != text:
-        store.set_meta("desired_last_good_game", text)
-    store.memo["last_good_game"] = game
-
-
-def _last_good_requests(paths: Paths, store) -> list[Request]:
-    """The requests of the last queue.toml that read well: none when there is no such copy, or when
-    it cannot be read either (nothing is started or stopped while queue.toml is broken anyway)."""
-    from reconciler.config.files import FileProblem, read_regular
-    from reconciler.desired.reader import MAX_FILE_BYTES, DesiredError, queue_requests
-
-    try:
-        data = read_regular(paths.last_good_queue, MAX_FILE_BYTES, follow=False)
-    except FileProblem:
-        data = None
-    if data is None:
-        return [parse(Request, r) for r in _old_last_good(store).get("requests", [])]
-    try:
-        return queue_requests(data.decode("utf-8"))
-    except (DesiredError, UnicodeDecodeError):
-        return []
-
-
-def _old_last_good(store) -> dict:
-    """The last good desired state as res kept it before (one JSON value in state.db), if any."""
-    try:
-        return json.loads(store.get_meta("desired_last_good") or "{}")
-    except ValueError:
-        return {}
 
 
 def publish(store, world: World, p: Plan, now: float) -> None:

@@ -154,7 +154,7 @@ class LogFollower:
 
 class ThrottleWatch:
     """Tells once, on stderr, that the job waited for is at its own memory limit and stalling on it
-    (the rule of `res status`'s warning, render.lines.throttled), from the last pass's observation
+    (the rule of `res status`'s warning, core.quantities.throttled), from the last pass's observation
     in state.db, looked at about every EVERY_S."""
 
     EVERY_S = 2.0
@@ -180,20 +180,27 @@ class ThrottleWatch:
 
 def throttle_notice(paths: Paths, job_id: str) -> str | None:
     """The throttle line for `job_id` if the last pass saw it throttled, else None."""
+    from reconciler.core.quantities import throttled
     from reconciler.recorded.store import Store
-    from reconciler.render.lines import throttle_line, throttled
 
+    # Plain JSON until the job is found throttled: a waiting client asks every few seconds, and
+    # building the record would load the model layer (pydantic) into every `res wait`.
     store = Store.open(paths, readonly=True)
     try:
         obs = ((store.get_meta_json("last_tick", {}).get("world") or {}).get("jobs") or {}).get(job_id) or {}
         pressure, used = obs.get("pressure_avg60"), obs.get("mem_used_gb") or 0.0
         if pressure is None:
             return None
+        mem_gb = (store.row(job_id).get("request") or {}).get("mem_gb")
+        if not isinstance(mem_gb, (int, float)) or not throttled(used, mem_gb, pressure):
+            return None
         rec = store.get(job_id)
     finally:
         store.close()
-    if rec is None or not throttled(used, rec.request.mem_gb, pressure):
+    if rec is None:
         return None
+    from reconciler.render.lines import throttle_line
+
     return throttle_line(rec.request, used, pressure)
 
 

@@ -333,14 +333,20 @@ class Store:
             return known[1]
         return self._load(job_id, rows[0][0])
 
-    def log_dir(self, job_id: str) -> str | None:
-        """The record's log_dir, read from its row without building the record (`res run --wait`
-        looks for a queued job's log where it was started)."""
+    def row(self, job_id: str) -> dict:
+        """The record's row as plain JSON data, without building the record (no pydantic: what a
+        waiting client looks up every few seconds); {} when there is none or it cannot be read."""
         rows = self._rows("SELECT record FROM jobs WHERE id = ?", (job_id,))
         try:
-            found = json.loads(rows[0][0]).get("log_dir") if rows else None
-        except (ValueError, AttributeError):
-            return None
+            found = json.loads(rows[0][0]) if rows else {}
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
+
+    def log_dir(self, job_id: str) -> str | None:
+        """The record's log_dir, read from its row (`res run --wait` looks for a queued job's log
+        where it was started)."""
+        found = self.row(job_id).get("log_dir")
         return found if isinstance(found, str) and found else None
 
     def put(self, record: "JobRecord", expect_phase: Any = None, expect_holder: Any = ANY) -> bool:

@@ -6,7 +6,7 @@ are made in render/reasons.py.
 from __future__ import annotations
 
 from reconciler.core.models import Action, Plan, World
-from reconciler.core.quantities import fmt_cpus, fmt_gb, one_line, quoted
+from reconciler.core.quantities import fmt_cpus, fmt_gb, one_line, quoted, throttled
 
 
 # ---------------------------------------------------------------- the plan (DESIGN §7)
@@ -84,8 +84,6 @@ def render_plan(plan: Plan) -> str:
 
 # ---------------------------------------------------------------- `res status`: the user's side
 
-THROTTLE_USED = 0.85  # of the job's own --mem
-THROTTLE_PRESSURE = 20.0  # memory.pressure some avg60, percent
 TMPFS_SHARE = 0.25  # of RAM
 
 
@@ -100,12 +98,6 @@ def agents_memory_line(world: World) -> str | None:
     cache = min(s.mem_file_gb, free_of_jobs)
     return (f"agents slice uses {fmt_gb(s.mem_used_gb)}: jobs {fmt_gb(jobs)}, unreserved {fmt_gb(free_of_jobs)} "
             f"(of which {fmt_gb(cache)} reclaimable cache)")
-
-
-def throttled(used_gb: float, mem_gb: float, pressure_avg60: float | None) -> bool:
-    """A job at its own memory limit and stalling on it: the rule of the status warning and of `res
-    wait`'s notice."""
-    return pressure_avg60 is not None and used_gb >= THROTTLE_USED * mem_gb and pressure_avg60 >= THROTTLE_PRESSURE
 
 
 def throttle_line(req, used_gb: float, pressure_avg60: float) -> str:

@@ -25,7 +25,6 @@ import hashlib
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -51,11 +50,9 @@ def record_dir(state_root: Path) -> Path:
 
 
 def _own_dir(path: Path) -> bool:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not (st.st_mode & 0o077)
+    from reconciler.config.paths import own_private_dir
+
+    return own_private_dir(path) is None
 
 
 def runtime_dir_for(state_root: Path, env: dict | None = None) -> Path:

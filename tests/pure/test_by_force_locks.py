@@ -169,16 +169,18 @@ def test_a_lock_scoped_already_looks_at_no_cwd(monkeypatch):
 
 
 def test_a_plans_actions_by_id_are_its_for_id_and_follow_a_changed_plan():
-    from reconciler.commands.requests import actions_for
     from reconciler.core.models import Action, Plan
+
+    def scan(p, job_id):
+        return [a for a in p.actions if a.id == job_id]
 
     plan = Plan(actions=[Action(kind="wait", id="r-1"), Action(kind="start", id="r-2"), Action(kind="set", id="r-1")])
     for job_id in ("r-1", "r-2", "r-9"):
-        assert actions_for(plan, job_id) == plan.for_id(job_id)
+        assert plan.for_id(job_id) == scan(plan, job_id)
     plan.actions.append(Action(kind="stop", id="r-9"))  # the same plan, changed: indexed again
-    assert actions_for(plan, "r-9") == plan.for_id("r-9") != []
+    assert plan.for_id("r-9") == scan(plan, "r-9") != []
     other = Plan(actions=[Action(kind="start", id="r-1")])
-    assert actions_for(other, "r-1") == other.for_id("r-1")
+    assert other.for_id("r-1") == scan(other, "r-1")
 
 
 # ---------------------------------------------------------------- the agents' rule
