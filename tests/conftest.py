@@ -26,7 +26,8 @@ os.environ["RES_LOOP_AUTOSTART"] = "false"
 # The tier of a test is its folder (DESIGN §9): `python3 -m pytest -q tests/pure` runs in seconds with
 # nothing booted; `-m "not systemd"` leaves out every test that needs a user manager.
 TIER_MARKS = {"pure": ("pure",), "files": ("files",), "systemd": ("systemd",), "fault": ("fault", "systemd"),
-              "hostile": ("hostile", "systemd"), "slurm": ("slurm", "systemd")}
+              "hostile": ("hostile", "systemd"), "slurm": ("slurm", "systemd"),
+              "agentcli": ("agentcli",)}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -45,6 +45,8 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "attached_by": rec.attached_by, "lease_until": rec.lease_until,
         "agent": req.agent, "spend_usd": round(rec.spend_usd, 6), "spend_estimated": spend_is_estimated(d),
         "running_spend_usd": round(running_spend_usd(d), 6), "unknown_format": unknown_format(d),
+        "dearest_rates": d.model_note if d else None, "set_aside": d.set_aside if d else 0,
+        "set_aside_note": d.set_aside_note if d else None,
         "input_tokens": d.input_tokens if d else 0, "output_tokens": d.output_tokens if d else 0,
         "iterations": d.iterations if d else 0, "lines": d.lines if d else 0,
         "log_offset": rec.log_offset, "attach_failures": rec.attach_failures, "last_error": rec.last_error,

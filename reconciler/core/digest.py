@@ -47,7 +47,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reconciler.core.agents import AGENTS
-from reconciler.core.pricing import PricingTable, tokens, usage_tokens
+from reconciler.core.pricing import MAX_TOKENS, BadNumber, PricingTable, tokens, usage_tokens, usd
 
 SEEN_IDS_KEPT = 64
 SYNTHETIC = "<synthetic>"
@@ -97,6 +97,16 @@ class DigestState(BaseModel):
     failure_reason: str | None = None
     finished: bool = False
     rc: int | None = None
+    # Lines set aside: a usage count or cost no model call has (10**400 tokens, 1e308 USD). Nothing of
+    # such a line counts; the last one is named.
+    set_aside: int = Field(default=0, ge=0)
+    set_aside_note: str | None = None
+    # Why the rates used are the dearest ([default]): no model named, or one the table does not know.
+    model_note: str | None = None
+    # codex, gemini: what the turn under way has added by estimate since it began or since the agent
+    # last reported its usage, taken back whole if the turn turns out to have billed nothing.
+    turn_usd: float = Field(default=0.0, ge=0)
+    turn_tokens: tuple[int, int] = (0, 0)  # (input, output)
 
 
 _FIELDS = tuple(DigestState.model_fields)
@@ -144,6 +154,11 @@ class Digest:
             self.outcome, self.failure_reason = "success", None
         else:
             self._fail(f"exit code {rc}" if rc is not None else "no exit code (killed or lost)")
+
+    def _set_aside(self, why: str) -> None:
+        """The line just pushed is hostile or broken (BadNumber): nothing of it was counted."""
+        self.set_aside += 1
+        self.set_aside_note = f"line {self.lines}: {why}; set aside, nothing of it counted"
 
     def _fail(self, why: str) -> None:
         why = " ".join(why.split())
@@ -197,11 +212,14 @@ class ClaudeDigest(Digest):
             return
         if '"stream_event"' in head:
             self.recognized += 1
-            if line.startswith(_COMPACT_EVENT):  # the event's type at a known place: no scan of the line
-                if line.startswith(("message_start", "message_delta"), len(_COMPACT_EVENT)):
+            try:
+                if line.startswith(_COMPACT_EVENT):  # the event's type at a known place: no scan of the line
+                    if line.startswith(("message_start", "message_delta"), len(_COMPACT_EVENT)):
+                        self._stream_line(line)
+                elif '"message_start"' in line or '"message_delta"' in line:
                     self._stream_line(line)
-            elif '"message_start"' in line or '"message_delta"' in line:
-                self._stream_line(line)
+            except BadNumber as e:
+                self._set_aside(str(e))
             return  # text deltas: nothing in them that counts
         elif '"system"' in head:
             if '"init"' not in line[:80] or self._init_line(line):
@@ -218,13 +236,17 @@ class ClaudeDigest(Digest):
         kind = ev.get("type")
         if kind in ("assistant", "result", "system", "stream_event"):
             self.recognized += 1
-        if kind == "assistant":
-            self._assistant(ev)
-        elif kind == "stream_event":
-            self._stream_event(ev)
-        elif kind == "result":
-            self._result(ev)
-        elif kind == "system":
+        try:
+            if kind == "assistant":
+                self._assistant(ev)
+            elif kind == "stream_event":
+                self._stream_event(ev)
+            elif kind == "result":
+                self._result(ev)
+        except BadNumber as e:  # read before anything of the line was counted
+            self._set_aside(str(e))
+            return
+        if kind == "system":
             if ev.get("subtype") == "init":
                 m, sid = ev.get("model"), ev.get("session_id")
                 if isinstance(m, str) and m:
@@ -247,21 +269,21 @@ class ClaudeDigest(Digest):
 
 
     def _assistant(self, ev: dict[str, Any]) -> None:
+        msg = ev.get("message")
+        usage = msg.get("usage") if type(msg) is dict else None
+        if type(usage) is not dict:
+            usage = {}
+        inp, out, cw, cr, cw1h = usage_tokens(usage)  # first: a line with a hostile count changes nothing
         err = ev.get("error")
         if isinstance(err, str) and err:
             self.failure_signal = f"assistant error: {err}"
-        msg = ev.get("message")
         if type(msg) is not dict:
             return
-        usage = msg.get("usage")
-        if type(usage) is not dict:
-            usage = {}
         model = msg.get("model")
         if not isinstance(model, str) or not model:
             model = self.model or ""
         if model == SYNTHETIC:
             return  # a notice Claude Code writes itself (an API error's text): no model call, no cost
-        inp, out, cw, cr, cw1h = usage_tokens(usage)
         chars, blocks = _content_size(msg.get("content"))
         if ev.get("parent_tool_use_id") is None and self.turn_calls == 0:
             self._calls(1)  # a turn's first model call
@@ -314,9 +336,11 @@ class ClaudeDigest(Digest):
             if out is None:  # a usage shaped otherwise: parsed whole
                 self._stream_parsed(line)
                 return
+            digits = out.group(1)
+            count = tokens(int(digits) if len(digits) <= 15 else float("inf"))
             mid = self.streaming.get(stream)
             if mid is not None:
-                self._exact(mid, int(out.group(1)))
+                self._exact(mid, count)
 
     def _stream_parsed(self, line: str) -> None:
         try:
@@ -386,21 +410,24 @@ class ClaudeDigest(Digest):
             self.estimate_usd = max(0.0, self.estimate_usd + sign * usd)
 
     def _result(self, ev: dict[str, Any]) -> None:
+        totals = self._result_totals(ev)  # first: a line with a hostile number changes nothing
+        cost = usd(ev.get("total_cost_usd"))
+        turns = ev.get("num_turns")
+        if type(turns) is int and turns > MAX_TOKENS:
+            raise BadNumber(f"num_turns {turns}"[:40])
         self.result_seen = True
-        self._result_tokens(ev)
+        if totals is not None:
+            self.input_tokens, self.output_tokens, self.cache_write_tokens, self.cache_read_tokens = totals
         # One process may serve several turns (--input-format stream-json): each result's num_turns
         # is its own turn's, its total_cost_usd and modelUsage the whole process's.
-        turns = ev.get("num_turns")
         if type(turns) is int and turns >= 0:
             self.turns_before += turns
         else:
             self.turns_before += self.turn_calls
         self.turn_calls = 0
         self.iterations = self.turns_before
-        cost = ev.get("total_cost_usd")
-        if type(cost) in (int, float) and math.isfinite(cost) and cost >= 0:
-            if cost > 0 or self.spend_usd == 0:
-                self.spend_usd = float(cost)
+        if cost is not None and (cost > 0 or self.spend_usd == 0):
+            self.spend_usd = cost
         subtype = ev.get("subtype")
         subtype = subtype if isinstance(subtype, str) and subtype else "result"
         is_error = ev.get("is_error") is True
@@ -416,9 +443,10 @@ class ClaudeDigest(Digest):
         why = subtype if subtype != "success" else "is_error"
         self._fail(f"{why}: {detail}" if detail.strip() else why)
 
-    def _result_tokens(self, ev: dict[str, Any]) -> None:
-        """The result's running totals replace the streamed counts: modelUsage (every model, sub-agents
-        and background calls included) where given, else usage."""
+    @staticmethod
+    def _result_totals(ev: dict[str, Any]) -> list[int] | None:
+        """The result's running totals, which replace the streamed counts: modelUsage (every model,
+        sub-agents and background calls included) where given, else usage; None if it has neither."""
         totals = None
         mu = ev.get("modelUsage")
         if type(mu) is dict and mu:
@@ -436,15 +464,19 @@ class ClaudeDigest(Digest):
             if type(u) is dict and any(k in u for k in ("input_tokens", "output_tokens")):
                 totals = [tokens(u.get("input_tokens")), tokens(u.get("output_tokens")),
                           tokens(u.get("cache_creation_input_tokens")), tokens(u.get("cache_read_input_tokens"))]
-        if totals is not None:
-            self.input_tokens, self.output_tokens, self.cache_write_tokens, self.cache_read_tokens = totals
+        return totals
 
 
 class CallEstimating(Digest):
     """An agent whose output carries its usage only at the end (Codex, Gemini): each event line is a
     JSON object with a `type`, and until the usage comes each model call is estimated at
     `base_input_tokens` of uncached input plus what the session has shown the model since, priced at
-    the session's model (the command line's, else what the output names, else the dearest rates)."""
+    the session's model (the command line's or configuration's, else what the output names, else the
+    dearest rates, which `model_note` then names).
+
+    Once the agent reports its usage (`_reported`), that is the spend, and the running estimate comes
+    down to it: estimates are only for what it has not reported yet. A turn that billed nothing (the
+    API refused it: a quota, a rate limit, before any output) is taken back whole (`_refused`)."""
 
     base_input_tokens = 0
     events: frozenset = frozenset()  # the `type`s of the agent's format
@@ -456,6 +488,7 @@ class CallEstimating(Digest):
         self.asked_model = model  # the command line's -m: more exact than what the output names
         if model and not self.model:
             self.model = model
+        self._noted: str | None = ""  # the model model_note was last worked out for ("": none yet)
 
     def push(self, line: str) -> None:
         self.lines += 1
@@ -470,7 +503,10 @@ class CallEstimating(Digest):
         kind = ev.get("type")
         if kind in self.events or (isinstance(kind, str) and kind.startswith("item.") and "item.*" in self.events):
             self.recognized += 1
-            self.event(kind, ev)
+            try:
+                self.event(kind, ev)
+            except BadNumber as e:  # the event reads its numbers before it counts anything
+                self._set_aside(str(e))
 
     def event(self, kind: str, ev: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -483,12 +519,43 @@ class CallEstimating(Digest):
         self._estimate(input_tokens=self.base_input_tokens + math.ceil(self.context_chars / CHARS_PER_TOKEN))
 
     def _estimate(self, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        """Work the agent has not reported yet: it counts, by estimate, on the spend and the tokens."""
+        self._note_rates(self.model)
         usd = self.pricing.cost_tokens(self.model or None, input_tokens, output_tokens)
         self.estimate_usd += usd
-        if not self.result_seen:
-            self.spend_usd += usd
-            self.input_tokens += input_tokens
-            self.output_tokens += output_tokens
+        self.spend_usd += usd
+        self.turn_usd += usd
+        self.input_tokens += input_tokens
+        self.output_tokens += output_tokens
+        self.turn_tokens = (self.turn_tokens[0] + input_tokens, self.turn_tokens[1] + output_tokens)
+
+    def _reported(self, usd: float, input: int, output: int, cache_read: int, cache_write: int = 0) -> None:
+        """The agent stated its usage (priced by the caller): it is the spend from now on, and what
+        was estimated before it is dropped."""
+        self.spend_usd = self.estimate_usd = usd
+        self.input_tokens, self.output_tokens = input, output
+        self.cache_read_tokens, self.cache_write_tokens = cache_read, cache_write
+        self.turn_usd, self.turn_tokens = 0.0, (0, 0)
+        self.result_seen = True
+
+    def _refused(self) -> None:
+        """The turn under way billed nothing (refused before any output): its estimate is taken back."""
+        self.spend_usd = max(0.0, self.spend_usd - self.turn_usd)
+        self.estimate_usd = max(0.0, self.estimate_usd - self.turn_usd)
+        self.input_tokens = max(0, self.input_tokens - self.turn_tokens[0])
+        self.output_tokens = max(0, self.output_tokens - self.turn_tokens[1])
+        self.turn_usd, self.turn_tokens = 0.0, (0, 0)
+
+    def _note_rates(self, model: str | None) -> None:
+        """model_note: why the dearest rates price this session, if they do."""
+        if model == self._noted:
+            return
+        self._noted = model
+        if self.pricing.resolve(model)[0] is not None:
+            self.model_note = None
+        else:
+            self.model_note = (f"no price for model {model!r}" if model
+                               else f"no model named (give -m)")
 
     def _turn_done(self) -> None:
         self.result_seen = True
@@ -608,7 +675,10 @@ def running_spend_usd(state: DigestState | None) -> float:
     up, whichever is larger, with the margin for calls no line shows. Never below what was reported."""
     if state is None:
         return 0.0
-    running = max(state.spend_usd, state.estimate_usd * (1 + BACKGROUND_MARGIN))
+    # Only Claude Code makes model calls its output never shows; Codex's and Gemini's reported usage
+    # is the whole of it.
+    margin = BACKGROUND_MARGIN if state.agent == "claude" else 0.0
+    running = max(state.spend_usd, state.estimate_usd * (1 + margin))
     if unknown_format(state):
         running = max(running, state.lines * UNKNOWN_LINE_USD)
     return running

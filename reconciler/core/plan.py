@@ -254,6 +254,18 @@ def agent_outcome(rec: JobRecord, outcome: dict) -> dict:
     code alone says nothing the exit's own outcome (exit code, signal, stopped from outside) does not
     say better."""
     d = rec.digest
+    verdict = _agent_verdict(rec, outcome)
+    if rec.request.session and d is not None and (d.model_note or d.set_aside):
+        # how the spend was counted, said whatever else decided: never a silent guess
+        notes = {"dearest_rates": d.model_note} if d.model_note else {}
+        if d.set_aside:
+            notes.update(set_aside=d.set_aside, set_aside_note=d.set_aside_note)
+        verdict = {**verdict, **notes}
+    return verdict
+
+
+def _agent_verdict(rec: JobRecord, outcome: dict) -> dict:
+    d = rec.digest
     if rec.request.session and unknown_format(d):  # said, whatever else decided
         return {**outcome, "unknown_format": True, "lines": d.lines}
     if not rec.request.session or d is None or d.outcome != "failure" or rec.stop_reason \

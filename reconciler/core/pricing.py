@@ -20,6 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 PER_TOKEN = 1e-6  # rates are per 1M tokens
+# No model call reports more tokens than this, nor costs more than MAX_USD (a whole session's restated
+# total included): a count or a cost past them is a hostile or broken line, set aside by the digest
+# (BadNumber), never a spend of 10**400 tokens that overflows, or an infinite one.
+MAX_TOKENS = 10**12
+MAX_USD = 1e9
 ONE_HOUR_FACTOR = 1.6  # 1h cache writes cost 2× input, 5m writes 1.25× (Anthropic prompt caching)
 
 RATE_KEYS = ("input", "output", "cache_write", "cache_read")
@@ -27,6 +32,11 @@ _OPTIONAL_KEYS = ("cache_write_1h",)
 _MODEL_KEY = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _SEGMENT = re.compile(r"[^-@\[:]*")
 _DATE = re.compile(r"\d{6,}")
+
+
+class BadNumber(ValueError):
+    """A usage count or a reported cost that no real model call has (over MAX_TOKENS / MAX_USD, not
+    finite): the line that carries it is set aside, one line naming why."""
 
 
 class PricingError(Exception):
@@ -80,12 +90,14 @@ class PricingTable:
         return r
 
     def cost_tokens(self, model: str | None, input: int = 0, output: int = 0, cache_write: int = 0,
-                    cache_read: int = 0, cache_write_1h: int = 0) -> float:
-        """USD for one request. `cache_write` is all cache-write tokens, `cache_write_1h` the part of
-        them written for one hour (priced at that rate instead of the 5-minute one)."""
+                    cache_read: int = 0, cache_write_1h: int = 0, requests: int = 1) -> float:
+        """USD for one request, or for the summed usage of `requests` requests (an agent that reports
+        only totals): a prompt-length tier is chosen per request, from the average prompt, never from
+        the sum. `cache_write` is all cache-write tokens, `cache_write_1h` the part of them written for
+        one hour (priced at that rate instead of the 5-minute one)."""
         r = self.rates(model)
         if r.long is not None:
-            r = r.for_prompt(input + cache_write + cache_read)
+            r = r.for_prompt((input + cache_write + cache_read) / max(1, requests))
         cw1h = cache_write_1h if cache_write_1h <= cache_write else cache_write
         return (input * r.input + output * r.output + (cache_write - cw1h) * r.cache_write
                 + cw1h * r.cache_write_1h + cache_read * r.cache_read) * PER_TOKEN
@@ -119,13 +131,34 @@ def _suffix(rest: str) -> bool:
 
 
 def tokens(v: Any) -> int:
-    """A token count from JSON: a non-negative int (or integral float); anything else counts 0."""
+    """A token count from JSON: a non-negative int (or integral float); anything else (a string, a
+    negative, null) counts 0; a count no model call has (over MAX_TOKENS, an infinite or NaN float)
+    raises BadNumber."""
     t = type(v)
     if t is int:
+        if v > MAX_TOKENS:
+            raise BadNumber(f"a usage count of {_short(v)} tokens")
         return v if v > 0 else 0
-    if t is float and v > 0 and v != math.inf:
-        return int(v)
+    if t is float:
+        if not v <= MAX_TOKENS:  # NaN and inf included
+            raise BadNumber(f"a usage count of {_short(v)} tokens")
+        return int(v) if v > 0 else 0
     return 0
+
+
+def usd(v: Any) -> float | None:
+    """A reported cost from JSON: a finite, non-negative number up to MAX_USD; None where it is no
+    number (absent, a string); raises BadNumber for one past MAX_USD or not finite."""
+    if type(v) not in (int, float):
+        return None
+    if not -MAX_USD <= v <= MAX_USD:
+        raise BadNumber(f"a reported cost of {_short(v)} USD")
+    return float(v) if v > 0 else 0.0
+
+
+def _short(v: int | float) -> str:
+    text = repr(v)
+    return text if len(text) <= 24 else f"{text[:12]}…({len(text)} digits)"
 
 
 # ---------------------------------------------------------------- loading
@@ -139,12 +172,13 @@ def usage_tokens(usage: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
     inp, out, cw, cr = (get("input_tokens"), get("output_tokens"), get("cache_creation_input_tokens"),
                         get("cache_read_input_tokens"))
     split = get("cache_creation")
-    if type(inp) is type(out) is type(cw) is type(cr) is int and min(inp, out, cw, cr) >= 0:
+    if (type(inp) is type(out) is type(cw) is type(cr) is int and min(inp, out, cw, cr) >= 0
+            and max(inp, out, cw, cr) <= MAX_TOKENS):
         # the usual usage, read without a call per field
         if split is None:
             return inp, out, cw, cr, 0
         h = split.get("ephemeral_1h_input_tokens") if type(split) is dict else None
-        if type(h) is int:
+        if type(h) is int and h <= MAX_TOKENS:
             return inp, out, cw, cr, min(h if h > 0 else 0, cw)
     cw = tokens(cw)
     # dict first: what JSON gives, and an ABC check costs as much as the rest of this line

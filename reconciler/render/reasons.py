@@ -157,6 +157,9 @@ _LOST = {"foreign_exit": "lost: its exit record is another run's (not written by
 
 def outcome_why(d: dict) -> str:
     """The `why` of an ended job, from its outcome (core.plan.settle_outcome, agent_outcome)."""
+    if "dearest_rates" in d or "set_aside" in d:
+        rest = {k: v for k, v in d.items() if k not in ("dearest_rates", "set_aside", "set_aside_note")}
+        return outcome_why(rest) + spend_notes(d.get("dearest_rates"), d.get("set_aside", 0), d.get("set_aside_note"))
     if d.get("unknown_format"):
         rest = {k: v for k, v in d.items() if k not in ("unknown_format", "lines")}
         return (f"{outcome_why(rest)}; its output matched no known agent format ({d['lines']} lines): "
@@ -185,6 +188,15 @@ def outcome_why(d: dict) -> str:
     if code == "agent_failed":
         return f"agent failed: {d.get('failure') or 'reported an error'}"
     return code
+
+
+def spend_notes(dearest: str | None, set_aside: int = 0, last: str | None = None) -> str:
+    """How an agent session's spend was counted where it is not simply the agent's own usage at its
+    model's rates: `; priced at the dearest rates: no model named (give -m)`, and lines set aside."""
+    text = f"; priced at the dearest rates: {dearest}" if dearest else ""
+    if set_aside:
+        text += f"; {set_aside} line{'s' if set_aside != 1 else ''} of its output set aside ({last})"
+    return text
 
 
 def settle_text(d: dict, why: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from reconciler.core.models import JobRecord, Phase
+from reconciler.render.reasons import spend_notes
 from reconciler.core.quantities import Zone, escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, lock_text, one_line, quoted
 
 HEADER = f"{'ID':<6} {'PROJECT':<16} {'TITLE':<32} {'STATE':<9} {'MEM':>7} {'USED':>7} {'PEAK':>7} {'CPUS':>5} {'START':>5}  WHY / WHEN"
@@ -50,6 +51,8 @@ def status_line(v: dict, zone: Zone) -> str:
         tail += f" ~${v['running_spend_usd']:.2f}: output in no known {v['agent']} format"
     elif v["agent"] != "none":
         tail += f" ${v['spend_usd']:.2f} {v['iterations']} turns"
+        if v["state"] not in ("done", "refused", "cancelled", "exited"):  # an ended one's why says it already
+            tail += spend_notes(v.get("dearest_rates"), v.get("set_aside", 0), v.get("set_aside_note"))
     live = v["state"] in ("queued", "starting", "running")
     if v["state"] in ("starting", "running") and v.get("lock"):  # (a queued one's wait names it already)
         tail += f" lock {lock_text(v['lock'])}"
