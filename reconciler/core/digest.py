@@ -19,6 +19,12 @@ Counting rules (measured on the real transcripts in tests/fixtures/claude/real; 
   message's output counts as the largest of that, an estimate from its content (characters of text,
   thinking and tool input / CHARS_PER_TOKEN, + TOKENS_PER_BLOCK a block), and — with
   `--include-partial-messages` — the exact count of its `stream_event` `message_delta`, which wins.
+- Sub-agents (a Task / Agent tool call): a message that calls a tool is always followed by another
+  model call, and Claude Code 1.0.x streams a sub-agent's tool calls but never the call that writes
+  its answer (anthropics/claude-code#4845). When the sub-agent's result reaches the main thread and
+  its last message seen called a tool (or none was seen), that call counts, at the least it can have
+  cost: the last prompt seen read from the cache, the tool results since written to it, the result's
+  text as output. Not for a background agent's launch result (its lines come later).
 - `seen_message_ids` and the per-message sizes keep the last 64 ids, oldest first: the lines of one
   response are adjacent in the stream apart from a few tool results or the messages of parallel
   sub-agents, so 64 is far more than needed, and the state stays a few KB.
@@ -107,6 +113,12 @@ class DigestState(BaseModel):
     # last reported its usage, taken back whole if the turn turns out to have billed nothing.
     turn_usd: float = Field(default=0.0, ge=0)
     turn_tokens: tuple[int, int] = (0, 0)  # (input, output)
+    # claude: sub-agents (Task / Agent tool calls of the main thread) under way, by tool use id (the
+    # last 64): (model, prompt tokens of the sub-agent's last message seen, characters of the tool
+    # results it got since, whether that message called a tool, its message id; "" = none seen yet).
+    # A message that called a tool is always followed by another model call; Claude Code 1.0.x never
+    # streams that closing call of a sub-agent, so it is counted when the sub-agent's result arrives.
+    subagents: dict[str, tuple[str, int, int, bool, str]] = Field(default_factory=dict)
 
 
 _FIELDS = tuple(DigestState.model_fields)
@@ -187,6 +199,8 @@ UNKNOWN_LINE_USD = 0.01
 # tokens each content block costs beyond its characters (framing, a tool call's name and id).
 CHARS_PER_TOKEN = 2.0
 TOKENS_PER_BLOCK = 12
+# The tools that start a sub-agent (Claude Code 1.0.x: Task; 2.x: Agent).
+SUBAGENT_TOOLS = frozenset({"Task", "Agent"})
 
 
 class ClaudeDigest(Digest):
@@ -284,10 +298,16 @@ class ClaudeDigest(Digest):
             model = self.model or ""
         if model == SYNTHETIC:
             return  # a notice Claude Code writes itself (an API error's text): no model call, no cost
-        chars, blocks = _content_size(msg.get("content"))
-        if ev.get("parent_tool_use_id") is None and self.turn_calls == 0:
+        content = msg.get("content")
+        chars, blocks = _content_size(content)
+        parent = ev.get("parent_tool_use_id")
+        if parent is None and self.turn_calls == 0:
             self._calls(1)  # a turn's first model call
         mid = msg.get("id")
+        if parent is None:
+            self._subagents_started(content, model, inp + cw + cr)
+        elif type(parent) is str and parent in self.subagents:
+            self._subagent_call(parent, model, mid if isinstance(mid, str) else "", inp + cw + cr, content)
         if not isinstance(mid, str) or not mid:
             self._add((model, inp, max(out, _estimate(chars, blocks)), cw, cr, cw1h), 1)
             return
@@ -383,10 +403,65 @@ class ClaudeDigest(Digest):
         another model call of the turn: Claude Code's num_turns counts them so. Told without
         parsing the line (it holds the tool's whole output)."""
         if '"parent_tool_use_id":null' not in line and '"parent_tool_use_id": null' not in line:
+            if self.subagents:  # a sub-agent's tool result: what its next model call reads
+                p = _PARENT_ANY.search(line)
+                sub = self.subagents.get(p.group(1)) if p is not None else None
+                if sub is not None:
+                    self.subagents[p.group(1)] = (sub[0], sub[1], sub[2] + len(line), sub[3], sub[4])
             return
         m = _CONTENT.search(line)
         if m is not None and m.group(1) == "[":
             self._calls(self.turn_calls + 1 if self.turn_calls else 2)
+        if self.subagents:
+            for tid in [t for t in self.subagents if t in line]:
+                self._subagent_done(tid, line)
+
+    # ------------------------------------------------------------ sub-agents
+
+    def _subagents_started(self, content: Any, model: str, prompt: int) -> None:
+        """A main-thread message that calls Task / Agent starts a sub-agent: until one of its messages
+        is seen, its answer is a model call of no known size (its prompt counted as the caller's, its
+        input the task's text)."""
+        if type(content) is not list:
+            return
+        for block in content:
+            if (type(block) is dict and block.get("type") == "tool_use" and block.get("name") in SUBAGENT_TOOLS
+                    and isinstance(block.get("id"), str) and block["id"]):
+                task = len(_TOOL_INPUT_JSON(block.get("input")))
+                _keep(self.subagents, block["id"], (model, prompt, task, True, ""))
+
+    def _subagent_call(self, tid: str, model: str, mid: str, prompt: int, content: Any) -> None:
+        """A line of sub-agent `tid`'s own messages (the lines of one message are adjacent)."""
+        calls = type(content) is list and any(type(b) is dict and b.get("type") == "tool_use" for b in content)
+        _, _, chars, called, last = self.subagents[tid]
+        if mid and mid == last:
+            self.subagents[tid] = (model, prompt, chars, called or calls, last)
+        else:  # its next model call: the tool results before it are in its prompt
+            self.subagents[tid] = (model, prompt, 0, calls, mid)
+
+    def _subagent_done(self, tid: str, line: str) -> None:
+        """Sub-agent `tid`'s result reached the main thread. If its last message seen called a tool,
+        or none was seen, the call that wrote its answer was never streamed (Claude Code 1.0.x streams
+        only a sub-agent's tool calls): it counts now, at the least it can have cost — the prompt of
+        the last message seen read from the cache, the tool results since written to it, the answer
+        (the result's text) as output. Not for a background agent just launched (its lines come
+        later) nor a failed one (it may have made no call)."""
+        try:
+            ev = _parse(line)
+        except (ValueError, RecursionError, StopIteration):
+            return
+        msg = ev.get("message") if type(ev) is dict else None
+        content = msg.get("content") if type(msg) is dict else None
+        result = next((b for b in content if type(b) is dict and b.get("type") == "tool_result"
+                       and b.get("tool_use_id") == tid), None) if type(content) is list else None
+        if result is None:
+            return  # the id named otherwise: not its result
+        model, prompt, chars, open_, _ = self.subagents.pop(tid)
+        if not open_ or result.get("is_error") is True or "async_launched" in line:
+            return
+        answer = result.get("content")
+        out = _estimate(*((len(answer), 1) if isinstance(answer, str) else _content_size(answer)))
+        self._count(f"{tid}#answer", (model, 0, out, math.ceil(chars / CHARS_PER_TOKEN), prompt, 0), out)
 
     def _calls(self, n: int) -> None:
         self.turn_calls = n
@@ -596,6 +671,7 @@ def _stream_of(line: str) -> str | None:
 _INIT_MODEL = re.compile(r'"model":"([^"\\]+)"')
 _INIT_SESSION = re.compile(r'"session_id":"([^"\\]+)"')
 _PARENT = re.compile(r'"parent_tool_use_id":"([^"\\]+)"')
+_PARENT_ANY = re.compile(r'"parent_tool_use_id"[ \t\r\n]*:[ \t\r\n]*"([^"\\]+)"')  # JSON's white space only
 
 
 _TOOL_INPUT_JSON = json.JSONEncoder(ensure_ascii=False).encode  # json.dumps(…, ensure_ascii=False), made once
