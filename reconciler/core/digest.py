@@ -119,6 +119,10 @@ class DigestState(BaseModel):
     # A message that called a tool is always followed by another model call; Claude Code 1.0.x never
     # streams that closing call of a sub-agent, so it is counted when the sub-agent's result arrives.
     subagents: dict[str, tuple[str, int, int, bool, str]] = Field(default_factory=dict)
+    # claude: per pricing-table model, what its requests with a prompt past the model's long-context
+    # threshold cost above its standard rates, counted from their own lines (a price table without
+    # that tier, as Claude Code 2.1.328's for Sonnet 4 / 4.5, leaves it out of its total).
+    long_extra: dict[str, float] = Field(default_factory=dict)
 
 
 _FIELDS = tuple(DigestState.model_fields)
@@ -199,6 +203,19 @@ UNKNOWN_LINE_USD = 0.01
 # tokens each content block costs beyond its characters (framing, a tool call's name and id).
 CHARS_PER_TOKEN = 2.0
 TOKENS_PER_BLOCK = 12
+# How a request was served, where its usage says so, kept with its model in the counts (`model|fast`).
+MODE_FAST = "|fast"
+MODE_US = "|us"
+
+
+def _served(model: str) -> tuple[str, bool, bool]:
+    """(the model, answered in fast mode, run in the US only) of a counted message's model."""
+    if "|" not in model:
+        return model, False, False
+    name, _, flags = model.partition("|")
+    return name, "fast" in flags, "us" in flags
+
+
 # The tools that start a sub-agent (Claude Code 1.0.x: Task; 2.x: Agent).
 SUBAGENT_TOOLS = frozenset({"Task", "Agent"})
 
@@ -288,6 +305,7 @@ class ClaudeDigest(Digest):
         if type(usage) is not dict:
             usage = {}
         inp, out, cw, cr, cw1h = usage_tokens(usage)  # first: a line with a hostile count changes nothing
+        mode = (MODE_FAST if usage.get("speed") == "fast" else "") + (MODE_US if usage.get("inference_geo") == "us" else "")
         err = ev.get("error")
         if isinstance(err, str) and err:
             self.failure_signal = f"assistant error: {err}"
@@ -298,6 +316,7 @@ class ClaudeDigest(Digest):
             model = self.model or ""
         if model == SYNTHETIC:
             return  # a notice Claude Code writes itself (an API error's text): no model call, no cost
+        counted_model = model + mode  # how it was served rides with the model: the rates depend on it
         content = msg.get("content")
         chars, blocks = _content_size(content)
         parent = ev.get("parent_tool_use_id")
@@ -309,12 +328,12 @@ class ClaudeDigest(Digest):
         elif type(parent) is str and parent in self.subagents:
             self._subagent_call(parent, model, mid if isinstance(mid, str) else "", inp + cw + cr, content)
         if not isinstance(mid, str) or not mid:
-            self._add((model, inp, max(out, _estimate(chars, blocks)), cw, cr, cw1h), 1)
+            self._add((counted_model, inp, max(out, _estimate(chars, blocks)), cw, cr, cw1h), 1)
             return
         before = self.message_size.get(mid, (0, 0))
         chars, blocks = chars + before[0], blocks + before[1]
         _keep(self.message_size, mid, (chars, blocks))
-        self._count(mid, (model, inp, out, cw, cr, cw1h), _estimate(chars, blocks))
+        self._count(mid, (counted_model, inp, out, cw, cr, cw1h), _estimate(chars, blocks))
 
     def _count(self, mid: str, new: Counted, estimate: int) -> None:
         """What message `mid` adds, from its latest line: the output its lines show (a placeholder on
@@ -480,13 +499,23 @@ class ClaudeDigest(Digest):
             self.cache_write_tokens = max(0, self.cache_write_tokens - cw)
             self.cache_read_tokens = max(0, self.cache_read_tokens - cr)
         if inp or out or cw or cr:
-            usd = self.pricing.cost_tokens(model or None, inp, out, cw, cr, cw1h)
+            name, fast, us = _served(model)
+            usd = self.pricing.cost_tokens(name or None, inp, out, cw, cr, cw1h, fast=fast, us_only=us)
             self.spend_usd = max(0.0, self.spend_usd + sign * usd)
             self.estimate_usd = max(0.0, self.estimate_usd + sign * usd)
+            long = None if fast else self.pricing.rates(name or None).long
+            if long is not None and inp + cw + cr > long.above:
+                standard = self.pricing.standard_cost(name or None, inp, out, cw, cr, cw1h)
+                standard *= self.pricing.inference_geo_us if us else 1.0
+                key = self.pricing.resolve(name or None)[0] or ""
+                self.long_extra[key] = max(0.0, self.long_extra.get(key, 0.0) + sign * (usd - standard))
 
     def _result(self, ev: dict[str, Any]) -> None:
         totals = self._result_totals(ev)  # first: a line with a hostile number changes nothing
         cost = usd(ev.get("total_cost_usd"))
+        correction = self._cost_correction(ev.get("modelUsage"))
+        if correction and cost is not None:
+            cost += correction
         turns = ev.get("num_turns")
         if type(turns) is int and turns > MAX_TOKENS:
             raise BadNumber(f"num_turns {turns}"[:40])
@@ -517,6 +546,32 @@ class ClaudeDigest(Digest):
             detail = ev["result"]
         why = subtype if subtype != "success" else "is_error"
         self._fail(f"{why}: {detail}" if detail.strip() else why)
+
+    def _cost_correction(self, mu: Any) -> float:
+        """What the result's total_cost_usd leaves out or adds, model by model from its modelUsage:
+        a model the CLI has no price for (costBasis "unknown", charged at its default model's rates)
+        costs the pricing table's price instead; and where the CLI's table has no long-context tier
+        that ours has, the requests past it cost what they did above the standard rates. 0 where the
+        CLI's figures stand (or modelUsage gives no costUSD: older versions)."""
+        if type(mu) is not dict:
+            return 0.0
+        total = 0.0
+        for model, per in mu.items():
+            if type(per) is not dict:
+                continue
+            cost = usd(per.get("costUSD"))
+            if cost is None:
+                continue
+            counts = (tokens(per.get("inputTokens")), tokens(per.get("outputTokens")),
+                      tokens(per.get("cacheCreationInputTokens")), tokens(per.get("cacheReadInputTokens")),
+                      tokens(per.get("cacheCreationEphemeral1hInputTokens")))
+            if per.get("costBasis") == "unknown":
+                total += self.pricing.cost_tokens(model, *counts) - cost
+            else:
+                extra = self.long_extra.get(self.pricing.resolve(model)[0] or "", 0.0)
+                if extra > 0 and abs(cost - self.pricing.standard_cost(model, *counts)) <= 1e-9 + 1e-9 * cost:
+                    total += extra  # the CLI priced every request at the standard rates
+        return total
 
     @staticmethod
     def _result_totals(ev: dict[str, Any]) -> list[int] | None:

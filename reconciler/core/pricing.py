@@ -45,7 +45,8 @@ class PricingError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Rates:
-    """USD per 1M tokens. `long`: the rates for a prompt of more than `above` tokens."""
+    """USD per 1M tokens. `long`: the rates for a prompt of more than `above` tokens; `fast`: the
+    rates of a request the API answered in fast mode (its usage says `speed: "fast"`)."""
 
     input: float
     output: float
@@ -54,6 +55,7 @@ class Rates:
     cache_write_1h: float
     above: int | None = None  # set on a `long` tier only
     long: "Rates | None" = None
+    fast: "Rates | None" = None
 
     def for_prompt(self, prompt_tokens: int) -> "Rates":
         long = self.long
@@ -66,11 +68,12 @@ class Rates:
 class PricingTable:
     """Immutable after load. `cost(model, usage)` for one API response's usage object."""
 
-    __slots__ = ("models", "default", "_cache")
+    __slots__ = ("models", "default", "inference_geo_us", "_cache")
 
-    def __init__(self, models: dict[str, Rates], default: Rates):
+    def __init__(self, models: dict[str, Rates], default: Rates, inference_geo_us: float = 1.0):
         self.models = dict(models)
         self.default = default
+        self.inference_geo_us = inference_geo_us  # the factor on a request run in the US only
         self._cache: dict[str, Rates] = {}
 
     def resolve(self, model: str | None) -> tuple[str | None, Rates]:
@@ -90,17 +93,26 @@ class PricingTable:
         return r
 
     def cost_tokens(self, model: str | None, input: int = 0, output: int = 0, cache_write: int = 0,
-                    cache_read: int = 0, cache_write_1h: int = 0, requests: int = 1) -> float:
+                    cache_read: int = 0, cache_write_1h: int = 0, requests: int = 1, fast: bool = False,
+                    us_only: bool = False) -> float:
         """USD for one request, or for the summed usage of `requests` requests (an agent that reports
         only totals): a prompt-length tier is chosen per request, from the average prompt, never from
         the sum. `cache_write` is all cache-write tokens, `cache_write_1h` the part of them written for
-        one hour (priced at that rate instead of the 5-minute one)."""
+        one hour (priced at that rate instead of the 5-minute one). `fast`: answered in fast mode
+        (the model's fast rates, where it has them); `us_only`: run in the US only (× inference_geo_us)."""
         r = self.rates(model)
-        if r.long is not None:
+        if fast and r.fast is not None:
+            r = r.fast
+        elif r.long is not None:
             r = r.for_prompt((input + cache_write + cache_read) / max(1, requests))
-        cw1h = cache_write_1h if cache_write_1h <= cache_write else cache_write
-        return (input * r.input + output * r.output + (cache_write - cw1h) * r.cache_write
-                + cw1h * r.cache_write_1h + cache_read * r.cache_read) * PER_TOKEN
+        usd = _usd(r, input, output, cache_write, cache_read, cache_write_1h)
+        return usd * self.inference_geo_us if us_only else usd
+
+    def standard_cost(self, model: str | None, input: int = 0, output: int = 0, cache_write: int = 0,
+                      cache_read: int = 0, cache_write_1h: int = 0) -> float:
+        """USD at the model's standard rates, whatever the prompt's length: what a price table with no
+        prompt-length tier for it would say."""
+        return _usd(self.rates(model), input, output, cache_write, cache_read, cache_write_1h)
 
     def cost(self, model: str | None, usage: Mapping[str, Any]) -> float:
         """USD for an Anthropic API `usage` object."""
@@ -121,6 +133,12 @@ class PricingTable:
             if rest == "" or rest[0] in "@[:" or (rest[0] == "-" and _suffix(rest[1:])):
                 best = key
         return best
+
+
+def _usd(r: Rates, input: int, output: int, cache_write: int, cache_read: int, cache_write_1h: int) -> float:
+    cw1h = cache_write_1h if cache_write_1h <= cache_write else cache_write
+    return (input * r.input + output * r.output + (cache_write - cw1h) * r.cache_write
+            + cw1h * r.cache_write_1h + cache_read * r.cache_read) * PER_TOKEN
 
 
 def _suffix(rest: str) -> bool:
@@ -207,6 +225,10 @@ def load_pricing(shipped_text: str, override_text: str | None = None, *,
 
     if "default" not in merged:
         raise PricingError(f"{shipped_name}: no [default] table (the rates for unknown models)")
+    geo = merged.get("multipliers", {}).get("inference_geo_us", 1.0)
+    if isinstance(geo, bool) or not isinstance(geo, (int, float)) or not 1.0 <= geo <= 10.0:
+        raise PricingError(f"{source('multipliers', 'inference_geo_us')}: multipliers.inference_geo_us: "
+                           f"must be a number from 1 to 10, got {geo!r}")
     models = {key: _rates(val, f"models.{key}", source("models", key)) for key, val in merged.get("models", {}).items()}
     default = _rates(merged["default"], "default", source("default"))
     if default.long is not None:
@@ -219,7 +241,7 @@ def load_pricing(shipped_text: str, override_text: str | None = None, *,
         return override_name if touched else shipped_name
 
     _check_default_dearest(default, models, blame)
-    return PricingTable(models, default)
+    return PricingTable(models, default, float(geo))
 
 
 def _parse(text: str, name: str) -> dict[str, Any]:
@@ -231,10 +253,13 @@ def _parse(text: str, name: str) -> dict[str, Any]:
 
 def _check_shape(doc: dict[str, Any], name: str) -> None:
     for key, val in doc.items():
-        if key not in ("default", "models"):
-            raise PricingError(f"{name}: unknown key {key!r} (expected [default] and [models.<model-id>])")
+        if key not in ("default", "models", "multipliers"):
+            raise PricingError(f"{name}: unknown key {key!r} (expected [default], [models.<model-id>] and [multipliers])")
         if not isinstance(val, dict):
             raise PricingError(f"{name}: {key}: must be a table")
+    for key in doc.get("multipliers", {}):
+        if key != "inference_geo_us":
+            raise PricingError(f"{name}: multipliers: unknown key {key!r} (expected inference_geo_us)")
     for key, val in doc.get("models", {}).items():
         if not _MODEL_KEY.match(key):
             raise PricingError(f"{name}: models.{key}: a model id is lower-case letters, digits, '.', '_' and '-'")
@@ -260,10 +285,10 @@ def _rate(table: dict[str, Any], key: str, where: str, src: str) -> float:
     return float(v)
 
 
-def _rates(table: Any, where: str, src: str, tier: bool = False) -> Rates:
+def _rates(table: Any, where: str, src: str, tier: str = "") -> Rates:
     if not isinstance(table, dict):
         raise PricingError(f"{src}: {where}: must be a table of rates")
-    allowed = set(RATE_KEYS) | set(_OPTIONAL_KEYS) | ({"above"} if tier else {"long"})
+    allowed = set(RATE_KEYS) | set(_OPTIONAL_KEYS) | ({"above"} if tier == "long" else set() if tier else {"long", "fast"})
     for k in table:
         if k not in allowed:
             raise PricingError(f"{src}: {where}: unknown key {k!r} (expected {', '.join(sorted(allowed))})")
@@ -271,25 +296,31 @@ def _rates(table: Any, where: str, src: str, tier: bool = False) -> Rates:
     vals["cache_write_1h"] = (_rate(table, "cache_write_1h", where, src) if "cache_write_1h" in table
                               else vals["cache_write"] * ONE_HOUR_FACTOR)
     above = None
-    if tier:
+    if tier == "long":
         above = table.get("above")
         if isinstance(above, bool) or not isinstance(above, int) or above <= 0:
             raise PricingError(f"{src}: {where}.above: must be a whole number of prompt tokens > 0, got {above!r}")
-    long = _rates(table["long"], f"{where}.long", src, tier=True) if "long" in table else None
+    long = _rates(table["long"], f"{where}.long", src, tier="long") if "long" in table else None
+    fast = _rates(table["fast"], f"{where}.fast", src, tier="fast") if "fast" in table else None
     return Rates(vals["input"], vals["output"], vals["cache_write"], vals["cache_read"], vals["cache_write_1h"],
-                 above=above, long=long)
+                 above=above, long=long, fast=fast)
 
 
 def _check_default_dearest(default: Rates, models: dict[str, Rates], blame) -> None:
-    """Each default rate must be at least the dearest of its kind (named in the error)."""
+    """Each default rate must be at least the dearest of its kind (named in the error); so must the
+    default's fast rates be of every fast rate (an unknown model in fast mode)."""
     names = ("input", "output", "cache_write", "cache_read", "cache_write_1h")
+    fast_default = default.fast or default
     for i, name in enumerate(names):
-        dearest, where, owner = -1.0, "", ""
-        for key, r in models.items():
-            for tier, suffix in ((r, ""), (r.long, ".long")):
-                if tier is not None and tier.values()[i] > dearest:
-                    dearest, where, owner = tier.values()[i], f"models.{key}{suffix}", key
-        d = default.values()[i]
-        if d < dearest:
-            raise PricingError(f"{blame(owner, name)}: default.{name} {d:g} is below {where}.{name} {dearest:g}; "
-                               f"the rate for unknown models must be at least the dearest one")
+        for fast in (False, True):
+            dearest, where, owner = -1.0, "", ""
+            for key, r in models.items():
+                tiers = ((r.fast, ".fast"),) if fast else ((r, ""), (r.long, ".long"))
+                for tier, suffix in tiers:
+                    if tier is not None and tier.values()[i] > dearest:
+                        dearest, where, owner = tier.values()[i], f"models.{key}{suffix}", key
+            d = (fast_default if fast else default).values()[i]
+            if d < dearest:
+                what = f"default.fast.{name}" if fast and default.fast is not None else f"default.{name}"
+                raise PricingError(f"{blame(owner, name)}: {what} {d:g} is below {where}.{name} {dearest:g}; "
+                                   f"the rate for unknown models must be at least the dearest one")
