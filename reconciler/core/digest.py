@@ -123,6 +123,8 @@ class DigestState(BaseModel):
     # threshold cost above its standard rates, counted from their own lines (a price table without
     # that tier, as Claude Code 2.1.328's for Sonnet 4 / 4.5, leaves it out of its total).
     long_extra: dict[str, float] = Field(default_factory=dict)
+    # gemini: the `--output-format json` document being read across lines, its response text dropped
+    json_doc: str | None = Field(default=None, max_length=65536)
 
 
 _FIELDS = tuple(DigestState.model_fields)
