@@ -46,6 +46,7 @@ def cmd_run(a, paths: Paths) -> int:
                   created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
                   agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
                   max_iterations=a.max_iterations, **_given(cpus=a.cpus, on=a.on), **_asker(a, caller, repo))
+    fields.update(_agent_session(a.agent, cmd, cwd, caller))
     if a.tail is not None and not a.wait:
         raise Fail("res: --tail goes with --wait", 2)
     if not a.wait:
@@ -209,8 +210,8 @@ def _project(cwd: str, repo: tuple[str, str] | None) -> str:
 
 
 def _caller_env() -> dict[str, str]:
-    """Our environment as the calling shell had it (environ.caller_environment: a pyenv shim's
-    additions taken back)."""
+    """Our environment as the calling shell had it (environ.caller_environment: what pyenv added on
+    its way to us taken back, judged against our parent's own environment)."""
     from reconciler.config.environ import caller_environment
 
     env = dict(os.environ)
@@ -221,7 +222,21 @@ def _caller_env() -> dict[str, str]:
             parent = dict(kv.decode("utf-8", "surrogateescape").partition("=")[::2] for kv in f.read().split(b"\0") if kv)
     except OSError:
         parent = None
-    return caller_environment(env, os.path.dirname(os.path.abspath(sys.argv[0])), parent)
+    return caller_environment(env, parent)
+
+
+def _agent_session(agent: str, cmd: list[str], cwd: str, env: dict[str, str]) -> dict:
+    """What the agent's own configuration says of the session (the model it runs, the CLI's version,
+    a resumed thread's usage so far: config/agentmodel.py), for the agents whose output does not say
+    it. Never fails a submit: what cannot be read is left unknown."""
+    if agent != "codex":
+        return {}
+    from reconciler.config.agentmodel import codex_session
+
+    try:
+        return codex_session(cmd, cwd, env)
+    except (OSError, ValueError, RecursionError):
+        return {}
 
 
 def _given(**values) -> dict:

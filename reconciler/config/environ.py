@@ -35,32 +35,53 @@ def public_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not is_secret(k, v)}
 
 
-def caller_environment(env: dict[str, str], exe_dir: str, parent_env: dict[str, str] | None) -> dict[str, str]:
-    """The environment of the shell that called `res`, from ours. When `res` is a pyenv shim, pyenv
-    put its own directories first on PATH (`libexec`, each plugin's `bin`, and, by `pyenv exec`, the
-    bin directory of the Python this res runs on) and exported PYENV_* variables before running us: a
-    `python3` would then resolve to pyenv's, not the caller's venv's. Take back what pyenv added:
-    those leading PATH entries, and PYENV_* names the caller (our parent, as it was started) did not
-    have."""
+def caller_environment(env: dict[str, str], parent_env: dict[str, str] | None) -> dict[str, str]:
+    """The environment of the shell that called `res`, from ours. When `res` is reached through pyenv
+    (its shim, or `pyenv exec`), pyenv put its own directories first on PATH (its `libexec`, each
+    plugin's `bin`, and the bin directory of the Python version it runs) and exported PYENV_*
+    variables before running us: a `python3` would then resolve to pyenv's, not the caller's venv's.
+    Take back only what pyenv itself put there: the leading run of pyenv's own directories, when it
+    holds pyenv's `libexec` (which pyenv always adds; without it pyenv did not run us, and the PATH is
+    the caller's however it looks), and PYENV_* names the caller (our parent, as it was started)
+    did not have. A directory the parent's own PATH starts with was the caller's, not pyenv's."""
     root = env.get("PYENV_ROOT")
     if not root:
         return env
     root = os.path.normpath(root)
-    added = {os.path.normpath(exe_dir), os.path.join(root, "libexec")}
+    # pyenv exports where it is installed: a packaged pyenv (Homebrew) is not under PYENV_ROOT.
+    prefix = os.path.normpath(env.get("_PYENV_INSTALL_PREFIX") or root)
+    libexec = os.path.join(prefix, "libexec")
+    plugins = {os.path.join(prefix, "plugins"), os.path.join(root, "plugins")}
+    versions = os.path.join(root, "versions")
 
     def pyenvs_own(entry: str) -> bool:
+        if not entry:
+            return False
         entry = os.path.normpath(entry)
         parent, leaf = os.path.split(entry)
-        return entry in added or (leaf == "bin" and os.path.dirname(parent) == os.path.join(root, "plugins"))
+        return entry == libexec or (leaf == "bin" and os.path.dirname(parent) in (*plugins, versions))
 
+    entries = [os.path.normpath(e) if e else e for e in env.get("PATH", "").split(os.pathsep)]
+    run = 0
+    while run < len(entries) - 1 and pyenvs_own(entries[run]):
+        run += 1
+    if libexec not in entries[:run]:
+        return env
+    take = run
+    if parent_env is not None:
+        theirs = [os.path.normpath(e) if e else e for e in parent_env.get("PATH", "").split(os.pathsep)]
+        own = []
+        for e in theirs:
+            if not pyenvs_own(e):
+                break
+            own.append(e)
+        # The caller's PATH began with pyenv's directories itself (started under `pyenv exec`): those
+        # are the caller's; pyenv's own additions end where they begin.
+        if own:
+            take = next((k for k in range(run + 1) if entries[k:k + len(own)] == own), run)
     out = dict(env)
-    entries = env.get("PATH", "").split(os.pathsep)
-    lead = 0
-    while lead < len(entries) - 1 and entries[lead] and pyenvs_own(entries[lead]):
-        lead += 1
-    if lead and os.path.normpath(entries[0]) == os.path.normpath(exe_dir) or lead and any(
-            os.path.normpath(e) == os.path.join(root, "libexec") for e in entries[:lead]):
-        out["PATH"] = os.pathsep.join(entries[lead:])
+    if take:
+        out["PATH"] = os.pathsep.join(env["PATH"].split(os.pathsep)[take:])
     if parent_env is not None:
         for name in list(out):
             if name.lstrip("_").startswith("PYENV_") and name not in parent_env and name != "PYENV_ROOT":

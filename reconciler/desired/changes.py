@@ -9,6 +9,10 @@ state.db's `changes` table: `res status` shows the recent ones of the policy and
 --changes` all of them. A queue entry that appeared outside the writer is *hand-added*: never started
 (DESIGN §5.7: a forged entry is never started silently); `res release` drops it.
 
+A writer about to replace a file that is not what it last left runs the same tracking first
+(`record_outside`): its change line will vouch for the file it leaves, so a hand edit no pass has
+seen yet would otherwise pass for the writer's own, and a forged entry in it start.
+
 `diff_values` and `queue_diff` are pure; `track` is the shell around them.
 """
 from __future__ import annotations
@@ -219,3 +223,17 @@ def track(paths: Paths, store, policy_path: Path, now: float | None = None) -> s
     if hand_added != before:
         store.set_meta_json("hand_added", sorted(hand_added))
     return hand_added
+
+
+def record_outside(paths: Paths) -> None:
+    """What a pass would record of the user's files now (`track`), for the writer, under its lock,
+    before it replaces a file that is not what it last left: a change made outside res since the last
+    pass is recorded with its diff, and a queue entry it added held, before the writer's change line
+    vouches for a file that holds it. Without state.db no pass has looked: nothing to tell it from."""
+    if not paths.db.exists():
+        return
+    from reconciler.config.policy import user_policy_path
+    from reconciler.recorded.store import Store
+
+    with Store.open(paths) as store, store.transaction():
+        track(paths, store, user_policy_path())

@@ -245,6 +245,7 @@ class _Queue:
     plain: bool
     data: dict[str, Any] | None = None  # None when known from the writer's note without parsing
     ident: tuple[int, int, int, int] | None = None  # the file as read (None: it did not exist)
+    found: str = "missing"  # the digest of the file as read ("missing": it did not exist)
 
 
 class _Note:
@@ -275,15 +276,16 @@ class _Note:
         except (_Bad, ValueError, UnicodeDecodeError, OSError):
             return None
 
-    def queue(self, data: bytes) -> _Queue | None:
-        """The queue as noted, if `data` is exactly the file noted and plain text edits work on it."""
-        if not self.plain or self.digest != digest(data):
+    def queue(self, data: bytes, sha: str) -> _Queue | None:
+        """The queue as noted, if `data` (digest `sha`) is exactly the file noted and plain text edits
+        work on it."""
+        if not self.plain or self.digest != sha:
             return None
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
             return None
-        return _Queue(True, text, self.next_id, self.top, dict(self.counts), plain=True)
+        return _Queue(True, text, self.next_id, self.top, dict(self.counts), plain=True, found=sha)
 
     @staticmethod
     def save(dfd: int, sha: str, q: _Queue, floor: int) -> None:
@@ -379,8 +381,9 @@ class Writer:
             q.data = {}
             q.plain = _plain(text, q.counts)
             return q
+        sha = digest(raw)
         if note is not None:
-            known = note.queue(raw)
+            known = note.queue(raw, sha)
             if known is not None:
                 known.ident = ident
                 return known
@@ -392,7 +395,7 @@ class Writer:
         counts = {k: len(data.get(k, [])) for k in KINDS}
         # An entry set aside keeps its id: it is never given out again either.
         top = max([r.number for r in requests] + [int(a.id[2:]) for a in aside if a.id], default=0)
-        return _Queue(True, text, data.get("next_id", 1), top, counts, _plain(text, counts), data, ident)
+        return _Queue(True, text, data.get("next_id", 1), top, counts, _plain(text, counts), data, ident, sha)
 
     def _full(self, dfd: int, q: _Queue) -> _Queue:
         return q if q.data is not None else self._load_queue(dfd)
@@ -423,15 +426,37 @@ class Writer:
         return n
 
     def _commit_queue(self, dfd: int, q: _Queue, new_text: str, note: _Note | None, op: str = "edit",
-                      ids: Iterable[str] = (), by: dict[str | None, list[str]] | None = None) -> None:
+                      ids: Iterable[str] = (), by: dict[str | None, list[str]] | None = None,
+                      checked: bool = False) -> None:
         """Write the edited queue, unless the file changed since it was read (an editor saving
         meanwhile does not take the writer's lock): then _Changed, and the caller starts over. `by`:
-        the ids each asker's requests got, when one edit makes the changes of several (add_many)."""
+        the ids each asker's requests got, when one edit makes the changes of several (add_many).
+        `checked`: the file found was already checked for changes made outside res (init)."""
         data = new_text.encode("utf-8")
+        if not checked:
+            self._outside_first(dfd, "queue.toml", q.found)
         self._replace(dfd, self.paths.queue.name, q.ident, data)
         sha = digest(data)  # the note's and the change line's: one file, one digest
         _Note.save(dfd, sha, q, note.next_id if note else 1)
         self._log_change(dfd, "queue.toml", op, list(ids), sha, by)
+
+    def _outside_first(self, dfd: int, file: str, found: str) -> None:
+        """Before the writer replaces `file` (found with digest `found`): a file that is not what the
+        writer last left (its note's digest; game.toml has none) may hold a change made outside res
+        that no pass has seen yet. It is recorded now, as a pass would (desired/changes.record_outside),
+        and a queue entry it added is held: once this write's change line vouches for the file, a
+        pass would take that entry for the writer's own and start it. Nothing is written unchecked."""
+        if file == "queue.toml":
+            note = _Note.load(dfd)
+            if note is not None and note.digest == found:
+                return  # the writer's own last file: nothing happened to it since
+        from reconciler.desired.changes import record_outside
+
+        try:
+            record_outside(self.paths)
+        except Exception as e:  # noqa: BLE001 - a forged entry must not slip through: write nothing
+            raise DesiredError(f"{self.paths.desired / file}: could not check it for changes made outside res "
+                               f"({' '.join(str(e).split())}); nothing was changed") from None
 
     def _log_change(self, dfd: int, file: str, op: str, ids: list[str], sha: str,
                     by: dict[str | None, list[str]] | None = None) -> None:
@@ -847,6 +872,7 @@ class Writer:
                 expected["until"] = game.until
             if tomllib.loads(new_text) != expected:
                 raise DesiredError(f"{path}: the edit would not read back as intended; nothing was changed")
+            self._outside_first(dfd, "game.toml", "missing" if raw is None else digest(raw))
             self._replace(dfd, path.name, ident, new_text.encode("utf-8"))
             self._log_change(dfd, "game.toml", "on" if game.on else "off", [], digest(new_text.encode("utf-8")))
             return game
@@ -865,11 +891,13 @@ class Writer:
             for name in ("queue.toml", "game.toml"):
                 target = self.paths.desired / name
                 try:
-                    exists = _read_bytes(dfd, name) is not None
+                    raw = _read_bytes(dfd, name)
+                    exists, found = raw is not None, "missing" if raw is None else digest(raw)
                 except _Bad:
-                    exists = True  # present but unusable: only `force` replaces it
+                    exists, found = True, "unusable"  # present but unusable: only `force` replaces it
                 if exists and not force:
                     continue
+                self._outside_first(dfd, name, found)  # what is replaced or was removed: seen first
                 text = _template(name)
                 if name == "queue.toml":
                     note = _Note.load(dfd)
@@ -900,7 +928,7 @@ class Writer:
                     counts = {k: 0 for k in KINDS}
                     fresh = _Queue(True, text, n, 0, counts, _plain(text, counts))
                     try:
-                        self._commit_queue(dfd, fresh, text, None, "init")
+                        self._commit_queue(dfd, fresh, text, None, "init", checked=True)
                     except _Changed:
                         raise DesiredError(f"{target}: appeared while it was being laid down; try again") from None
                 else:
