@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from reconciler.core.agents import model_from_command
+from reconciler.core.codex import CodexDigest
 from reconciler.core.digest import make_digest
 from reconciler.core.lifecycle import transition
 from reconciler.core.models import JobRecord, copy
@@ -61,7 +62,10 @@ def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_r
     line without a newline is complete and the digest is finished with `final_rc`. Nothing is
     committed here."""
     try:
-        digest = make_digest(rec.request.agent, pricing, rec.digest, model=model_from_command(rec.request.cmd))
+        digest = make_digest(rec.request.agent, pricing, rec.digest, model=_asked_model(rec.request))
+        if isinstance(digest, CodexDigest):  # what res run read of the session's configuration
+            digest.session(usage_before=rec.request.usage_before, resumes=rec.request.resumes,
+                           model_note=None if rec.request.model else rec.request.model_from)
         offset = rec.log_offset
         budget = limit
         reached_end = False
@@ -88,6 +92,16 @@ def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_r
     except Exception as e:  # noqa: BLE001 - any failure of reading or digesting is an attach failure
         raise AttachError(" ".join(f"{type(e).__name__}: {e}".split())[:300]) from None
     return copy(rec, **{"log_offset": offset, "digest": digest.state}), reached_end
+
+
+def _asked_model(req) -> str | None:
+    """The model the session runs, as `res run` read it from its configuration (Codex), else as its
+    command line says (`-m`)."""
+    if req.model:
+        return req.model
+    if req.agent == "codex" and req.model_from:
+        return None  # read, and not known: the digest prices it at the dearest rates, and says why
+    return model_from_command(req.cmd)
 
 
 def _read_rest(log_path: Path, offset: int) -> tuple[bytes, int]:

@@ -27,6 +27,9 @@ MAX_PID = 1 << 22  # the kernel's largest pid_max
 MIN_GB = 1 / 1024  # 1 MB: a smaller --mem is a typo
 MIN_CPUS = 0.01
 MAX_COUNT = 10**9
+MAX_TOKENS = 10**12  # a usage count (core/pricing.py)
+MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]+-]{0,199}$"  # core/agents.MODEL_ID
+VERSION_PATTERN = r"^[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}([-+][0-9A-Za-z.-]{1,40})?$"  # core/agents.VERSION
 # Half a CPU unless asked: CPUs are shared by weight, and most jobs leave them idle part of the time.
 DEFAULT_CPUS = 0.5
 
@@ -100,6 +103,17 @@ class Request:
     cwd: Annotated[str, _typed(max_length=4096)] = ""
     env: Annotated[dict[str, str], _typed(max_length=4096)] = field(default_factory=dict)
     agent: Annotated[str, _typed(max_length=64)] = "none"  # "none": a plain command; else an agent session whose output is digested
+    # agent sessions: what `res run` read of the session's own configuration (config/agentmodel.py):
+    # the model it runs (None: not known; the dearest rates price it), where that comes from or why it
+    # is not known, the agent CLI's version, and for a resumed or forked Codex thread its usage so far
+    # ([input, cached input, output, cache-write input], and the prompt of its last request: how big
+    # its context is) and the thread it is of (None: a fork, which starts a new thread from that total).
+    model: Annotated[str | None, _typed(pattern=MODEL_PATTERN)] = None
+    model_from: Annotated[str | None, _typed(pattern=r"^[^\x00-\x1f\x7f]{1,200}$")] = None
+    agent_version: Annotated[str | None, _typed(pattern=VERSION_PATTERN)] = None
+    usage_before: Annotated[list[Annotated[int, _typed(ge=0, le=MAX_TOKENS)]] | None,
+                            _typed(min_length=4, max_length=5)] = None
+    resumes: Annotated[str | None, _typed(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,99}$")] = None
     # per-job budgets (None: the policy's default for agent sessions; 0: none)
     max_cost_usd: Annotated[float | None, _typed(ge=0, le=1e6)] = None
     max_duration_s: Annotated[int | None, _typed(ge=0, le=365 * 86400)] = None
