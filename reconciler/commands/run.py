@@ -47,6 +47,12 @@ def cmd_run(a, paths: Paths) -> int:
                   agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
                   max_iterations=a.max_iterations, **_given(cpus=a.cpus, on=a.on), **_asker(a, caller, repo))
     fields.update(_agent_session(a.agent, cmd, cwd, caller))
+    if a.agent != "none" and not a.json:
+        from reconciler.core.agents import unread_output
+
+        unread = unread_output(a.agent, cmd)
+        if unread:  # said once, before it runs: a budget that cannot bite is no budget
+            print(f"res: note: {unread}: a cost budget sees its spend only then", file=sys.stderr)
     if a.tail is not None and not a.wait:
         raise Fail("res: --tail goes with --wait", 2)
     if not a.wait:

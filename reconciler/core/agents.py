@@ -31,6 +31,32 @@ MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]+-]{0,199}$")  # what res
 VERSION = re.compile(r"^(\d{1,6})\.(\d{1,6})\.(\d{1,6})(?:[-+][0-9A-Za-z.-]{1,40})?$")
 
 
+def _flag_value(cmd: list[str], names: tuple[str, ...]) -> str | None:
+    """The value of the last of `names` on a command line (`--x v`, `--x=v`, `-x v`)."""
+    found = None
+    for i, arg in enumerate(cmd):
+        for name in names:
+            if arg == name and i + 1 < len(cmd):
+                found = cmd[i + 1]
+            elif arg.startswith(name + "="):
+                found = arg.split("=", 1)[1]
+    return found
+
+
+def unread_output(agent: str, cmd: list[str]) -> str | None:
+    """Why a session's command line keeps its spend from res until it ends (a cost budget then cannot
+    stop it mid-run), if it does: the format res reads is not the one asked for."""
+    if agent == "gemini" and _flag_value(cmd, ("--output-format", "-o")) == "json":
+        return "gemini --output-format json reports its usage only at its end (--output-format stream-json streams it)"
+    if agent == "gemini" and _flag_value(cmd, ("--output-format", "-o")) in (None, "text"):
+        return "gemini prints text unless given --output-format stream-json, and res cannot read its usage"
+    if agent == "claude" and _flag_value(cmd, ("--output-format",)) != "stream-json":
+        return "claude -p prints its usage only as stream-json (--output-format stream-json --verbose)"
+    if agent == "codex" and "--json" not in cmd and "--experimental-json" not in cmd:
+        return "codex exec prints its usage only with --json"
+    return None
+
+
 def model_from_command(cmd: list[str]) -> str | None:
     """The model an agent's command line asks for (`-m X`, `--model X`, `--model=X`), if it says:
     Gemini's output names an alias. (Codex: codex_call / codex_model, which read its config too.)"""

@@ -71,3 +71,4 @@ def test_pyenv_like_directories_without_pyenvs_libexec_are_the_callers():
     ours = {"PATH": f"{ROOT}/versions/3.11.7/bin:{SHELL}", "PYENV_ROOT": ROOT, "PYENV_VERSION": "3.11.7"}
     assert caller_environment(ours, {"PATH": SHELL}) == ours
     assert caller_environment({"PATH": SHELL}, {"PATH": SHELL}) == {"PATH": SHELL}  # no PYENV_ROOT: as is
+

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from reconciler.core.agents import unread_output
+
 from reconciler.core.digest import make_digest, running_spend_usd
 from reconciler.core.pricing import load_pricing
 from reconciler.render.reasons import outcome_why
@@ -49,3 +53,31 @@ def test_a_reported_usage_is_the_running_spend_without_margin():
     assert running_spend_usd(d.state) > 0
     d._reported(0.0123, 1000, 10, 0)
     assert running_spend_usd(d.state) == 0.0123
+
+
+# ------------------------------------------------------------ an agent's output res cannot read mid-run
+# (issue 22: Gemini's --output-format json prints its usage only at its end; said at submit)
+
+
+
+@pytest.mark.parametrize("agent,cmd,says", [
+    ("gemini", ["gemini", "-p", "hi", "--output-format", "json"], "only at its end"),
+    ("gemini", ["gemini", "-p", "hi", "-o", "json"], "only at its end"),
+    ("gemini", ["gemini", "-p", "hi", "--output-format=json"], "only at its end"),
+    ("gemini", ["gemini", "-p", "hi"], "prints text"),
+    ("claude", ["claude", "-p", "hi"], "stream-json"),
+    ("codex", ["codex", "exec", "hi"], "--json"),
+])
+def test_a_session_whose_usage_res_cannot_read_mid_run_is_named(agent, cmd, says):
+    assert says in unread_output(agent, cmd)
+
+
+@pytest.mark.parametrize("agent,cmd", [
+    ("gemini", ["gemini", "-p", "hi", "--output-format", "stream-json"]),
+    ("gemini", ["gemini", "-p", "hi", "-o", "json", "-o", "stream-json"]),
+    ("claude", ["claude", "-p", "hi", "--output-format", "stream-json", "--verbose"]),
+    ("codex", ["codex", "exec", "--json", "hi"]),
+    ("none", ["make"]),
+])
+def test_a_session_that_streams_its_usage_needs_no_note(agent, cmd):
+    assert unread_output(agent, cmd) is None
