@@ -45,7 +45,11 @@ def _flag_value(cmd: list[str], names: tuple[str, ...]) -> str | None:
 
 def unread_output(agent: str, cmd: list[str]) -> str | None:
     """Why a session's command line keeps its spend from res until it ends (a cost budget then cannot
-    stop it mid-run), if it does: the format res reads is not the one asked for."""
+    stop it mid-run), if it does: the format res reads is not the one asked for. Only where the
+    program is the agent's own CLI: a wrapper's arguments say nothing of what it runs."""
+    program = cmd[0].rsplit("/", 1)[-1] if cmd else ""
+    if program not in {"claude": ("claude",), "gemini": ("gemini",), "codex": _CODEX_PROGRAMS}.get(agent, ()):
+        return None
     if agent == "gemini" and _flag_value(cmd, ("--output-format", "-o")) == "json":
         return "gemini --output-format json reports its usage only at its end (--output-format stream-json streams it)"
     if agent == "gemini" and _flag_value(cmd, ("--output-format", "-o")) in (None, "text"):

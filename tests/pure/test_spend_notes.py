@@ -64,7 +64,7 @@ def test_a_reported_usage_is_the_running_spend_without_margin():
     ("gemini", ["gemini", "-p", "hi", "--output-format", "json"], "only at its end"),
     ("gemini", ["gemini", "-p", "hi", "-o", "json"], "only at its end"),
     ("gemini", ["gemini", "-p", "hi", "--output-format=json"], "only at its end"),
-    ("gemini", ["gemini", "-p", "hi"], "prints text"),
+    ("gemini", ["/home/me/.npm/bin/gemini", "-p", "hi"], "prints text"),
     ("claude", ["claude", "-p", "hi"], "stream-json"),
     ("codex", ["codex", "exec", "hi"], "--json"),
 ])
@@ -78,6 +78,8 @@ def test_a_session_whose_usage_res_cannot_read_mid_run_is_named(agent, cmd, says
     ("claude", ["claude", "-p", "hi", "--output-format", "stream-json", "--verbose"]),
     ("codex", ["codex", "exec", "--json", "hi"]),
     ("none", ["make"]),
+    ("claude", ["/usr/bin/python3", "fake_agent.py"]),  # a wrapper: its arguments say nothing
+    ("gemini", ["./run-gemini.sh", "-o", "json"]),
 ])
 def test_a_session_that_streams_its_usage_needs_no_note(agent, cmd):
     assert unread_output(agent, cmd) is None
