@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from loopback import LoopbackHandler, ScriptedAPI
 
 
 @dataclass(frozen=True)
@@ -90,27 +90,21 @@ class Answered:
     path: str
 
 
-class AnthropicAPI:
+class AnthropicAPI(ScriptedAPI):
+    """The lifecycle (start, stop, `with`, url), `requests`, `answered`, `paths()` and `script()` (the
+    turns of the next main-loop calls): loopback.ScriptedAPI."""
+
+    requests: list[dict[str, Any]]
+    answered: list[Answered]
+    _script: list[Turn]
+
     def __init__(self, background: Usage = Usage(input_tokens=200, output_tokens=10), background_text: str = "Test",
                  count_tokens: int = 100):
+        super().__init__(_Handler, name="anthropic-api")
         self.background = background
         self.background_text = background_text
         self.count_tokens = count_tokens
-        self.requests: list[dict[str, Any]] = []
-        self.answered: list[Answered] = []
-        self._script: list[Turn] = []
-        self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    # ------------------------------------------------------------ lifecycle
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "not started"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
 
     @property
     def proxy_url(self) -> str:
@@ -118,46 +112,7 @@ class AnthropicAPI:
         as a CONNECT (or an absolute-URI request), is logged and refused."""
         return self.url
 
-    def start(self) -> "AnthropicAPI":
-        api = self
-
-        class Handler(_Handler):
-            server_api = api
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="anthropic-api", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> "AnthropicAPI":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     # ------------------------------------------------------------ script
-
-    def script(self, *turns: Turn) -> None:
-        """Replace the script: the next main-loop calls get these turns, in order."""
-        with self._lock:
-            self._script = list(turns)
-            self.requests.clear()
-            self.answered.clear()
-
-    def paths(self) -> list[str]:
-        with self._lock:
-            return [f"{r['method']} {r['path']}" for r in self.requests]
 
     def totals(self) -> dict[str, int]:
         """What every answered call's usage adds up to (input, output, cache read, 5m and 1h writes)."""
@@ -178,43 +133,22 @@ class AnthropicAPI:
             self.answered.append(a)
         return turn, a
 
-    def _log(self, method: str, path: str, headers: dict[str, str], body: Any) -> None:
-        with self._lock:
-            self.requests.append({"method": method, "path": path, "headers": headers, "body": body})
-
     def new_id(self, prefix: str) -> str:
         return f"{prefix}_loopback{next(self._ids):06d}"
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LoopbackHandler):
     server_api: AnthropicAPI
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args) -> None:  # quiet: the API keeps its own log
-        pass
-
-    def _body(self) -> Any:
-        n = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(n) if n else b""
-        try:
-            return json.loads(raw) if raw else None
-        except ValueError:
-            return {"_raw": raw[:2000].decode("utf-8", "replace")}
 
     def _record(self, body: Any) -> str:
         path = self.path.split("?", 1)[0]
         keep = ("anthropic-beta", "anthropic-version", "user-agent", "x-app", "accept")
-        self.server_api._log(self.command, self.path, {k: v for k, v in self.headers.items() if k.lower() in keep}, body)
+        headers = {k: v for k, v in self.headers.items() if k.lower() in keep}
+        self.server_api._log({"method": self.command, "path": self.path, "headers": headers, "body": body})
         return path
 
-    def _json(self, code: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.send_header("request-id", self.server_api.new_id("req"))
-        self.end_headers()
-        self.wfile.write(data)
+    def _reply_headers(self) -> dict[str, str]:
+        return {"request-id": self.server_api.new_id("req")}
 
     def _not_found(self) -> None:
         self._json(404, {"type": "error", "error": {"type": "not_found_error", "message": f"loopback: no {self.path}"}})
@@ -225,18 +159,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_HEAD(self) -> None:  # Claude Code checks HEAD /api/hello on the base URL at start (without
         path = self._record(None)  # CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC)
-        self.send_response(200 if path == "/api/hello" else 404)
-        self.send_header("content-length", "0")
-        self.end_headers()
+        self._empty(200 if path == "/api/hello" else 404)
 
     def do_CONNECT(self) -> None:
         """A client using this server as its HTTPS proxy (the tests point HTTPS_PROXY here): logged,
         so that a test sees every attempt to reach anything beyond loopback, and refused."""
         self._record(None)
-        self.send_response(403)
-        self.send_header("content-length", "0")
-        self.end_headers()
-        self.close_connection = True
+        self._empty(403, close=True)
 
     def do_POST(self) -> None:
         body = self._body()
@@ -271,13 +200,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, {"id": mid, "type": "message", "role": "assistant", "model": model, "content": blocks,
                              "stop_reason": stop, "stop_sequence": None, "usage": turn.usage.full_json()})
             return
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("request-id", api.new_id("req"))
-        self.send_header("connection", "close")
-        self.end_headers()
-        self.close_connection = True
+        self._event_stream()
 
         def event(name: str, data: dict[str, Any]) -> None:
             self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())

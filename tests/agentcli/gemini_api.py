@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from loopback import LoopbackHandler, ScriptedAPI
 
 
 @dataclass(frozen=True)
@@ -88,63 +88,20 @@ class Answered:
     status: int
 
 
-class GeminiAPI:
+class GeminiAPI(ScriptedAPI):
+    """The lifecycle (start, stop, `with`, url), `requests`, `answered`, `paths()` and `script()` (the
+    turns of the next generate calls): loopback.ScriptedAPI."""
+
+    requests: list[dict[str, Any]]
+    answered: list[Answered]
+    _script: list[Turn]
+
     def __init__(self, default: Turn = Turn(usage=Usage(prompt=300, candidates=5), text="ok"), count_tokens: int = 100,
                  helper: Usage = Usage(prompt=1200, candidates=20)):
+        super().__init__(_Handler, name="gemini-api")
         self.default = default
         self.helper = helper
         self.count_tokens = count_tokens
-        self.requests: list[dict[str, Any]] = []
-        self.answered: list[Answered] = []
-        self._script: list[Turn] = []
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "not started"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> "GeminiAPI":
-        api = self
-
-        class Handler(_Handler):
-            server_api = api
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="gemini-api", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def __enter__(self) -> "GeminiAPI":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
-    def script(self, *turns: Turn) -> None:
-        """Replace the script: the next generate calls get these turns, in order."""
-        with self._lock:
-            self._script = list(turns)
-            self.requests.clear()
-            self.answered.clear()
-
-    def paths(self) -> list[str]:
-        with self._lock:
-            return [f"{r['method']} {r['path']}" for r in self.requests]
 
     def billed(self) -> dict[str, list[Usage]]:
         """Per model, the usage of every call answered with one (errors bill nothing)."""
@@ -165,36 +122,13 @@ class GeminiAPI:
                                           status=turn.status or 200))
         return turn
 
-    def _log(self, entry: dict[str, Any]) -> None:
-        with self._lock:
-            self.requests.append(entry)
-
 
 _GENERATE = re.compile(r"^/v1(?:beta|alpha|)/models/([^/:]+):(streamGenerateContent|generateContent|countTokens)$")
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LoopbackHandler):
     server_api: GeminiAPI
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args) -> None:
-        pass
-
-    def _body(self) -> Any:
-        n = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(n) if n else b""
-        try:
-            return json.loads(raw) if raw else None
-        except ValueError:
-            return {"_raw": raw[:2000].decode("utf-8", "replace")}
-
-    def _json(self, code: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(code)
-        self.send_header("content-type", "application/json; charset=UTF-8")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    json_type = "application/json; charset=UTF-8"
 
     def _error(self, code: int, status: str, message: str, details: list | None = None) -> None:
         self._json(code, {"error": {"code": code, "message": message, "status": status, **({"details": details} if details else {})}})
@@ -205,10 +139,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_CONNECT(self) -> None:
         self.server_api._log({"method": "CONNECT", "path": self.path, "body": None})
-        self.send_response(403)
-        self.send_header("content-length", "0")
-        self.end_headers()
-        self.close_connection = True
+        self._empty(403, close=True)
 
     def do_POST(self) -> None:
         body = self._body()
@@ -246,12 +177,7 @@ class _Handler(BaseHTTPRequestHandler):
             merged["candidates"][0]["content"]["parts"] = parts
             self._json(200, merged)
             return
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("connection", "close")
-        self.end_headers()
-        self.close_connection = True
+        self._event_stream()
         for c in chunks:
             self.wfile.write(f"data: {json.dumps(c)}\r\n\r\n".encode())
         self.wfile.flush()

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
-import threading
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
+
+from loopback import LoopbackAPI, LoopbackHandler
 
 
 @dataclass(frozen=True)
@@ -51,86 +50,22 @@ class Reply:
     error: str = "rate limited"
 
 
-@dataclass
-class OpenAIServer:
-    replies: list[Reply]
-    repeat_last: bool = True  # past the script: the last reply again
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
+class OpenAIServer(LoopbackAPI):
+    """The lifecycle (start, stop, `with`, url): loopback.LoopbackAPI. `requests` holds the JSON body of
+    every /responses request, `paths` every "METHOD /path" received."""
 
-    def __post_init__(self) -> None:
-        self._lock = threading.Lock()
+    requests: list[dict[str, Any]]
+
+    def __init__(self, replies: list[Reply], repeat_last: bool = True):
+        super().__init__(_Handler, name="openai-api")
+        self.replies = replies
+        self.repeat_last = repeat_last  # past the script: the last reply again
+        self.paths: list[str] = []
         self._ids = itertools.count(1)
-        self._httpd: ThreadingHTTPServer | None = None
-
-    # ---------------------------------------------------------------- serving
-
-    def __enter__(self) -> "OpenAIServer":
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a: Any) -> None:  # quiet
-                pass
-
-            def do_GET(self) -> None:  # /v1/models and the like: an empty list
-                server.paths.append("GET " + self.path)
-                body = json.dumps({"object": "list", "data": [], "models": []}).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_POST(self) -> None:
-                n = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(n) if n else b""
-                server.paths.append("POST " + self.path)
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    body = {"unparsed": raw[:200].decode("utf-8", "replace")}
-                if not self.path.rstrip("/").endswith("/responses"):
-                    self._json(404, {"error": {"message": f"no such path {self.path}"}})
-                    return
-                reply = server._next(body)
-                if reply.status != 200:
-                    self._json(reply.status, {"error": {"message": reply.error, "type": "rate_limit_error"
-                                                        if reply.status == 429 else "server_error"}})
-                    return
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("cache-control", "no-cache")
-                self.send_header("connection", "close")
-                self.end_headers()
-                for ev in server._events(reply, body):
-                    self.wfile.write(f"event: {ev['type']}\ndata: {json.dumps(ev)}\n\n".encode())
-                self.wfile.flush()
-                self.close_connection = True
-
-            def _json(self, status: int, obj: Any) -> None:
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
 
     @property
     def base_url(self) -> str:
-        assert self._httpd is not None
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        return self.url + "/v1"
 
     # ---------------------------------------------------------------- the script
 
@@ -178,6 +113,33 @@ class OpenAIServer:
             yield {"type": "response.output_item.done", "output_index": 0, "item": item}
         yield {"type": "response.completed",
                "response": {**base, "status": "completed", "output": [item], "usage": reply.usage.as_json()}}
+
+
+class _Handler(LoopbackHandler):
+    server_api: OpenAIServer
+    empty_body = b"{}"
+    bad_body = ("unparsed", 200)
+
+    def do_GET(self) -> None:  # /v1/models and the like: an empty list
+        self.server_api.paths.append("GET " + self.path)
+        self._json(200, {"object": "list", "data": [], "models": []})
+
+    def do_POST(self) -> None:
+        server = self.server_api
+        body = self._body()
+        server.paths.append("POST " + self.path)
+        if not self.path.rstrip("/").endswith("/responses"):
+            self._json(404, {"error": {"message": f"no such path {self.path}"}})
+            return
+        reply = server._next(body)
+        if reply.status != 200:
+            self._json(reply.status, {"error": {"message": reply.error, "type": "rate_limit_error"
+                                                if reply.status == 429 else "server_error"}})
+            return
+        self._event_stream()
+        for ev in server._events(reply, body):
+            self.wfile.write(f"event: {ev['type']}\ndata: {json.dumps(ev)}\n\n".encode())
+        self.wfile.flush()
 
 
 def _offers(body: Any, name: str) -> bool:
