@@ -425,7 +425,8 @@ class ClaudeDigest(Digest):
         parsing the line (it holds the tool's whole output)."""
         if '"parent_tool_use_id":null' not in line and '"parent_tool_use_id": null' not in line:
             if self.subagents:  # a sub-agent's tool result: what its next model call reads
-                p = _PARENT_ANY.search(line)
+                i = line.rfind('"parent_tool_use_id"')  # the top-level key, after the message: no scan
+                p = _PARENT_ANY.match(line, i) if i >= 0 else None
                 sub = self.subagents.get(p.group(1)) if p is not None else None
                 if sub is not None:
                     self.subagents[p.group(1)] = (sub[0], sub[1], sub[2] + len(line), sub[3], sub[4])
@@ -506,10 +507,10 @@ class ClaudeDigest(Digest):
             self.spend_usd = max(0.0, self.spend_usd + sign * usd)
             self.estimate_usd = max(0.0, self.estimate_usd + sign * usd)
             long = None if fast else self.pricing.rates(name or None).long
-            if long is not None and inp + cw + cr > long.above:
+            if long is not None and inp + cw + cr > long.above:  # (rare: a long-context request)
                 standard = self.pricing.standard_cost(name or None, inp, out, cw, cr, cw1h)
                 standard *= self.pricing.inference_geo_us if us else 1.0
-                key = self.pricing.resolve(name or None)[0] or ""
+                key = self.pricing.key(name) or ""
                 self.long_extra[key] = max(0.0, self.long_extra.get(key, 0.0) + sign * (usd - standard))
 
     def _result(self, ev: dict[str, Any]) -> None:
@@ -569,8 +570,8 @@ class ClaudeDigest(Digest):
                       tokens(per.get("cacheCreationEphemeral1hInputTokens")))
             if per.get("costBasis") == "unknown":
                 total += self.pricing.cost_tokens(model, *counts) - cost
-            else:
-                extra = self.long_extra.get(self.pricing.resolve(model)[0] or "", 0.0)
+            elif self.long_extra:
+                extra = self.long_extra.get(self.pricing.key(model) or "", 0.0)
                 if extra > 0 and abs(cost - self.pricing.standard_cost(model, *counts)) <= 1e-9 + 1e-9 * cost:
                     total += extra  # the CLI priced every request at the standard rates
         return total

@@ -68,29 +68,42 @@ class Rates:
 class PricingTable:
     """Immutable after load. `cost(model, usage)` for one API response's usage object."""
 
-    __slots__ = ("models", "default", "inference_geo_us", "_cache")
+    __slots__ = ("models", "default", "inference_geo_us", "_cache", "_rates")
 
     def __init__(self, models: dict[str, Rates], default: Rates, inference_geo_us: float = 1.0):
         self.models = dict(models)
         self.default = default
         self.inference_geo_us = inference_geo_us  # the factor on a request run in the US only
-        self._cache: dict[str, Rates] = {}
+        self._cache: dict[str, str | None] = {}  # model id -> its table key
+        self._rates: dict[str, Rates] = {}  # model id -> its rates (the hot path: one lookup a message)
 
     def resolve(self, model: str | None) -> tuple[str | None, Rates]:
         """(the table key, its rates); (None, the default rates) for an unknown model."""
-        key = self._key(model)
+        key = self.key(model)
         return (key, self.models[key]) if key is not None else (None, self.default)
 
     def rates(self, model: str | None) -> Rates:
         if model is None:
             return self.default
-        r = self._cache.get(model)
+        r = self._rates.get(model)
         if r is None:
-            key = self._key(model)
+            key = self.key(model)
             r = self.models[key] if key is not None else self.default
-            if len(self._cache) < 4096:
-                self._cache[model] = r
+            if len(self._rates) < 4096:
+                self._rates[model] = r
         return r
+
+    def key(self, model: str | None) -> str | None:
+        """The table key a model id resolves to (None: unknown), remembered per id."""
+        if not model:
+            return None
+        try:
+            return self._cache[model]
+        except KeyError:
+            key = self._key(model)
+            if len(self._cache) < 4096:
+                self._cache[model] = key
+            return key
 
     def cost_tokens(self, model: str | None, input: int = 0, output: int = 0, cache_write: int = 0,
                     cache_read: int = 0, cache_write_1h: int = 0, requests: int = 1, fast: bool = False,
