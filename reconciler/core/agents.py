@@ -149,6 +149,11 @@ def codex_program_index(cmd: list[str]) -> int | None:
     return None
 
 
+# Codex's switches that change where the model or the thread comes from, and the CodexCall field each sets.
+_CODEX_SWITCHES = {"--last": "last", "--all": "all_dirs", "--ephemeral": "ephemeral",
+                   "--ignore-user-config": "ignore_user_config", "--trust": "trust", "--oss": "oss"}
+
+
 def codex_call(cmd: list[str]) -> CodexCall | None:
     """The session a Codex command line asks for (None: not a Codex command)."""
     start = codex_program_index(cmd)
@@ -190,18 +195,8 @@ def codex_call(cmd: list[str]) -> CodexCall | None:
             got["profile"] = value
         elif name in ("-C", "--cd"):
             got["cd"] = value
-        elif name == "--last":
-            got["last"] = True
-        elif name == "--all":
-            got["all_dirs"] = True
-        elif name == "--ephemeral":
-            got["ephemeral"] = True
-        elif name == "--ignore-user-config":
-            got["ignore_user_config"] = True
-        elif name == "--trust":
-            got["trust"] = True
-        elif name == "--oss":
-            got["oss"] = True
+        elif name in _CODEX_SWITCHES:
+            got[_CODEX_SWITCHES[name]] = True
     words = list(positionals)
     if words and words[0] in ("exec", "e"):
         words = words[1:]
