@@ -1,0 +1,821 @@
+"""A crowded workstation, side by side (issue 23, DESIGN §10): what res is worth against what people
+use instead.
+
+    python3 bench/crowd.py [--mix cpu|memory|mixed] [--agents N] [--arms a,b,…] [--mem-gb W]
+                           [--seed S] [--smoke] [--json FILE]
+
+N agents (default 8) each run their own seeded list of jobs one after another, as coding agents do:
+real test suites of small real projects (installed from PyPI into a venv at set-up, suites listed in
+TESTS), builds (a process that ramps to 1.2–1.6 GB and burns CPU) and end-to-end runs (2.2–2.8 GB,
+longer; mostly asleep in the memory mix). Every job knows its true peak and its time alone. An
+OOM-killed attempt (SIGKILL: rc 137) is retried by its agent up to twice, then the job is failed.
+
+The machine: a simulated workstation of W GB (default 6): a transient systemd user slice with
+MemoryMax=W (MemorySwapMax=0) made afresh for each arm; every job of every arm runs inside it, so no
+arm can take the real machine down. At start a real allocation past the cap must be killed, or the
+run is refused. The owner's probe runs outside it: every 200 ms it allocates and touches 50 MB and
+times that (first on the idle machine, then during each arm).
+
+The arms (the same workload, back to back):
+    free-for-all   every job at once, each in a scope of its own in the container, no limit
+    slots-2/-3     a machine-wide, memory-blind semaphore of 2/3 slots (what `parallel -j`, pueue
+                   or a flock semaphore gives), jobs as above
+    cgroup-only    every job at once, each `systemd-run --scope -p MemoryMax=<declared>` (declared =
+                   true peak × 1.25), no admission
+    res            `res run --wait --queue --mem <true peak × 1.25> --for <time alone> --cpus <its
+                   CPU share>`: res's own loop and planner, its budget pinned to W (bench/crowd_res.py),
+                   reserve and headroom 0, a fresh state directory and slices per arm
+    res-flat       the same with `--mem 1G` for everything (and the default --cpus)
+
+Per arm: makespan and makespan ÷ the lower bound max(Σ peak·t / W, Σ cpu·t / cores, the longest
+agent's own chain) (t: each job's time alone, from set-up); attempts OOM-killed; jobs failed after
+two retries; each job's wait (ask → its process starts, summed over its attempts) p50/p95; the
+container's peak memory (the cgroup's own peak counter); /proc/pressure/memory `full`: its max avg10
+and its total over the run (system-wide: this machine has no per-cgroup PSI on cgroup v1); the
+owner's probe p50/p99 and p99 ÷ the idle p99. Under the table: the hand-off (a waiting job's start −
+the last job end before it), told (a job's end → its agent knows) and, for the res arms, "fits but
+waits" (seconds in which some queued job fitted what res was told and still waited: strict FIFO's cost).
+
+Needs a systemd user manager (DBUS_SESSION_BUS_ADDRESS). Everything started here is stopped by pid or
+by its unique unit names, and its units, slices and state removed at the end, even on Ctrl-C.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PY = sys.executable
+JOB = str(HERE / "crowd_job.py")
+RES_SHIM = str(HERE / "crowd_res.py")
+GIB = 1 << 30
+MIB = 1 << 20
+
+# Real test suites of small, pure-Python projects: (name, PyPI sdist, test paths). Their suites run
+# 2–10 s here; the sdist carries the tests, the installed package (from the same sdist) is tested.
+TESTS = [
+    ("itsdangerous", "itsdangerous==2.2.0", ["tests"]),
+    ("toolz", "toolz==1.2.0", ["toolz/tests"]),
+    ("tomlkit", "tomlkit==0.15.2", ["tests"]),
+    ("jinja2", "jinja2==3.1.6", ["tests"]),
+    ("boltons", "boltons==26.2.0", ["tests"]),
+]
+TEST_DEPS = ["pytest==8.*", "trio", "freezegun"]  # trio: jinja2's async tests; freezegun: itsdangerous's
+# --smoke: one small file of a suite each (~2 s)
+SMOKE_TESTS = [
+    ("itsdangerous", "itsdangerous==2.2.0", ["tests/test_itsdangerous/test_signer.py"]),
+    ("toolz", "toolz==1.2.0", ["toolz/tests/test_itertoolz.py"]),
+]
+CACHE = Path(os.environ.get("CROWD_CACHE", "/tmp/res-crowd-cache"))
+
+ARMS = ["free-for-all", "slots-2", "slots-3", "cgroup-only", "res", "res-flat"]
+MARGIN = 1.25  # honest declaration: true peak × 1.25
+PROBE_MB, PROBE_PERIOD = 50, 0.2
+
+# What a mix is made of: the odds of each kind, and each kind's shape.
+MIXES = {
+    # builds that burn CPU the whole time; the few e2e runs burn CPU too
+    "cpu": dict(odds={"test": 0.35, "build": 0.5, "e2e": 0.15}, build_cpu=(4, 8), e2e_hold=(8, 12), e2e_duty=1.0),
+    # e2e runs that hold 2.2–2.8 GB for a while, mostly waiting (a browser-driven suite, a dev server)
+    "memory": dict(odds={"test": 0.3, "build": 0.2, "e2e": 0.5}, build_cpu=(3, 6), e2e_hold=(15, 22), e2e_duty=0.05),
+    "mixed": dict(odds={"test": 0.4, "build": 0.3, "e2e": 0.3}, build_cpu=(4, 7), e2e_hold=(12, 18), e2e_duty=0.2),
+}
+FULL = dict(mem_gb=6.0, agents=8, jobs=(3, 4), build_gb=(1.2, 1.6), e2e_gb=(2.2, 2.8), idle_s=10.0)
+SMOKE = dict(mem_gb=1.0, agents=2, jobs=(2, 2), build_gb=(0.35, 0.45), e2e_gb=(0.55, 0.65), idle_s=2.0,
+             build_cpu=(0.8, 1.2), e2e_hold=(1.5, 2.5))
+
+
+# ------------------------------------------------------------------ cleanup of all we started
+
+class Started:
+    """Everything this run started, so that it can all be stopped (by pid, or by its unique unit
+    names) and removed, whatever way the run ends."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.procs: set[subprocess.Popen] = set()
+        self.tags: list[str] = []  # unit-name prefixes (every unit and slice of ours starts with one)
+        self.unit_files: list[str] = []  # slice unit files res wrote for us
+        self.dirs: list[Path] = []
+        self.stopping = threading.Event()
+
+    def popen(self, argv, **kw) -> subprocess.Popen:
+        with self.lock:
+            if self.stopping.is_set():
+                raise KeyboardInterrupt
+            p = subprocess.Popen(argv, **kw)
+            self.procs.add(p)
+        return p
+
+    def done(self, p: subprocess.Popen) -> None:
+        with self.lock:
+            self.procs.discard(p)
+
+    def stop_units(self, tag: str) -> None:
+        units = list_units(tag)
+        if units:
+            systemctl("stop", *units, timeout=120)
+        units = list_units(tag)
+        if units:
+            systemctl("reset-failed", *units)
+
+    def cleanup(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            procs = list(self.procs)
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGTERM)  # ours, by pid
+                except OSError:
+                    pass
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(5)
+        for tag in self.tags:
+            self.stop_units(tag)
+        removed = False
+        if self.unit_files:
+            from reconciler.runtime.unitfiles import remove_unit, user_unit_dir
+
+            for name in self.unit_files:
+                try:
+                    removed |= remove_unit(user_unit_dir(), name)
+                except OSError as e:
+                    print(f"crowd: left {name}: {e}", file=sys.stderr)
+        if removed:
+            systemctl("daemon-reload")
+        for d in self.dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        self.tags, self.unit_files, self.dirs = [], [], []
+
+
+STARTED = Started()
+
+
+def systemctl(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(["systemctl", "--user", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def list_units(tag: str) -> list[str]:
+    r = systemctl("list-units", "--all", "--plain", "--no-legend", "--no-pager", f"{tag}*")
+    return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+
+
+# ------------------------------------------------------------------ the machine
+
+def cgroup_dir(unit: str) -> Path:
+    """The memory controller's directory of a unit (v1 or v2)."""
+    cg = systemctl("show", "-p", "ControlGroup", "--value", unit).stdout.strip()
+    if not cg:
+        raise RuntimeError(f"{unit} has no cgroup")
+    v1 = Path("/sys/fs/cgroup/memory")
+    return (v1 if v1.is_dir() else Path("/sys/fs/cgroup")) / cg.lstrip("/")
+
+
+def make_container(name: str, mem_gb: float) -> Path:
+    """A transient slice with MemoryMax = mem_gb and no swap; its memory cgroup directory."""
+    limit = int(mem_gb * GIB)
+    r = subprocess.run(["busctl", "--user", "call", "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                        "org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))",
+                        name, "fail", "3", "MemoryMax", "t", str(limit), "MemorySwapMax", "t", "0",
+                        "Description", "s", f"res bench crowd: a workstation of {mem_gb:g} GB", "0"],
+                       capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise RuntimeError(f"could not make {name}: {r.stderr.strip()}")
+    for _ in range(100):
+        if systemctl("is-active", name).stdout.strip() == "active":
+            break
+        time.sleep(0.05)
+    d = cgroup_dir(name)
+    for _ in range(100):  # the cgroup appears with the slice's first member on some managers
+        if d.is_dir():
+            break
+        time.sleep(0.05)
+    return d
+
+
+def read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def container_usage(d: Path) -> int | None:
+    return read_int(d / "memory.usage_in_bytes") if (d / "memory.usage_in_bytes").exists() else read_int(d / "memory.current")
+
+
+def container_peak(d: Path) -> int | None:
+    return read_int(d / "memory.max_usage_in_bytes") if (d / "memory.max_usage_in_bytes").exists() else read_int(d / "memory.peak")
+
+
+def container_limit(d: Path) -> int | None:
+    return read_int(d / "memory.limit_in_bytes") if (d / "memory.limit_in_bytes").exists() else read_int(d / "memory.max")
+
+
+def scope_argv(slice_name: str, unit: str, props: list[str]) -> list[str]:
+    argv = ["systemd-run", "--user", "-q", "--scope", "--collect", f"--slice={slice_name}", f"--unit={unit}"]
+    for p in props:
+        argv += ["-p", p]
+    return argv + ["--"]
+
+
+def check_cap(tag: str, mem_gb: float) -> str:
+    """A real allocation past the cap must be killed (and one well under it must live), or nothing
+    here means anything: raises with the reason."""
+    name = f"{tag}cap.slice"
+    d = make_container(name, mem_gb)
+    try:
+        limit = container_limit(d)
+        if limit is None or abs(limit - int(mem_gb * GIB)) > 1 * MIB:
+            raise RuntimeError(f"{name}: its cgroup's limit is {limit}, not {int(mem_gb * GIB)}")
+        over = int(mem_gb * 1024 + 256)
+        r = subprocess.run(scope_argv(name, f"{tag}cap-over.scope", []) + [PY, JOB, "alloc", str(over)],
+                           capture_output=True, text=True, timeout=120)
+        if "survived" in r.stdout or r.returncode not in (-9, 137):
+            raise RuntimeError(f"a process touching {over} MB in {name} (MemoryMax={mem_gb:g}G) was not killed "
+                               f"(rc {r.returncode}): the cap does not hold here; refusing to run")
+        under = int(mem_gb * 1024 * 0.5)
+        r = subprocess.run(scope_argv(name, f"{tag}cap-under.scope", []) + [PY, JOB, "alloc", str(under)],
+                           capture_output=True, text=True, timeout=120)
+        if "survived" not in r.stdout:
+            raise RuntimeError(f"a process touching {under} MB under the {mem_gb:g} GB cap died (rc {r.returncode})")
+        return f"cap checked: {over} MB killed (rc {r.returncode if r.returncode else 137}), {under} MB lived"
+    finally:
+        STARTED.stop_units(f"{tag}cap")
+
+
+# ------------------------------------------------------------------ set-up: the real test suites
+
+def setup_suites(tests: list, log) -> dict:
+    """A venv with the projects installed from their sdists (which carry their tests), under CACHE;
+    each suite's time alone, CPU time and peak measured once and cached. {name: info}."""
+    venv = CACHE / "venv"
+    py = venv / "bin" / "python"
+    src = CACHE / "src"
+    marker = CACHE / "installed.json"
+    want = sorted({spec for _, spec, _ in TESTS} | set(TEST_DEPS))
+    if not (py.exists() and marker.exists() and json.loads(marker.read_text()) == want):
+        log(f"set-up: a venv in {venv} with {', '.join(s for _, s, _ in TESTS)} and their tests (once)")
+        shutil.rmtree(CACHE, ignore_errors=True)
+        CACHE.mkdir(parents=True)
+        subprocess.run([PY, "-m", "venv", str(venv)], check=True)
+        pip = [str(py), "-m", "pip", "-q", "--disable-pip-version-check"]
+        dl = CACHE / "dl"
+        subprocess.run(pip + ["download", "--no-deps", "--no-binary", ":all:", "-d", str(dl)] +
+                       [spec for _, spec, _ in TESTS], check=True, stderr=subprocess.DEVNULL)
+        src.mkdir()
+        for f in sorted(dl.iterdir()):
+            with tarfile.open(f) as t:
+                t.extractall(src, filter="data")
+        dirs = [str(p) for p in sorted(src.iterdir()) if p.is_dir()]
+        subprocess.run(pip + ["install", *dirs, *TEST_DEPS], check=True, stderr=subprocess.DEVNULL)
+        marker.write_text(json.dumps(want))
+    calib_path = CACHE / "calibration.json"
+    calib = json.loads(calib_path.read_text()) if calib_path.exists() else {}
+    out = {}
+    for name, spec, paths in tests:
+        d = next(p for p in src.iterdir() if p.is_dir() and p.name.lower().replace("_", "-").startswith(
+            spec.split("==")[0].lower() + "-"))
+        key = f"v2 {spec} {' '.join(paths)}"
+        if key not in calib:
+            calib[key] = measure_alone([str(py), JOB, "test", os.devnull, str(d), *paths])
+            if calib[key]["rc"] != 0:
+                raise RuntimeError(f"the {name} suite fails alone (rc {calib[key]['rc']}): not a fair job; "
+                                   f"try it: cd {d} && {py} -m pytest {' '.join(paths)}")
+            calib_path.write_text(json.dumps(calib, indent=1))
+            log(f"set-up: {name} {' '.join(paths)} alone: {calib[key]['wall_s']:.1f} s, "
+                f"{calib[key]['cpu_s']:.1f} CPU-s, peak {calib[key]['peak_mb']:.0f} MB")
+        if calib[key]["rc"] != 0:
+            raise RuntimeError(f"the {name} suite fails alone (rc {calib[key]['rc']}): not a fair job")
+        out[name] = dict(calib[key], dir=str(d), paths=paths, python=str(py))
+    return out
+
+
+def measure_alone(argv: list[str]) -> dict:
+    """A job's time, CPU time and peak RSS (ru_maxrss of the process tree's largest) when run alone."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return dict(wall_s=time.monotonic() - t0, cpu_s=ru.ru_utime + ru.ru_stime, peak_mb=ru.ru_maxrss / 1024,
+                rc=p.returncode)
+
+
+# ------------------------------------------------------------------ the workload
+
+@dataclass
+class Job:
+    agent: int
+    idx: int
+    kind: str  # test | build | e2e
+    label: str
+    peak_gb: float  # true peak
+    time_s: float  # time alone
+    cpu_s: float  # CPU-seconds of work
+    argv: list[str] = field(default_factory=list)  # without the stamp file (inserted at argv[2])
+
+    @property
+    def cpus(self) -> float:
+        """Its honest CPU share: CPU-seconds over time alone, in quarters, at least a quarter."""
+        return max(0.25, min(1.0, round(self.cpu_s / self.time_s * 4 + 0.49) / 4))
+
+
+def workload(mix: str, agents: int, size: dict, suites: dict, seed: int, base_mb: float) -> list[list[Job]]:
+    shape = dict(MIXES[mix])
+    for k in ("build_cpu", "e2e_hold"):
+        shape[k] = size.get(k, shape[k])
+    rng = random.Random(f"{seed}/{mix}/{agents}")
+    kinds, odds = zip(*shape["odds"].items())
+    names = sorted(suites)
+    out = []
+    for a in range(agents):
+        jobs = []
+        for i in range(rng.randint(*size["jobs"])):
+            kind = rng.choices(kinds, odds)[0]
+            if kind == "test":
+                name = rng.choice(names)
+                s = suites[name]
+                job = Job(a, i, kind, f"test {name}", (s["peak_mb"] + base_mb) / 1024, s["wall_s"], s["cpu_s"],
+                          [s["python"], JOB, "test", s["dir"], *s["paths"]])
+            elif kind == "build":
+                gb, cpu = rng.uniform(*size["build_gb"]), rng.uniform(*shape["build_cpu"])
+                mb = int(gb * 1024)
+                job = Job(a, i, kind, f"build {mb} MB", (mb + base_mb) / 1024, cpu, cpu, [PY, JOB, "build", str(mb), f"{cpu:.2f}"])
+            else:
+                gb, hold = rng.uniform(*size["e2e_gb"]), rng.uniform(*shape["e2e_hold"])
+                mb, duty = int(gb * 1024), shape["e2e_duty"]
+                ramp = mb / 1024 * 0.35  # touching memory costs ~0.35 CPU-s a GB here
+                job = Job(a, i, kind, f"e2e {mb} MB", (mb + base_mb) / 1024, hold + ramp, hold * duty + ramp,
+                          [PY, JOB, "e2e", str(mb), f"{hold:.2f}", str(duty)])
+            jobs.append(job)
+        out.append(jobs)
+    return out
+
+
+def lower_bound(plan: list[list[Job]], mem_gb: float, cores: int) -> dict:
+    jobs = [j for a in plan for j in a]
+    mem = sum(j.peak_gb * j.time_s for j in jobs) / mem_gb
+    cpu = sum(j.cpu_s for j in jobs) / cores
+    chain = max(sum(j.time_s for j in a) for a in plan)
+    return dict(bound=max(mem, cpu, chain), mem=mem, cpu=cpu, chain=chain)
+
+
+# ------------------------------------------------------------------ the arms
+
+class Arm:
+    """How one job attempt is run under this arm. `run` blocks until it is over; returns its rc."""
+
+    def __init__(self, name: str, ctx: "ArmRun"):
+        self.name, self.ctx = name, ctx
+
+    def setup(self) -> None: ...
+
+    def teardown(self) -> None: ...
+
+    def launch(self, argv: list[str], log: Path, env: dict | None = None) -> int:
+        with open(log, "wb") as f:
+            p = STARTED.popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+            try:
+                return p.wait()
+            finally:
+                STARTED.done(p)
+
+    def scope(self, job: Job, attempt: int, props: list[str]) -> list[str]:
+        unit = f"{self.ctx.tag}-a{job.agent}j{job.idx}t{attempt}.scope"
+        return scope_argv(self.ctx.container, unit, props)
+
+    def run(self, job: Job, attempt: int, argv: list[str], log: Path) -> int:
+        return self.launch(self.scope(job, attempt, []) + argv, log)
+
+
+class Slots(Arm):
+    def __init__(self, name: str, ctx: "ArmRun", n: int):
+        super().__init__(name, ctx)
+        self.sem = threading.Semaphore(n)
+
+    def run(self, job, attempt, argv, log):
+        with self.sem:
+            return super().run(job, attempt, argv, log)
+
+
+class CgroupOnly(Arm):
+    def run(self, job, attempt, argv, log):
+        mb = int(job.peak_gb * MARGIN * 1024)
+        return self.launch(self.scope(job, attempt, [f"MemoryMax={mb}M", "MemorySwapMax=0"]) + argv, log)
+
+
+class Res(Arm):
+    """res with its own state directory, policy, slices (under the container) and loop."""
+
+    def __init__(self, name: str, ctx: "ArmRun", flat: bool):
+        super().__init__(name, ctx)
+        self.flat = flat
+        self.serve: subprocess.Popen | None = None
+
+    def setup(self):
+        c = self.ctx
+        self.dir = Path(tempfile.mkdtemp(prefix=f"res-crowd-{c.tag}-"))
+        STARTED.dirs.append(self.dir)
+        agents = f"{c.container[:-len('.slice')]}-res.slice"
+        jobs = f"{agents[:-len('.slice')]}-jobs.slice"
+        STARTED.unit_files += [agents, jobs]
+        self.env = dict(os.environ)
+        self.env.update({
+            "RES_STATE_DIR": str(self.dir / "state"),
+            "RES_POLICY_FILE": str(self.dir / "policy.toml"),  # absent: the shipped defaults, less what follows
+            "RES_AGENTS_SLICE": agents,
+            "RES_JOBS_SLICE": jobs,
+            "RES_UNIT_PREFIX": c.tag,
+            "RES_USER_RESERVE_GB": "0",  # the owner's share is outside the container
+            "RES_USER_RESERVE_CPUS": "0",
+            "RES_SMALL_HEADROOM_GB": "0",  # budget = W exactly
+            "RES_LOOP_AUTOSTART": "false",  # the loop is started here, by pid
+            "RES_ADOPT_SESSIONS": "false",  # never move anyone's agent session into the crowd
+            "RES_CLEAN_EVERY_MINUTES": "0",  # never clean anyone's /tmp or units
+            "CROWD_RES_MEM_GB": str(c.mem_gb),
+            "CROWD_RES_CGROUP": str(c.cg),
+        })
+        self.serve = STARTED.popen([PY, RES_SHIM, "serve"], env=self.env, cwd=str(self.dir),
+                                   stdout=open(self.dir / "serve.log", "wb"), stderr=subprocess.STDOUT)
+        sock = self.dir / "state" / "serve.sock"
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            if self.serve.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"res serve did not come up: {(self.dir / 'serve.log').read_text()[-2000:]}")
+            time.sleep(0.05)
+        time.sleep(0.3)
+
+    def run(self, job, attempt, argv, log):
+        if self.flat:
+            size = ["--mem", "1G"]
+        else:
+            size = ["--mem", f"{int(job.peak_gb * MARGIN * 1024)}M", "--cpus", f"{job.cpus:g}"]
+        cmd = [PY, RES_SHIM, "run", "--wait", "--queue", *size, "--for", f"{max(1, round(job.time_s))}s",
+               "--title", f"a{job.agent} {job.label}", "--"] + argv
+        return self.launch(cmd, log, env=self.env)
+
+    def teardown(self):
+        p, self.serve = self.serve, None
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGTERM)  # ours, by pid
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+            STARTED.done(p)
+        # what the loop decided, for the report: each job's wait as res recorded it
+        try:
+            shutil.copy(self.dir / "serve.log", self.ctx.logdir / "serve.log")
+        except OSError:
+            pass
+
+
+def make_arm(name: str, ctx: "ArmRun") -> Arm:
+    if name == "free-for-all":
+        return Arm(name, ctx)
+    if name.startswith("slots-"):
+        return Slots(name, ctx, int(name.split("-")[1]))
+    if name == "cgroup-only":
+        return CgroupOnly(name, ctx)
+    if name in ("res", "res-flat"):
+        return Res(name, ctx, flat=name == "res-flat")
+    raise SystemExit(f"crowd: unknown arm {name!r} (known: {', '.join(ARMS)})")
+
+
+# ------------------------------------------------------------------ one arm's run
+
+@dataclass
+class Attempt:
+    agent: int
+    job: int
+    kind: str
+    attempt: int
+    asked: float
+    started: float | None  # its process started (its own stamp)
+    finished: float | None  # its process ended (its own stamp; none when killed)
+    ended: float  # its agent was told
+    rc: int
+
+
+class Sampler(threading.Thread):
+    """The container's memory and the kernel's memory pressure, every 0.25 s."""
+
+    def __init__(self, cg: Path):
+        super().__init__(daemon=True)
+        self.cg, self.samples, self.halt = cg, [], threading.Event()
+
+    @staticmethod
+    def psi_full() -> tuple[float, int] | None:
+        try:
+            for line in Path("/proc/pressure/memory").read_text().splitlines():
+                if line.startswith("full"):
+                    f = dict(kv.split("=") for kv in line.split()[1:])
+                    return float(f["avg10"]), int(f["total"])
+        except (OSError, ValueError, KeyError):
+            return None
+        return None
+
+    def run(self):
+        while not self.halt.is_set():
+            psi = self.psi_full()
+            self.samples.append((time.monotonic(), container_usage(self.cg), psi[0] if psi else None))
+            self.halt.wait(0.25)
+
+
+class Probe:
+    """The owner's probe, outside the container (in this process's own cgroup)."""
+
+    def __init__(self, out: Path):
+        self.out = out
+        self.p = STARTED.popen([PY, JOB, "probe", str(PROBE_MB), str(PROBE_PERIOD)], stdout=open(out, "w"),
+                               stderr=subprocess.DEVNULL)
+
+    def stop(self) -> list[float]:
+        self.p.send_signal(signal.SIGTERM)  # ours, by pid
+        self.p.wait(10)
+        STARTED.done(self.p)
+        ms = []
+        for line in self.out.read_text().splitlines():
+            try:
+                ms.append(float(line.split()[1]))
+            except (IndexError, ValueError):
+                pass
+        return ms
+
+
+def pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s) - 1e-9) - 1))]  # nearest rank
+
+
+class ArmRun:
+    def __init__(self, arm_name: str, plan: list[list[Job]], mem_gb: float, workdir: Path):
+        self.name = arm_name
+        self.plan = plan
+        self.mem_gb = mem_gb
+        self.tag = f"cw{secrets.token_hex(3)}"
+        self.container = f"{self.tag}.slice"
+        self.logdir = workdir / arm_name
+        self.logdir.mkdir(parents=True)
+        self.attempts: list[Attempt] = []
+        self.lock = threading.Lock()
+        self.errors: list[str] = []
+
+    def agent(self, jobs: list[Job], arm: Arm, t0: float) -> None:
+        for job in jobs:
+            for attempt in range(3):
+                if STARTED.stopping.is_set():
+                    return
+                stampf = self.logdir / f"a{job.agent}j{job.idx}t{attempt}.start"
+                argv = job.argv[:2] + [job.argv[2], str(stampf)] + job.argv[3:]
+                asked = time.monotonic()
+                try:
+                    rc = arm.run(job, attempt, argv, self.logdir / f"a{job.agent}j{job.idx}t{attempt}.log")
+                except KeyboardInterrupt:
+                    return
+                ended = time.monotonic()
+                try:
+                    stamps = [float(x) for x in stampf.read_text().split()]
+                except (OSError, ValueError):
+                    stamps = []
+                started = stamps[0] if stamps else None
+                finished = stamps[1] if len(stamps) > 1 else None
+                with self.lock:
+                    self.attempts.append(Attempt(job.agent, job.idx, job.kind, attempt, asked - t0,
+                                                 None if started is None else started - t0,
+                                                 None if finished is None else finished - t0, ended - t0, rc))
+                    if rc not in (0, -9, 137):
+                        self.errors.append(f"a{job.agent} job {job.idx} ({job.label}) attempt {attempt}: rc {rc}; "
+                                           f"log {self.logdir}/a{job.agent}j{job.idx}t{attempt}.log")
+                if rc not in (-9, 137):
+                    break  # done (or failed for another reason than memory: not retried)
+
+    def go(self) -> dict:
+        STARTED.tags.append(self.tag)
+        self.cg = make_container(self.container, self.mem_gb)
+        arm = make_arm(self.name, self)
+        arm.setup()
+        sampler = Sampler(self.cg)
+        psi0 = Sampler.psi_full()
+        probe = Probe(self.logdir / "probe.txt")
+        sampler.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=self.agent, args=(jobs, arm, t0), daemon=True) for jobs in self.plan]
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.5)
+        makespan = time.monotonic() - t0
+        probe_ms = probe.stop()
+        sampler.halt.set()
+        sampler.join(5)
+        psi1 = Sampler.psi_full()
+        peak = container_peak(self.cg)
+        arm.teardown()
+        STARTED.stop_units(self.tag)
+        return self.figures(makespan, probe_ms, sampler.samples, psi0, psi1, peak)
+
+    def fits_but_waits(self) -> float:
+        """Seconds during which some job waited in res's queue although, by what res was told (the
+        declared sizes and CPUs of what ran), it fitted: the cost of strict FIFO (no backfill)."""
+        jobs = {(j.agent, j.idx): j for a in self.plan for j in a}
+        flat = self.name == "res-flat"
+
+        def size(a):
+            j = jobs[(a.agent, a.job)]
+            return (1.0, 0.5) if flat else (int(j.peak_gb * MARGIN * 1024) / 1024, j.cpus)
+
+        cores = len(os.sched_getaffinity(0))
+        events = sorted({t for a in self.attempts for t in (a.asked, a.started, a.finished or a.ended) if t is not None})
+        total = 0.0
+        for t0, t1 in zip(events, events[1:]):
+            mid = (t0 + t1) / 2
+            running = [a for a in self.attempts if a.started is not None and a.started <= mid < (a.finished or a.ended)]
+            mem = self.mem_gb - sum(size(a)[0] for a in running)
+            cpu = cores - sum(size(a)[1] for a in running)
+            waiting = [a for a in self.attempts if a.asked <= mid < (a.started if a.started is not None else a.ended)]
+            if any(size(a)[0] <= mem + 1e-6 and size(a)[1] <= cpu + 1e-6 for a in waiting):
+                total += t1 - t0
+        return total
+
+    def figures(self, makespan, probe_ms, samples, psi0, psi1, peak) -> dict:
+        by_job: dict[tuple, list[Attempt]] = {}
+        for a in self.attempts:
+            by_job.setdefault((a.agent, a.job), []).append(a)
+        waits = [sum(max(0.0, (a.started if a.started is not None else a.ended) - a.asked) for a in atts)
+                 for atts in by_job.values()]
+        oom = sum(1 for a in self.attempts if a.rc in (-9, 137))
+        failed = sum(1 for atts in by_job.values() if atts[-1].rc != 0)
+        lost = sum(1 for a in self.plan for j in a) - len(by_job)
+        # hand-off: for an attempt that waited while another ended, from the last such end to its start
+        ends = sorted(a.finished if a.finished is not None else a.ended for a in self.attempts)
+        handoff = []
+        for a in self.attempts:
+            if a.started is None or a.started - a.asked < 0.3:
+                continue
+            before = [e for e in ends if a.asked < e <= a.started]
+            if before:
+                handoff.append(a.started - before[-1])
+        fits_waiting = self.fits_but_waits() if self.name in ("res", "res-flat") else None
+        # told: from a job's own end to its agent knowing
+        told = [a.ended - a.finished for a in self.attempts if a.finished is not None]
+        return dict(
+            arm=self.name, makespan_s=makespan, oom_killed=oom, failed=failed + lost,
+            wait_p50_s=pct(waits, 0.5), wait_p95_s=pct(waits, 0.95),
+            peak_gb=None if peak is None else peak / GIB,
+            psi_full_max_avg10=max((s[2] for s in samples if s[2] is not None), default=None),
+            psi_full_total_ms=None if not (psi0 and psi1) else (psi1[1] - psi0[1]) / 1000,
+            fits_but_waits_s=fits_waiting,
+            handoff_p50_s=pct(handoff, 0.5), handoff_max_s=max(handoff, default=None), handoff_n=len(handoff),
+            told_p50_s=pct(told, 0.5), told_p95_s=pct(told, 0.95),
+            probe_p50_ms=pct(probe_ms, 0.5), probe_p99_ms=pct(probe_ms, 0.99), probe_n=len(probe_ms),
+            errors=self.errors,
+            attempts=[asdict(a) for a in self.attempts],
+            samples=[(round(t, 3), u) for t, u, _ in samples],
+        )
+
+
+# ------------------------------------------------------------------ the table
+
+def table(rows: list[dict], bound: float, idle: dict) -> str:
+    """One row per arm, its name first; times in seconds, memory in GB, the probe in ms."""
+    def f(v, fmt):
+        return "—" if v is None else format(v, fmt)
+
+    cols = [("arm", 12), ("makespan s", 10), ("÷bound", 6), ("OOM att", 7), ("failed", 6), ("wait p50", 8),
+            ("wait p95", 8), ("hand-off", 8), ("peak GB", 7), ("PSI max10", 9), ("PSI ms", 7), ("probe p50", 9),
+            ("probe p99", 9), ("p99÷idle", 8)]
+    lines = [" ".join(f"{n:<{w}}" if i == 0 else f"{n:>{w}}" for i, (n, w) in enumerate(cols))]
+    lines.append("-" * len(lines[0]))
+    for r in rows:
+        ratio = None if not (r["probe_p99_ms"] and idle.get("p99")) else r["probe_p99_ms"] / idle["p99"]
+        vals = [r["arm"], f(r["makespan_s"], ".1f"), f(r["makespan_s"] / bound, ".2f") + "×", str(r["oom_killed"]),
+                str(r["failed"]), f(r["wait_p50_s"], ".1f"), f(r["wait_p95_s"], ".1f"), f(r["handoff_p50_s"], ".2f"),
+                f(r["peak_gb"], ".2f"), f(r["psi_full_max_avg10"], ".2f"), f(r["psi_full_total_ms"], ".0f"),
+                f(r["probe_p50_ms"], ".1f"), f(r["probe_p99_ms"], ".1f"), f(ratio, ".2f") + ("×" if ratio else "")]
+        lines.append(" ".join(f"{v:<{w}}" if i == 0 else f"{v:>{w}}" for i, (v, (_, w)) in enumerate(zip(vals, cols))))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="a crowded workstation, side by side (issue 23)")
+    ap.add_argument("--mix", choices=sorted(MIXES), default="mixed")
+    ap.add_argument("--agents", type=int)
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--mem-gb", type=float, help="W, the simulated workstation's memory (default 6; smoke 1)")
+    ap.add_argument("--seed", type=int, default=23)
+    ap.add_argument("--smoke", action="store_true", help="2 agents × 2 small jobs on 1 GB (CI)")
+    ap.add_argument("--json", help="write every figure, attempt and sample here")
+    ap.add_argument("--keep-logs", action="store_true", help="keep the jobs' logs (their directory is printed)")
+    a = ap.parse_args(argv)
+    size = dict(SMOKE if a.smoke else FULL)
+    agents = a.agents or size["agents"]
+    mem_gb = a.mem_gb or size["mem_gb"]
+    if not a.smoke and mem_gb != FULL["mem_gb"]:  # the same crowd on a smaller or larger machine
+        k = mem_gb / FULL["mem_gb"]
+        size.update(build_gb=tuple(x * k for x in FULL["build_gb"]), e2e_gb=tuple(x * k for x in FULL["e2e_gb"]))
+    arms = [x.strip() for x in a.arms.split(",") if x.strip()]
+    for name in arms:
+        if name not in ARMS:
+            raise SystemExit(f"crowd: unknown arm {name!r} (known: {', '.join(ARMS)})")
+    if not (os.environ.get("DBUS_SESSION_BUS_ADDRESS") or os.environ.get("XDG_RUNTIME_DIR")) or \
+            systemctl("is-system-running").stdout.strip() not in ("running", "degraded"):
+        print("crowd: no systemd user manager reachable (DBUS_SESSION_BUS_ADDRESS): nothing measured", file=sys.stderr)
+        return 1
+    sys.path.insert(0, str(REPO))
+
+    def on_term(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="res-crowd-logs-"))
+    try:
+        log = lambda m: print(m, flush=True)  # noqa: E731
+        cores = len(os.sched_getaffinity(0))
+        log(f"crowd: mix {a.mix}, {agents} agents, W = {mem_gb:g} GB, {cores} cores, seed {a.seed}"
+            f"{' (smoke)' if a.smoke else ''}; load {os.getloadavg()[0]:.2f}")
+        log("   " + check_cap(f"cw{secrets.token_hex(3)}", mem_gb))
+        suites = setup_suites(SMOKE_TESTS if a.smoke else TESTS, log)
+        base = measure_alone([PY, JOB, "build", os.devnull, "0", "0.05"])["peak_mb"]  # the job process itself
+        plan = workload(a.mix, agents, size, suites, a.seed, base)
+        lb = lower_bound(plan, mem_gb, cores)
+        njobs = sum(len(x) for x in plan)
+        kinds = {k: sum(1 for x in plan for j in x if j.kind == k) for k in ("test", "build", "e2e")}
+        log(f"   workload: {njobs} jobs ({', '.join(f'{v} {k}' for k, v in kinds.items())}); lower bound "
+            f"{lb['bound']:.1f} s = max(Σ peak·t / W {lb['mem']:.1f}, Σ cpu·t / cores {lb['cpu']:.1f}, "
+            f"longest chain {lb['chain']:.1f})")
+        probe = Probe(workdir / "probe-idle.txt")
+        time.sleep(size["idle_s"])
+        idle_ms = probe.stop()
+        idle = dict(p50=pct(idle_ms, 0.5), p99=pct(idle_ms, 0.99), n=len(idle_ms))
+        log(f"   owner's probe, idle: p50 {idle['p50']:.1f} ms, p99 {idle['p99']:.1f} ms (n={idle['n']}; "
+            f"load {os.getloadavg()[0]:.2f})")
+        rows = []
+        for name in arms:
+            t = time.monotonic()
+            r = ArmRun(name, plan, mem_gb, workdir).go()
+            rows.append(r)
+            log(f"   {name}: {r['makespan_s']:.1f} s, {r['oom_killed']} OOM-killed, {r['failed']} failed "
+                f"(arm took {time.monotonic() - t:.1f} s)")
+            for e in r["errors"][:5]:
+                log(f"      error: {e}")
+        print()
+        print(table(rows, lb["bound"], idle))
+        fbw = ", ".join(f"{r['arm']} {r['fits_but_waits_s']:.1f} s" for r in rows if r.get("fits_but_waits_s") is not None)
+        if fbw:
+            print(f"\nfits but waits (some queued job fitted what res was told, and waited): {fbw}")
+        told = ", ".join(f"{r['arm']} {r['told_p50_s']:.2f} s" for r in rows if r["told_p50_s"] is not None)
+        print(f"hand-off: p50 of (a waiting job's start − the last job end before it); told: a job's end → "
+              f"its agent knows, p50: {told}")
+        print(f"lower bound {lb['bound']:.1f} s; probe: {PROBE_MB} MB every {PROBE_PERIOD * 1000:.0f} ms outside "
+              f"the container, idle p99 {idle['p99']:.1f} ms; PSI: /proc/pressure/memory full (system-wide); "
+              f"{time.monotonic() - started:.1f} s in all")
+        if a.json:
+            Path(a.json).write_text(json.dumps(dict(
+                mix=a.mix, agents=agents, mem_gb=mem_gb, cores=cores, seed=a.seed, smoke=a.smoke, bound=lb,
+                idle_probe=idle, jobs=[asdict(j) | {"cpus": j.cpus} for x in plan for j in x], arms=rows), indent=1))
+        broken = [r["arm"] for r in rows if r["errors"]]
+        if broken:
+            print(f"errors (not OOM) in: {', '.join(broken)}; logs in {workdir}")
+            a.keep_logs = True
+        return 1 if broken else 0
+    except KeyboardInterrupt:
+        print("\ncrowd: interrupted; stopping what it started", file=sys.stderr)
+        return 130
+    finally:
+        STARTED.cleanup()
+        if a.keep_logs:
+            print(f"logs kept in {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
