@@ -98,6 +98,19 @@ def res_argv() -> list[str]:
     return [exe] if exe else [PY, "-m", "reconciler.cli"]
 
 
+
+def terminate(p: subprocess.Popen, wait_s: float = 30) -> bool:
+    """Stop a process we started, by its pid: SIGTERM, then SIGKILL if it has not ended within
+    `wait_s`. True if SIGTERM was enough."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(wait_s)
+        return True
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(10)
+        return False
+
 class ResEnv:
     """A private `res`: its own state directory, policy path, slices and unit prefix, so that nothing
     here touches a user's own state or another run's units. Always `close()` it."""
@@ -154,12 +167,7 @@ class ResEnv:
         p, self.serve_proc = self.serve_proc, None
         if p is None or p.poll() is not None:
             return
-        p.send_signal(signal.SIGTERM)  # ours, by pid
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait(10)
+        if not terminate(p):
             raise Broken("res serve did not stop on SIGTERM within 30 s")
         if p.returncode != 0:
             raise Broken(f"res serve exited {p.returncode} on SIGTERM: {p.stderr.read().strip()}")

@@ -59,6 +59,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from common import terminate
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 PY = sys.executable
@@ -478,12 +480,7 @@ class Res(Arm):
     def teardown(self):
         p, self.serve = self.serve, None
         if p is not None and p.poll() is None:
-            p.send_signal(signal.SIGTERM)  # ours, by pid
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(10)
+            terminate(p)  # ours, by pid
             STARTED.done(p)
         # what the loop decided, for the report: each job's wait as res recorded it
         try:

@@ -434,20 +434,20 @@ class Writer:
         `checked`: the file found was already checked for changes made outside res (init)."""
         data = new_text.encode("utf-8")
         if not checked:
-            self._outside_first(dfd, "queue.toml", q.found)
+            self._outside_first(dfd, "queue.toml", q.found, note)
         self._replace(dfd, self.paths.queue.name, q.ident, data)
         sha = digest(data)  # the note's and the change line's: one file, one digest
         _Note.save(dfd, sha, q, note.next_id if note else 1)
         self._log_change(dfd, "queue.toml", op, list(ids), sha, by)
 
-    def _outside_first(self, dfd: int, file: str, found: str) -> None:
+    def _outside_first(self, dfd: int, file: str, found: str, note: _Note | None = None) -> None:
         """Before the writer replaces `file` (found with digest `found`): a file that is not what the
         writer last left (its note's digest; game.toml has none) may hold a change made outside res
         that no pass has seen yet. It is recorded now, as a pass would (desired/changes.record_outside),
         and a queue entry it added is held: once this write's change line vouches for the file, a
         pass would take that entry for the writer's own and start it. Nothing is written unchecked."""
         if file == "queue.toml":
-            note = _Note.load(dfd)
+            note = note or _Note.load(dfd)  # the edit's own, read under this lock: not read again
             if note is not None and note.digest == found:
                 return  # the writer's own last file: nothing happened to it since
         from reconciler.desired.changes import record_outside

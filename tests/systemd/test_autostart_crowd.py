@@ -10,21 +10,11 @@ import signal
 import pytest
 
 from clihelp import PY, res, unit_props, wait_for  # noqa: F401 - res is the fixture
+from test_autostart import _listening, _loop_pid
 
 pytestmark = pytest.mark.systemd
 
 STARTED = "no reconciler loop was running"
-
-
-def _listening(res) -> bool:
-    from reconciler.config.paths import Paths
-    from reconciler.loop.start import listening
-
-    return listening(Paths(res.state))
-
-
-def _loop_pid(res) -> int:
-    return int((res.state / "serve.lock").read_text().split()[0])
 
 
 def _stop_loop(res) -> None:
