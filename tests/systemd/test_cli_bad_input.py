@@ -223,9 +223,11 @@ def test_a_long_command_line_through_the_loop(ready):
     wait_for(lambda: sock.exists() or serve.poll() is not None, "saw the serve socket")
     assert serve.poll() is None
     big = ["x" * 100_000] * 3  # (one argument may be at most 128 KiB)
-    r = ready.run_job(PY, "-c", "import sys; print(sum(map(len, sys.argv[1:])))", *big,
+    # (it lingers, so that the loop's attachment is there to be seen before the job is settled)
+    r = ready.run_job(PY, "-c", "import sys, time; print(sum(map(len, sys.argv[1:])), flush=True); time.sleep(3)", *big,
                       env={"RES_BIG_VAR": "y" * 100_000})
     assert r.code == 0 and r.one_line().startswith("r-1 started;"), str(r)[:500]
+    wait_for(lambda: ready.status("r-1")["attached_by"], "the loop attached r-1")
     assert ready.status("r-1")["attached_by"].split("/")[1] == str(serve.pid)
     assert ready("wait", "r-1").code == 0
     assert (ready.state / "logs" / "r-1.log").read_text() == "300000\n"
