@@ -200,6 +200,12 @@ class QueueForecast:
         if lock:
             self.lock_free[lock] = self.now + est_s
 
+    def ended_before(self, est_s: float, lock: str | None = None) -> None:
+        """An entry started in this very pass that ends before the point the forecast has reached (a
+        backfill ahead of the head): it frees what it holds by then; only its lock is later."""
+        if lock:
+            self.lock_free[lock] = self.now + est_s
+
     def start_of(self, mem_gb: float, cpus: float, est_s: float, lock: str | None = None) -> float | None:
         if lock and lock in self.lock_free and self.lock_free[lock] is None:
             return None  # behind an overdue holder of its lock

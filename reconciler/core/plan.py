@@ -318,7 +318,7 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "hand_added"}, **_tag(req)))
         elif rec is None and req.id in ran_before:
             adm.recover(req, world)
-        elif (where := _where(req, cap, policy, world, adm.head)) != "local":
+        elif (where := _where(req, cap, policy, world, adm)) != "local":
             adm.cluster(req, rec, world, overflow=where == "overflow")
         elif cap.never_fits(req):
             adm.acts.append(_refuse(req, never_detail(req, cap), never=True))
@@ -329,16 +329,17 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
     return adm.acts
 
 
-def _where(req: Request, cap: Capacity, policy, world: World | None, head: Request | None) -> str:
+def _where(req: Request, cap: Capacity, policy, world: World | None, adm: _Admission) -> str:
     """`local`, `cluster` (asked for with --on cluster) or `overflow` (asked for here, does not fit
-    here now, and the policy sends such requests to the cluster, which answers: DESIGN §6b)."""
+    here now, or only behind a waiting queue head, and the policy sends such requests to the
+    cluster, which answers: DESIGN §6b)."""
     if req.kind != "job" or req.on == "local":
         return "local"
     if req.on == "cluster":
         return "cluster"
     if getattr(policy, "overflow", "off") != "cluster" or world is None or world.cluster_ok is not True:
         return "local"
-    if cap.never_fits(req) or not cap.fits(req) or (req.queue and head is not None):
+    if cap.never_fits(req) or not cap.fits(req) or (req.queue and adm.waits_behind_head(req)):
         return "overflow"
     return "local"
 
@@ -352,8 +353,12 @@ class _Admission:
         self.locks = {h.lock: h for h in cap.holders if h.lock}  # lock -> its running holder
         self.queued_locks: dict[str, str] = {}  # lock -> the first waiting entry that will take it
         self.starts = 0
-        self.head: Request | None = None  # the first queued entry that waits: everything behind it waits too
+        self.head: Request | None = None  # the first queued entry that waits for memory or cpus
         self.forecast: QueueForecast | None = None  # made once the first entry waits
+        # The head's reservation (EASY backfill, DESIGN §5.2): when it is expected to start (None:
+        # nobody can tell, so nothing may jump it), and what it leaves spare of the then free.
+        self.shadow: float | None = None
+        self.spare_gb = self.spare_cpus = 0.0
         self.position = 0  # of a queued entry among those that stay queued
         self.session_waits = False  # a queued session waits for the session caps: later sessions wait behind it
 
@@ -369,15 +374,44 @@ class _Admission:
     def _blocked(self, req: Request) -> tuple[dict, bool] | None:
         return _session_block(req, self.cap, self.policy, self.spent, self.pricing_error) if req.session else None
 
-    def start(self, req: Request, head: bool) -> None:
+    def backfill(self, req: Request) -> dict | None:
+        """Why `req` may start now ahead of the waiting head without delaying it (EASY backfill, as
+        Slurm's backfill scheduler does it), or None: it fits now, and by its own --for estimate it
+        ends before the head's expected start, or it fits in what the head leaves spare once started.
+        The head's start is an estimate from the holders' --for: it is never delayed beyond their
+        errors, and nothing starves (only the head is protected, and it moves on)."""
+        if self.head is None or self.shadow is None or not self.cap.fits(req):
+            return None
+        ends = self.now + req.est_s
+        why = {"code": "backfill", "head": self.head.id, "head_start": self.shadow, "ends": ends,
+               "free_gb": self.cap.mem_gb}
+        if ends <= self.shadow:
+            return {**why, "beside": False}
+        if req.mem_gb <= self.spare_gb + 1e-9 and req.cpus <= self.spare_cpus + 1e-9:
+            return {**why, "beside": True, "spare_gb": self.spare_gb, "spare_cpus": self.spare_cpus}
+        return None
+
+    def waits_behind_head(self, req: Request) -> bool:
+        return self.head is not None and self.backfill(req) is None
+
+    def start(self, req: Request, head: bool, backfill: dict | None = None) -> None:
         cap = self.cap
-        self.acts.append(Action(kind="start", id=req.id, detail={"code": "fits", "head": head, "free_gb": cap.mem_gb},
-                                **_tag(req)))
+        detail = backfill or {"code": "fits", "head": head, "free_gb": cap.mem_gb}
+        kind = "grant" if req.kind == "note" else "start"
+        self.acts.append(Action(kind=kind, id=req.id, detail=detail, **_tag(req)))
         cap.take(req, _new_holder(req, self.now))
-        self.starts += 1
+        if kind == "start":
+            self.starts += 1
         if req.lock:
             self.locks[req.lock] = cap.holders[-1]
-        if self.forecast is not None:
+        if backfill is not None and backfill["beside"]:
+            self.spare_gb -= req.mem_gb
+            self.spare_cpus -= req.cpus
+        if self.forecast is None:
+            return
+        if backfill is not None and not backfill["beside"]:
+            self.forecast.ended_before(req.est_s, req.lock)  # over before the point the forecast reached
+        else:
             self.forecast.started(req.mem_gb, req.cpus, req.est_s, req.lock)
 
     def cluster(self, req: Request, rec: JobRecord | None, world: World | None, overflow: bool) -> None:
@@ -424,19 +458,17 @@ class _Admission:
             self.acts.append(_refuse(req, detail, never=final))
         elif holder is not None:
             self.acts.append(_refuse(req, lock_detail(req.lock or "", holder, req.force)))
-        elif self.head is not None and not req.force:
+        elif self.head is not None and not req.force and (jump := self.backfill(req)) is None:
             self.acts.append(_refuse(req, busy_detail(req, cap, self.now, head=self.head)))
         elif not cap.fits(req):
             self.acts.append(_refuse(req, busy_detail(req, cap, self.now)))
-        elif req.kind == "note":
-            self.acts.append(Action(kind="grant", id=req.id, detail={"code": "fits", "free_gb": cap.mem_gb}, **_tag(req)))
-            cap.take(req, _new_holder(req, self.now))
-        elif self.starts < self.policy.max_starts_per_tick:
-            self.start(req, False)
+        elif req.kind == "note" or self.starts < self.policy.max_starts_per_tick:
+            self.start(req, False, None if req.force or self.head is None else jump)
         # else: over this pass's start cap; decided next pass
 
     def queued(self, req: Request, rec: JobRecord | None) -> None:
-        """--queue: strict FIFO; a blocked head holds the rest; a held lock skips the entry."""
+        """--queue: FIFO; a later entry starts before a waiting head only by backfill (it does not
+        delay the head); a held lock skips the entry."""
         cap, lock = self.cap, req.lock
         holder = self.locks.get(lock) if lock else None
         self.position += 1
@@ -458,14 +490,21 @@ class _Admission:
                                               "waits_for": blocked[0]["resource"] if blocked else "sessions",
                                               "block": blocked[0] if blocked else None}))
             return
-        if self.head is None and cap.fits(req) and self.starts < self.policy.max_starts_per_tick:
-            self.start(req, self.position == 1)
-            self.position -= 1  # it did not stay queued
-            return
+        if self.starts < self.policy.max_starts_per_tick:
+            if self.head is None and cap.fits(req):
+                self.start(req, self.position == 1)
+                self.position -= 1  # it did not stay queued
+                return
+            if (jump := self.backfill(req)) is not None:
+                self.start(req, False, jump)
+                self.position -= 1
+                return
         if self.head is None:
             self.head = req
             self.forecast = self.forecast or QueueForecast(cap, self.now)
         est = self.forecast.start_of(req.mem_gb, req.cpus, req.est_s, lock)
+        if self.head is req:
+            self.shadow, self.spare_gb, self.spare_cpus = est, self.forecast.free_gb, self.forecast.free_cpus
         if lock:
             self.queued_locks.setdefault(lock, req.id)
         if self.head is req:

@@ -114,6 +114,15 @@ def queued_line(d: dict, zone: Zone) -> str:
     return text
 
 
+def backfill_text(d: dict, zone: Zone) -> str:
+    """`backfill: ends ~14:02, before r-3's start ~14:05`: why an entry starts ahead of a waiting head."""
+    head_start = fmt_clock(d["head_start"], zone)
+    if d["beside"]:
+        return (f"backfill: fits beside {d['head']} once it starts ~{head_start} "
+                f"({fmt_gb(d['spare_gb'])}, {fmt_cpus(d['spare_cpus'])} spare then)")
+    return f"backfill: ends ~{fmt_clock(d['ends'], zone)}, before {d['head']}'s start ~{head_start}"
+
+
 def _g(gb: float) -> str:
     return f"{gb:.0f}" if float(gb).is_integer() else f"{gb:.1f}"
 
@@ -234,6 +243,8 @@ def action_reason(a: Action, zone: Zone) -> str:
     if kind == "start" and code == "submit":
         how = "overflow: does not fit here now; " if d.get("overflow") else ""
         return f"{how}to slurm ({fmt_gb(a.mem_gb)}, {fmt_cpus(a.cpus)}, {fmt_span(d['est_s'])})"
+    if code == "backfill":
+        return backfill_text(d, zone)
     if kind == "start":
         return f"{'queue head, fits' if d['head'] else 'fits'} ({fmt_gb(d['free_gb'])} free)"
     if kind == "grant":

@@ -168,14 +168,15 @@ def test_cpu_shortage_is_named_in_cpus():
 def test_a_head_that_waits_for_cpus_is_named_for_cpus_not_memory():
     """The refusal names the resource that blocks, from the structured reason."""
     hog = running(1, mem=1.0, cpus=11, title="build", est=600)
-    head = req(2, mem=2.0, cpus=2, queue=True, title="attrs pytest")
-    p = run_plan([head, req(3, mem=1.0, cpus=0.5)], records=[hog], w=world(avail=30, nproc=16))  # 1 cpu free
+    head = req(2, mem=2.0, cpus=12, queue=True, title="attrs pytest")
+    # 1 cpu free; r-3 fits now, but would hold half a cpu past the head's start, which leaves none spare
+    p = run_plan([head, req(3, mem=1.0, cpus=0.5)], records=[hog], w=world(avail=30, nproc=16))
     wait, refuse = p.actions
     assert (wait.kind, wait.detail["waits_for"], wait.detail["position"]) == ("enqueue", "cpus", 1)
     assert refuse.kind == "refuse" and refuse.detail["resource"] == "queue_head"
-    assert refuse.detail["head"] == {"id": "r-2", "title": "attrs pytest", "gb": 2.0, "cpus": 2, "waits_for": "cpus"}
+    assert refuse.detail["head"] == {"id": "r-2", "title": "attrs pytest", "gb": 2.0, "cpus": 12, "waits_for": "cpus"}
     line = refuse.reason
-    assert 'queue head r-2 "attrs pytest" waits for 2 cpus first' in line, line
+    assert 'queue head r-2 "attrs pytest" waits for 12 cpus first' in line, line
     assert line.startswith('busy: 11 cpus held by proj-a "build" (r-1)') and "1 cpu free for agents" in line, line
     assert "GB" not in line, line
     # short of both: both are named
