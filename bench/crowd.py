@@ -2,7 +2,8 @@
 use instead.
 
     python3 bench/crowd.py [--mix cpu|memory|mixed] [--agents N] [--arms a,b,…] [--mem-gb W]
-                           [--seed S] [--smoke] [--json FILE]
+                           [--seed S] [--smoke] [--json FILE] [--plot FILE.png]
+    python3 bench/crowd.py --replot RUN.json --plot FILE.png      (draw a saved run again)
 
 N agents (default 8) each run their own seeded list of jobs one after another, as coding agents do:
 real test suites of small real projects (installed from PyPI into a venv at set-up, suites listed in
@@ -89,6 +90,7 @@ CACHE = Path(os.environ.get("CROWD_CACHE", "/tmp/res-crowd-cache"))
 ARMS = ["free-for-all", "slots-2", "slots-3", "cgroup-only", "res", "res-flat"]
 MARGIN = 1.25  # honest declaration: true peak × 1.25
 PROBE_MB, PROBE_PERIOD = 50, 0.2
+ASK_SKEW = 0.25  # s: two asks closer than this may reach an arm in either order (a client's start-up)
 
 # What a mix is made of: the odds of each kind, and each kind's shape.
 MIXES = {
@@ -199,7 +201,8 @@ def make_container(name: str, mem_gb: float) -> Path:
     limit = int(mem_gb * GIB)
     r = subprocess.run(["busctl", "--user", "call", "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
                         "org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))",
-                        name, "fail", "3", "MemoryMax", "t", str(limit), "MemorySwapMax", "t", "0",
+                        name, "fail", "4", "MemoryMax", "t", str(limit), "MemorySwapMax", "t", "0",
+                        "CPUAccounting", "b", "true",
                         "Description", "s", f"res bench crowd: a workstation of {mem_gb:g} GB", "0"],
                        capture_output=True, text=True, timeout=30)
     if r.returncode != 0:
@@ -221,6 +224,47 @@ def read_int(path: Path) -> int | None:
         return int(path.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def cgroup_of(pid: int, controller: str) -> Path | None:
+    """The directory of `pid`'s cgroup for `controller` (v1: its own hierarchy; v2: the unified one)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    unified = None
+    for line in lines:
+        _, ctrls, path = line.split(":", 2)
+        if controller in ctrls.split(","):
+            return Path("/sys/fs/cgroup") / ctrls / path.lstrip("/")
+        if ctrls == "":
+            unified = Path("/sys/fs/cgroup") / path.lstrip("/")
+    return unified
+
+
+def cpu_dirs(unit_cg: Path) -> list[Path]:
+    """Where the container's CPU time may be counted, from its memory directory: cgroup v1's
+    cpuacct hierarchy (co-mounted with cpu or not), the hybrid layout's unified one (its cpu.stat
+    counts without any controller), or v2's own."""
+    root = Path("/sys/fs/cgroup")
+    if not (root / "memory").is_dir():
+        return [unit_cg]
+    rel = unit_cg.relative_to(root / "memory")
+    return [root / name / rel for name in ("cpu,cpuacct", "cpuacct,cpu", "cpuacct", "unified")]
+
+
+def cpu_used_s(d: Path) -> float | None:
+    """CPU-seconds used by everything in the cgroup so far (v1 cpuacct.usage, v2 cpu.stat)."""
+    if (d / "cpuacct.usage").exists():
+        v = read_int(d / "cpuacct.usage")
+        return None if v is None else v / 1e9
+    try:
+        for line in (d / "cpu.stat").read_text().splitlines():
+            if line.startswith("usage_usec"):
+                return int(line.split()[1]) / 1e6
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def container_usage(d: Path) -> int | None:
@@ -517,11 +561,39 @@ class Attempt:
 
 
 class Sampler(threading.Thread):
-    """The container's memory and the kernel's memory pressure, every 0.25 s."""
+    """Every 0.25 s: the container's memory and CPU time, each running job's memory (its process's
+    own cgroup, by the pid its stamp names) by agent, and the kernel's memory pressure."""
 
-    def __init__(self, cg: Path):
+    def __init__(self, cg: Path, live: dict):
         super().__init__(daemon=True)
-        self.cg, self.samples, self.halt = cg, [], threading.Event()
+        self.cg, self.cpu_cgs, self.live = cg, cpu_dirs(cg), live
+        self.samples, self.halt = [], threading.Event()
+        self.job_cg: dict[Path, Path] = {}  # stamp file -> the memory cgroup of its process
+
+    def cpu_used(self) -> float | None:
+        for d in self.cpu_cgs:
+            used = cpu_used_s(d)
+            if used is not None:
+                self.cpu_cgs = [d]  # found: only this one from now on
+                return used
+        return None
+
+    def agent_memory(self) -> dict[int, int]:
+        out = {}
+        for agent, stampf in list(self.live.items()):
+            d = self.job_cg.get(stampf)
+            if d is None:
+                try:
+                    d = cgroup_of(int(Path(f"{stampf}.pid").read_text()), "memory")
+                except (OSError, ValueError):
+                    continue  # not started yet: it waits
+                if d is None:
+                    continue
+                self.job_cg[stampf] = d
+            used = container_usage(d)
+            if used is not None:
+                out[agent] = used
+        return out
 
     @staticmethod
     def psi_full() -> tuple[float, int] | None:
@@ -537,7 +609,8 @@ class Sampler(threading.Thread):
     def run(self):
         while not self.halt.is_set():
             psi = self.psi_full()
-            self.samples.append((time.monotonic(), container_usage(self.cg), psi[0] if psi else None))
+            self.samples.append((time.monotonic(), container_usage(self.cg), psi[0] if psi else None,
+                                 self.cpu_used(), self.agent_memory()))
             self.halt.wait(0.25)
 
 
@@ -581,6 +654,7 @@ class ArmRun:
         self.attempts: list[Attempt] = []
         self.lock = threading.Lock()
         self.errors: list[str] = []
+        self.live: dict[int, Path] = {}  # agent -> the stamp file of its attempt now asked or running
 
     def agent(self, jobs: list[Job], arm: Arm, t0: float) -> None:
         for job in jobs:
@@ -590,10 +664,13 @@ class ArmRun:
                 stampf = self.logdir / f"a{job.agent}j{job.idx}t{attempt}.start"
                 argv = job.argv[:2] + [job.argv[2], str(stampf)] + job.argv[3:]
                 asked = time.monotonic()
+                self.live[job.agent] = stampf
                 try:
                     rc = arm.run(job, attempt, argv, self.logdir / f"a{job.agent}j{job.idx}t{attempt}.log")
                 except KeyboardInterrupt:
                     return
+                finally:
+                    self.live.pop(job.agent, None)
                 ended = time.monotonic()
                 try:
                     stamps = [float(x) for x in stampf.read_text().split()]
@@ -616,12 +693,12 @@ class ArmRun:
         self.cg = make_container(self.container, self.mem_gb)
         arm = make_arm(self.name, self)
         arm.setup()
-        sampler = Sampler(self.cg)
+        sampler = Sampler(self.cg, self.live)
         psi0 = Sampler.psi_full()
         probe = Probe(self.logdir / "probe.txt")
         sampler.start()
         time.sleep(0.5)
-        t0 = time.monotonic()
+        t0 = self.t0 = time.monotonic()
         threads = [threading.Thread(target=self.agent, args=(jobs, arm, t0), daemon=True) for jobs in self.plan]
         for t in threads:
             t.start()
@@ -638,28 +715,82 @@ class ArmRun:
         STARTED.stop_units(self.tag)
         return self.figures(makespan, probe_ms, sampler.samples, psi0, psi1, peak)
 
-    def fits_but_waits(self) -> float:
-        """Seconds during which some job waited in res's queue although, by what res was told (the
-        declared sizes and CPUs of what ran), it fitted: the cost of strict FIFO (no backfill)."""
+    def _intervals(self, more=()):
+        """(t0, t1, running, waiting) between consecutive events (asks, starts, ends, and `more`)."""
+        events = sorted({t for a in self.attempts for t in (a.asked, a.started, a.finished or a.ended) if t is not None}
+                        | set(more))
+        for t0, t1 in zip(events, events[1:]):
+            mid = (t0 + t1) / 2
+            running = [a for a in self.attempts if a.started is not None and a.started <= mid < (a.finished or a.ended)]
+            waiting = [a for a in self.attempts if a.asked <= mid < (a.started if a.started is not None else a.ended)]
+            yield t0, t1, running, waiting
+
+    def _fits(self):
+        """fits(running, attempt): whether the arm would start `attempt` beside `running`, by what it
+        knows: res, the sizes it was told (against W and the cores); slots, their count. None for the
+        arms that never hold a job back."""
+        if self.name.startswith("slots-"):
+            n = int(self.name.split("-")[1])
+            return lambda running, a: len(running) < n
+        if self.name not in ("res", "res-flat"):
+            return None
         jobs = {(j.agent, j.idx): j for a in self.plan for j in a}
         flat = self.name == "res-flat"
+        cores = len(os.sched_getaffinity(0))
 
         def size(a):
             j = jobs[(a.agent, a.job)]
             return (1.0, 0.5) if flat else (int(j.peak_gb * MARGIN * 1024) / 1024, j.cpus)
 
-        cores = len(os.sched_getaffinity(0))
-        events = sorted({t for a in self.attempts for t in (a.asked, a.started, a.finished or a.ended) if t is not None})
-        total = 0.0
-        for t0, t1 in zip(events, events[1:]):
+        def fits(running, a):
+            return (size(a)[0] <= self.mem_gb - sum(size(r)[0] for r in running) + 1e-6 and
+                    size(a)[1] <= cores - sum(size(r)[1] for r in running) + 1e-6)
+        return fits
+
+    def fits_but_waits(self) -> float | None:
+        """Seconds during which some job waited although, by what the arm knows (res: the declared
+        sizes and CPUs of what ran; slots: their count), it fitted beside what ran."""
+        fits = self._fits()
+        if fits is None:
+            return None
+        return sum(t1 - t0 for t0, t1, running, waiting in self._intervals() if any(fits(running, a) for a in waiting))
+
+    def overtaken(self) -> tuple[float, float] | None:
+        """(seconds, of them past an estimate): summed over waiting jobs, the time a job waited only
+        because jobs asked after it were running (without them it would have fitted, by what the arm
+        knows): what jumping the queue cost those it jumped. The second figure is the part during
+        which every such later job had run past its own --for (time alone): estimate error, not the
+        backfill rule."""
+        fits = self._fits()
+        if fits is None:
+            return None
+        est = {(j.agent, j.idx): max(1, round(j.time_s)) for a in self.plan for j in a}
+        total = past = 0.0
+        overran = [a.started + est[(a.agent, a.job)] for a in self.attempts if a.started is not None]
+        for t0, t1, running, waiting in self._intervals(overran):
             mid = (t0 + t1) / 2
-            running = [a for a in self.attempts if a.started is not None and a.started <= mid < (a.finished or a.ended)]
-            mem = self.mem_gb - sum(size(a)[0] for a in running)
-            cpu = cores - sum(size(a)[1] for a in running)
-            waiting = [a for a in self.attempts if a.asked <= mid < (a.started if a.started is not None else a.ended)]
-            if any(size(a)[0] <= mem + 1e-6 and size(a)[1] <= cpu + 1e-6 for a in waiting):
-                total += t1 - t0
-        return total
+            for w in waiting:
+                # asked later by more than a client's start-up: asks closer than that reach the
+                # arm in either order (the harness stamps an ask before `res run` even starts)
+                later = [r for r in running if r.asked > w.asked + ASK_SKEW]
+                if later and not fits(running, w) and fits([r for r in running if r not in later], w):
+                    total += t1 - t0
+                    if all(mid > r.started + est[(r.agent, r.job)] for r in later):
+                        past += t1 - t0
+        return total, past
+
+    def idle_cpu_waiting(self, samples: list) -> float | None:
+        """CPU-seconds the container's cores were idle while some job waited (from its CPU counter)."""
+        cores = len(os.sched_getaffinity(0))
+        total, seen = 0.0, False
+        for (ta, _, _, ca, _), (tb, _, _, cb, _) in zip(samples, samples[1:]):
+            if ca is None or cb is None:
+                continue
+            seen = True
+            mid = (ta + tb) / 2 - self.t0
+            if any(a.asked <= mid < (a.started if a.started is not None else a.ended) for a in self.attempts):
+                total += max(0.0, cores * (tb - ta) - (cb - ca))
+        return total if seen else None
 
     def figures(self, makespan, probe_ms, samples, psi0, psi1, peak) -> dict:
         by_job: dict[tuple, list[Attempt]] = {}
@@ -679,7 +810,8 @@ class ArmRun:
             before = [e for e in ends if a.asked < e <= a.started]
             if before:
                 handoff.append(a.started - before[-1])
-        fits_waiting = self.fits_but_waits() if self.name in ("res", "res-flat") else None
+        fits_waiting = self.fits_but_waits()
+        overtaken = self.overtaken()
         # told: from a job's own end to its agent knowing
         told = [a.ended - a.finished for a in self.attempts if a.finished is not None]
         return dict(
@@ -689,12 +821,16 @@ class ArmRun:
             psi_full_max_avg10=max((s[2] for s in samples if s[2] is not None), default=None),
             psi_full_total_ms=None if not (psi0 and psi1) else (psi1[1] - psi0[1]) / 1000,
             fits_but_waits_s=fits_waiting,
+            overtaken_s=None if overtaken is None else overtaken[0],
+            overtaken_past_estimate_s=None if overtaken is None else overtaken[1],
+            idle_cpu_waiting_s=self.idle_cpu_waiting(samples),
             handoff_p50_s=pct(handoff, 0.5), handoff_max_s=max(handoff, default=None), handoff_n=len(handoff),
             told_p50_s=pct(told, 0.5), told_p95_s=pct(told, 0.95),
             probe_p50_ms=pct(probe_ms, 0.5), probe_p99_ms=pct(probe_ms, 0.99), probe_n=len(probe_ms),
             errors=self.errors,
             attempts=[asdict(a) for a in self.attempts],
-            samples=[(round(t, 3), u) for t, u, _ in samples],
+            samples=[(round(t - self.t0, 3), u, {str(k): v for k, v in agents.items()})
+                     for t, u, _, _, agents in samples],
         )
 
 
@@ -706,18 +842,33 @@ def table(rows: list[dict], bound: float, idle: dict) -> str:
         return "—" if v is None else format(v, fmt)
 
     cols = [("arm", 12), ("makespan s", 10), ("÷bound", 6), ("OOM att", 7), ("failed", 6), ("wait p50", 8),
-            ("wait p95", 8), ("hand-off", 8), ("peak GB", 7), ("PSI max10", 9), ("PSI ms", 7), ("probe p50", 9),
-            ("probe p99", 9), ("p99÷idle", 8)]
+            ("wait p95", 8), ("hand-off", 8), ("overtaken", 9), ("idle cpu·s", 10), ("peak GB", 7), ("PSI max10", 9),
+            ("PSI ms", 7), ("probe p50", 9), ("probe p99", 9), ("p99÷idle", 8)]
     lines = [" ".join(f"{n:<{w}}" if i == 0 else f"{n:>{w}}" for i, (n, w) in enumerate(cols))]
     lines.append("-" * len(lines[0]))
     for r in rows:
         ratio = None if not (r["probe_p99_ms"] and idle.get("p99")) else r["probe_p99_ms"] / idle["p99"]
         vals = [r["arm"], f(r["makespan_s"], ".1f"), f(r["makespan_s"] / bound, ".2f") + "×", str(r["oom_killed"]),
                 str(r["failed"]), f(r["wait_p50_s"], ".1f"), f(r["wait_p95_s"], ".1f"), f(r["handoff_p50_s"], ".2f"),
-                f(r["peak_gb"], ".2f"), f(r["psi_full_max_avg10"], ".2f"), f(r["psi_full_total_ms"], ".0f"),
+                f(r.get("overtaken_s"), ".1f"), f(r.get("idle_cpu_waiting_s"), ".1f"), f(r["peak_gb"], ".2f"), f(r["psi_full_max_avg10"], ".2f"), f(r["psi_full_total_ms"], ".0f"),
                 f(r["probe_p50_ms"], ".1f"), f(r["probe_p99_ms"], ".1f"), f(ratio, ".2f") + ("×" if ratio else "")]
         lines.append(" ".join(f"{v:<{w}}" if i == 0 else f"{v:>{w}}" for i, (v, (_, w)) in enumerate(zip(vals, cols))))
     return "\n".join(lines)
+
+
+def notes(rows: list[dict]) -> str:
+    """The lines under the table that say what its waiting columns mean, with their figures."""
+    out = []
+    over = ", ".join(f"{r['arm']} {r['overtaken_s']:.1f} s ({r['overtaken_past_estimate_s']:.1f} s of it past the "
+                     f"jumpers' own estimates)" for r in rows if r.get("overtaken_s") is not None)
+    if over:
+        out.append("overtaken: summed over waiting jobs, the time one waited only because jobs asked after it ran "
+                   f"(by what the arm knows: res the sizes it was told, slots their count): {over}")
+    fbw = ", ".join(f"{r['arm']} {r['fits_but_waits_s']:.1f} s" for r in rows if r.get("fits_but_waits_s") is not None)
+    if fbw:
+        out.append(f"fits but waits: seconds in which some waiting job fitted beside what ran, by the same measure: {fbw}")
+    out.append("idle cpu·s: the container's cores left idle (its own CPU counter) while some job waited")
+    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -730,7 +881,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="2 agents × 2 small jobs on 1 GB (CI)")
     ap.add_argument("--json", help="write every figure, attempt and sample here")
     ap.add_argument("--keep-logs", action="store_true", help="keep the jobs' logs (their directory is printed)")
+    ap.add_argument("--plot", help="draw the run: memory by agent over time, per arm, with the cap and OOM kills (PNG)")
+    ap.add_argument("--replot", metavar="RUN_JSON", help="draw a run written by --json into --plot, running nothing")
     a = ap.parse_args(argv)
+    if a.replot:
+        if not a.plot:
+            raise SystemExit("crowd: --replot needs --plot FILE")
+        from crowd_plot import plot
+
+        plot(json.loads(Path(a.replot).read_text()), a.plot)
+        print(f"crowd: drew {a.replot} into {a.plot}")
+        return 0
+    if a.plot:
+        try:
+            import matplotlib  # noqa: F401  (said now, not after minutes of running)
+        except ImportError:
+            raise SystemExit("crowd: --plot needs matplotlib: pip install -e '.[bench]'")
     size = dict(SMOKE if a.smoke else FULL)
     agents = a.agents or size["agents"]
     mem_gb = a.mem_gb or size["mem_gb"]
@@ -785,19 +951,23 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"      error: {e}")
         print()
         print(table(rows, lb["bound"], idle))
-        fbw = ", ".join(f"{r['arm']} {r['fits_but_waits_s']:.1f} s" for r in rows if r.get("fits_but_waits_s") is not None)
-        if fbw:
-            print(f"\nfits but waits (some queued job fitted what res was told, and waited): {fbw}")
+        print()
+        print(notes(rows))
         told = ", ".join(f"{r['arm']} {r['told_p50_s']:.2f} s" for r in rows if r["told_p50_s"] is not None)
         print(f"hand-off: p50 of (a waiting job's start − the last job end before it); told: a job's end → "
               f"its agent knows, p50: {told}")
         print(f"lower bound {lb['bound']:.1f} s; probe: {PROBE_MB} MB every {PROBE_PERIOD * 1000:.0f} ms outside "
               f"the container, idle p99 {idle['p99']:.1f} ms; PSI: /proc/pressure/memory full (system-wide); "
               f"{time.monotonic() - started:.1f} s in all")
+        doc = dict(mix=a.mix, agents=agents, mem_gb=mem_gb, cores=cores, seed=a.seed, smoke=a.smoke, bound=lb,
+                   idle_probe=idle, jobs=[asdict(j) | {"cpus": j.cpus} for x in plan for j in x], arms=rows)
         if a.json:
-            Path(a.json).write_text(json.dumps(dict(
-                mix=a.mix, agents=agents, mem_gb=mem_gb, cores=cores, seed=a.seed, smoke=a.smoke, bound=lb,
-                idle_probe=idle, jobs=[asdict(j) | {"cpus": j.cpus} for x in plan for j in x], arms=rows), indent=1))
+            Path(a.json).write_text(json.dumps(doc, indent=1))
+        if a.plot:
+            from crowd_plot import plot
+
+            plot(doc, a.plot)
+            print(f"picture: {a.plot}")
         broken = [r["arm"] for r in rows if r["errors"]]
         if broken:
             print(f"errors (not OOM) in: {', '.join(broken)}; logs in {workdir}")

@@ -12,7 +12,7 @@
 
 STAMP: the job appends its start (CLOCK_MONOTONIC, shared by every process here) to that file first
 thing, and its end last, so that the harness knows when it really ran, whoever started it (a scope, a
-slot, res). A test suite runs as a child of this process (its peak is measured on it alone)."""
+slot, res); STAMP.pid names its process, whose cgroup the harness samples for the job's memory. A test suite runs as a child of this process (its peak is measured on it alone)."""
 import os
 import signal
 import sys
@@ -23,6 +23,9 @@ PAGE = 4096
 
 
 def stamp(path: str) -> None:
+    if path != os.devnull and not os.path.exists(path + ".pid"):  # first thing: the harness samples this process's cgroup
+        with open(path + ".pid", "w") as f:
+            f.write(str(os.getpid()))
     with open(path, "a") as f:
         f.write(f"{time.monotonic():.6f}\n")
 

@@ -8,6 +8,8 @@ is the container's W GB and never the host's MemAvailable:
 
 which is what /proc/meminfo says on a machine of W GB running only the container's work. Everything
 else (the policy, the planner, the units, the loop) is res's own, unpatched."""
+import importlib.abc
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -37,9 +39,27 @@ def meminfo() -> tuple[float, float]:
     return W_GB, max(0.0, W_GB - _used_bytes() / GIB)
 
 
-import reconciler.observed.world as _world  # noqa: E402
+class _PinMemory(importlib.abc.MetaPathFinder):
+    """Patches reconciler.observed.world.meminfo as that module is first imported (the loop's tick
+    imports meminfo from there at call time), and only then: `res run`, the agents' hot path, never
+    imports it, and must not pay for it here either (it pulls in pydantic: ~0.3 s a call)."""
 
-_world.meminfo = meminfo  # the loop's tick imports it from there at call time
+    def find_spec(self, name, path, target=None):
+        if name != "reconciler.observed.world":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module.meminfo = meminfo
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _PinMemory())
 
 from reconciler.entry import main  # noqa: E402
 

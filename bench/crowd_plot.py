@@ -1,0 +1,61 @@
+"""The picture of a bench/crowd.py run (`--plot FILE`, or `--replot RUN.json --plot FILE`): one panel per
+arm, the same time axis for all, memory in use stacked by agent (each agent one colour in every
+panel), the container's cap as a dashed line, every OOM kill as a red cross on it, and the lower
+bound as a dotted line. A person sees at a glance which arm fills the machine, which one dies at its
+cap, and which one finishes when. Needs matplotlib (the `bench` extra)."""
+from __future__ import annotations
+
+GIB = 1 << 30
+OOM_COLOUR = "#d62728"
+
+
+def plot(doc: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: a file
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    arms, cap, agents = doc["arms"], doc["mem_gb"], doc["agents"]
+    bound = doc["bound"]["bound"]
+    # agents' colours: never the OOM red
+    palette = [c for c in plt.get_cmap("tab20" if agents > 9 else "tab10").colors if c != (0.8392156862745098, 0.15294117647058825, 0.1568627450980392)]
+    colour = [palette[i % len(palette)] for i in range(agents)]
+    end = max([r["makespan_s"] for r in arms] + [bound]) * 1.03
+    fig, axes = plt.subplots(len(arms), 1, figsize=(11, 1.75 * len(arms) + 1.3), sharex=True, sharey=True,
+                             squeeze=False)
+    for ax, r in zip(axes[:, 0], arms):
+        samples = r["samples"]
+        t = [s[0] for s in samples]
+        if samples and len(samples[0]) > 2:  # memory by agent
+            stacks = [[s[2].get(str(a), 0) / GIB for s in samples] for a in range(agents)]
+            ax.stackplot(t, *stacks, colors=colour, linewidth=0, step="post")
+        else:  # a run from before per-agent samples: the container's total only
+            ax.fill_between(t, [(s[1] or 0) / GIB for s in samples], step="post", color="#999999", linewidth=0)
+        ax.axhline(cap, color="black", linewidth=1.2, linestyle="--")
+        ax.axvline(bound, color="#555555", linewidth=0.9, linestyle=":")
+        kills = [a["ended"] for a in r["attempts"] if a["rc"] in (-9, 137)]
+        if kills:
+            ax.scatter(kills, [cap] * len(kills), marker="x", s=46, linewidths=1.6, color=OOM_COLOUR, zorder=5,
+                       clip_on=False)
+        ratio = r["makespan_s"] / bound
+        lost = f", {r['failed']} job{'s' if r['failed'] != 1 else ''} lost" if r["failed"] else ""
+        ax.set_title(f"{r['arm']}: done in {r['makespan_s']:.0f} s = {ratio:.2f}× the bound; "
+                     f"{r['oom_killed']} OOM kills{lost}", loc="left", fontsize=10)
+        ax.set_ylim(0, cap * 1.18)
+        ax.set_xlim(0, end)
+        ax.grid(axis="y", alpha=0.25)
+    axes[-1, 0].set_xlabel("seconds since the first job was asked for")
+    fig.supylabel("memory in use, GB (stacked by agent)", fontsize=10)
+    mix = f"{doc['mix']} mix" + (" (smoke)" if doc.get("smoke") else "")
+    fig.suptitle(f"{agents} agents on a {cap:g} GB workstation, {doc['cores']} cores, {mix}", fontsize=12)
+    handles = [Patch(color=colour[a], label=f"agent {a}") for a in range(agents)]
+    handles += [Line2D([], [], color="black", linestyle="--", label=f"cap {cap:g} GB"),
+                Line2D([], [], color=OOM_COLOUR, marker="x", linestyle="", markersize=7, label="OOM kill"),
+                Line2D([], [], color="#555555", linestyle=":", label=f"lower bound {bound:.0f} s")]
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.955), ncol=min(len(handles), 11),
+               fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
