@@ -196,13 +196,15 @@ def cgroup_dir(unit: str) -> Path:
     return (v1 if v1.is_dir() else Path("/sys/fs/cgroup")) / cg.lstrip("/")
 
 
-def make_container(name: str, mem_gb: float) -> Path:
-    """A transient slice with MemoryMax = mem_gb and no swap; its memory cgroup directory."""
+def make_container(name: str, mem_gb: float, cpu_weight: int | None = None) -> Path:
+    """A transient slice with MemoryMax = mem_gb and no swap (and `cpu_weight`, when given); its
+    memory cgroup directory."""
     limit = int(mem_gb * GIB)
+    weight = ["CPUWeight", "t", str(cpu_weight)] if cpu_weight else []
     r = subprocess.run(["busctl", "--user", "call", "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
                         "org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))",
-                        name, "fail", "4", "MemoryMax", "t", str(limit), "MemorySwapMax", "t", "0",
-                        "CPUAccounting", "b", "true",
+                        name, "fail", str(4 + bool(weight)), "MemoryMax", "t", str(limit), "MemorySwapMax", "t", "0",
+                        "CPUAccounting", "b", "true", *weight,
                         "Description", "s", f"res bench crowd: a workstation of {mem_gb:g} GB", "0"],
                        capture_output=True, text=True, timeout=30)
     if r.returncode != 0:
@@ -420,11 +422,17 @@ def workload(mix: str, agents: int, size: dict, suites: dict, seed: int, base_mb
 
 
 def lower_bound(plan: list[list[Job]], mem_gb: float, cores: int) -> dict:
+    """The ideal makespan's lower bound, from the jobs' true peaks; and the same bound for a scheduler
+    that trusts the declared sizes (true peak × MARGIN) instead, which also cannot overlap two jobs
+    declared over W/2: those run one at a time whatever the order (`declared`, with its terms)."""
     jobs = [j for a in plan for j in a]
     mem = sum(j.peak_gb * j.time_s for j in jobs) / mem_gb
     cpu = sum(j.cpu_s for j in jobs) / cores
     chain = max(sum(j.time_s for j in a) for a in plan)
-    return dict(bound=max(mem, cpu, chain), mem=mem, cpu=cpu, chain=chain)
+    told_mem = sum(j.peak_gb * MARGIN * j.time_s for j in jobs) / mem_gb
+    one_at_a_time = sum(j.time_s for j in jobs if j.peak_gb * MARGIN > mem_gb / 2)
+    return dict(bound=max(mem, cpu, chain), mem=mem, cpu=cpu, chain=chain,
+                declared=max(told_mem, one_at_a_time, cpu, chain), declared_mem=told_mem, one_at_a_time=one_at_a_time)
 
 
 # ------------------------------------------------------------------ the arms
@@ -642,6 +650,17 @@ def pct(values: list[float], q: float) -> float | None:
     return s[min(len(s) - 1, max(0, math.ceil(q * len(s) - 1e-9) - 1))]  # nearest rank
 
 
+def container_weight(arm: str) -> int | None:
+    """The container's CPUWeight: res's agents slice weight for the res arms (the share res gives
+    agents against the owner's session, whose place the probe takes), systemd's default for the
+    others, which run their jobs as people do, at the owner's own weight."""
+    if not arm.startswith("res"):
+        return None
+    from reconciler.core.game import NORMAL_WEIGHT  # (game mode off)
+
+    return NORMAL_WEIGHT
+
+
 class ArmRun:
     def __init__(self, arm_name: str, plan: list[list[Job]], mem_gb: float, workdir: Path):
         self.name = arm_name
@@ -690,7 +709,7 @@ class ArmRun:
 
     def go(self) -> dict:
         STARTED.tags.append(self.tag)
-        self.cg = make_container(self.container, self.mem_gb)
+        self.cg = make_container(self.container, self.mem_gb, container_weight(self.name))
         arm = make_arm(self.name, self)
         arm.setup()
         sampler = Sampler(self.cg, self.live)
@@ -933,7 +952,8 @@ def main(argv: list[str] | None = None) -> int:
         kinds = {k: sum(1 for x in plan for j in x if j.kind == k) for k in ("test", "build", "e2e")}
         log(f"   workload: {njobs} jobs ({', '.join(f'{v} {k}' for k, v in kinds.items())}); lower bound "
             f"{lb['bound']:.1f} s = max(Σ peak·t / W {lb['mem']:.1f}, Σ cpu·t / cores {lb['cpu']:.1f}, "
-            f"longest chain {lb['chain']:.1f})")
+            f"longest chain {lb['chain']:.1f}); with the sizes res is told (×{MARGIN:g}): {lb['declared']:.1f} s "
+            f"(Σ declared·t / W {lb['declared_mem']:.1f}, jobs declared over W/2 one at a time {lb['one_at_a_time']:.1f})")
         probe = Probe(workdir / "probe-idle.txt")
         time.sleep(size["idle_s"])
         idle_ms = probe.stop()

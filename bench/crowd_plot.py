@@ -23,8 +23,11 @@ def plot(doc: dict, path: str) -> None:
     palette = [c for c in plt.get_cmap("tab20" if agents > 9 else "tab10").colors if c != (0.8392156862745098, 0.15294117647058825, 0.1568627450980392)]
     colour = [palette[i % len(palette)] for i in range(agents)]
     end = max([r["makespan_s"] for r in arms] + [bound]) * 1.03
-    fig, axes = plt.subplots(len(arms), 1, figsize=(11, 1.75 * len(arms) + 1.3), sharex=True, sharey=True,
-                             squeeze=False)
+    n_legend = agents + 3
+    rows = -(-n_legend // 8)  # legend rows
+    top_in = 0.3 + 0.2 * rows  # the title and the legend above the panels, in inches
+    height = 1.75 * len(arms) + 0.8 + top_in
+    fig, axes = plt.subplots(len(arms), 1, figsize=(11, height), sharex=True, sharey=True, squeeze=False)
     for ax, r in zip(axes[:, 0], arms):
         samples = r["samples"]
         t = [s[0] for s in samples]
@@ -49,13 +52,14 @@ def plot(doc: dict, path: str) -> None:
     axes[-1, 0].set_xlabel("seconds since the first job was asked for")
     fig.supylabel("memory in use, GB (stacked by agent)", fontsize=10)
     mix = f"{doc['mix']} mix" + (" (smoke)" if doc.get("smoke") else "")
-    fig.suptitle(f"{agents} agents on a {cap:g} GB workstation, {doc['cores']} cores, {mix}", fontsize=12)
+    fig.suptitle(f"{agents} agents on a {cap:g} GB workstation, {doc['cores']} cores, {mix}", fontsize=12,
+                 y=1 - 0.1 / height, va="top")
     handles = [Patch(color=colour[a], label=f"agent {a}") for a in range(agents)]
     handles += [Line2D([], [], color="black", linestyle="--", label=f"cap {cap:g} GB"),
-                Line2D([], [], color=OOM_COLOUR, marker="x", linestyle="", markersize=7, label="OOM kill"),
+                Line2D([], [], color=OOM_COLOUR, marker="x", linestyle="", markersize=7, label="OOM kill (at its own limit or the cap)"),
                 Line2D([], [], color="#555555", linestyle=":", label=f"lower bound {bound:.0f} s")]
-    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.955), ncol=min(len(handles), 11),
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.4 / height), ncol=min(n_legend, 8),
                fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig.tight_layout(rect=(0, 0, 1, 1 - top_in / height))
     fig.savefig(path, dpi=100)
     plt.close(fig)
