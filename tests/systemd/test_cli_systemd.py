@@ -122,32 +122,38 @@ def test_busy_line_names_a_cpu_shortage(res):
     assert r.code == 3 and m, str(r)
 
 
-def test_queue_is_fifo_and_starts_by_itself_when_the_head_fits(res):
+def test_queue_is_fifo_with_backfill_and_starts_by_itself_when_the_head_fits(res):
+    """DESIGN §5.2 on real units: the head waits for memory and every CPU; a later entry that would
+    still run when the head is expected to start waits behind it; one that ends before then (by its
+    --for) starts at once (EASY backfill); once the holders are gone the head starts by itself."""
     res.shape(1.5)
-    hold, _ = blocker(res, "1")
-    assert res.started(*hold, mem="1G") == "r-1"
+    n = nproc()
+    hold, hold_go = blocker(res, "1")
+    assert res.started(*hold, mem="1G", est="5m") == "r-1"
     head_cmd, head_go = blocker(res, "2")
-    r = res.run_job(*head_cmd, mem="1G", extra=("--queue",))
+    r = res.run_job(*head_cmd, mem="1G", cpus=str(n), extra=("--queue",))
     assert r.code == 0 and re.fullmatch(rf"r-2 queued, position 1; est\. start ~{CLOCK}; cancel: res release r-2",
                                         r.one_line()), str(r)
-    # r-3 would fit in what is left, but the head waits: strict FIFO, a big job is never starved
-    small_cmd, small_go = blocker(res, "3")
-    r = res.run_job(*small_cmd, mem="256M", extra=("--queue",))
+    # r-3 fits now, but by its --for would still hold a CPU when r-2 is to start (r-2 takes them all)
+    late_cmd, late_go = blocker(res, "3")
+    r = res.run_job(*late_cmd, est="10m", extra=("--queue",))
     assert r.code == 0 and re.fullmatch(rf"r-3 queued, position 2; est\. start ~{CLOCK}(; [^;]+)?; cancel: res release r-3",
                                         r.one_line()), str(r)
+    # r-4 ends before r-1 is expected to: it jumps the queue
+    quick_cmd, quick_go = blocker(res, "4")
+    assert res.started(*quick_cmd, est="1m", extra=("--queue",)) == "r-4"
     res.ok("reconcile")
-    assert [res.status(j)["state"] for j in ("r-1", "r-2", "r-3")] == ["running", "queued", "queued"]
-    assert res.active("r-2") != "active" and res.active("r-3") != "active"
+    assert [res.status(j)["state"] for j in ("r-1", "r-2", "r-3", "r-4")] == ["running", "queued", "queued", "running"]
+    assert res.active("r-4") == "active" and res.active("r-2") != "active" and res.active("r-3") != "active"
 
-    r = res("release", "r-1", "--stop")
-    assert r.code == 0 and r.one_line().startswith("r-1 released"), str(r)
-    res.ok("reconcile")
-    st = {j: res.status(j) for j in ("r-1", "r-2", "r-3")}
-    assert st["r-1"]["state"] == "done" and st["r-1"]["why"] == "released"
-    assert st["r-2"]["state"] == "running" and st["r-3"]["state"] == "running", st
-    assert res.active("r-2") == "active" and res.active("r-3") == "active"
+    hold_go.touch()
+    quick_go.touch()
+    st = res.reconcile_until("r-2", lambda s: s["state"] == "running", "the head started once its holders ended")
+    assert res.status("r-1")["state"] == "done" and res.status("r-4")["state"] == "done"
+    assert res.active("r-2") == "active" and res.status("r-3")["state"] == "queued"  # r-2 holds every CPU
     head_go.touch()
-    small_go.touch()
+    res.reconcile_until("r-3", lambda s: s["state"] == "running", "started after the head")
+    late_go.touch()
     assert res("wait", "r-2").code == 0 and res("wait", "r-3").code == 0
 
 
