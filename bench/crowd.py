@@ -29,13 +29,15 @@ The arms (the same workload, back to back):
     res-flat       the same with `--mem 1G` for everything (and the default --cpus)
 
 Per arm: makespan and makespan ÷ the lower bound max(Σ peak·t / W, Σ cpu·t / cores, the longest
-agent's own chain) (t: each job's time alone, from set-up); attempts OOM-killed; jobs failed after
-two retries; each job's wait (ask → its process starts, summed over its attempts) p50/p95; the
-container's peak memory (the cgroup's own peak counter); /proc/pressure/memory `full`: its max avg10
-and its total over the run (system-wide: this machine has no per-cgroup PSI on cgroup v1); the
-owner's probe p50/p99 and p99 ÷ the idle p99. Under the table: the hand-off (a waiting job's start −
-the last job end before it), told (a job's end → its agent knows) and, for the res arms, "fits but
-waits" (seconds in which some queued job fitted what res was told and still waited: strict FIFO's cost).
+agent's own chain) (t: each job's time alone, from set-up; the same bound with the declared sizes is
+printed beside it); attempts OOM-killed; jobs failed after two retries; each job's wait (ask → its
+process starts, summed over its attempts) p50/p95; the hand-off (a waiting job's start − the last job
+end before it); overtaken (seconds a job waited only because later-asked jobs ran: what jumping the
+queue cost); idle cpu·s (the container's idle cores while a job waited); the container's peak memory
+(the cgroup's own peak counter); /proc/pressure/memory `full`: its max avg10 and its total over the
+run (system-wide: this machine has no per-cgroup PSI on cgroup v1); the owner's probe p50/p99 and p99
+÷ the idle p99. Under the table: told (a job's end → its agent knows) and "fits but waits" (seconds in
+which some waiting job fitted beside what ran, by what the arm knows). docs/crowd.md has the figures.
 
 Needs a systemd user manager (DBUS_SESSION_BUS_ADDRESS). Everything started here is stopped by pid or
 by its unique unit names, and its units, slices and state removed at the end, even on Ctrl-C.
