@@ -102,7 +102,7 @@ MIXES = {
     "memory": dict(odds={"test": 0.3, "build": 0.2, "e2e": 0.5}, build_cpu=(3, 6), e2e_hold=(15, 22), e2e_duty=0.05),
     "mixed": dict(odds={"test": 0.4, "build": 0.3, "e2e": 0.3}, build_cpu=(4, 7), e2e_hold=(12, 18), e2e_duty=0.2),
 }
-FULL = dict(mem_gb=6.0, agents=8, jobs=(3, 4), build_gb=(1.2, 1.6), e2e_gb=(2.2, 2.8), idle_s=10.0)
+FULL = dict(mem_gb=6.0, agents=8, jobs=(3, 4), build_gb=(1.2, 1.6), e2e_gb=(2.2, 2.8), idle_s=30.0)  # idle: 150 probes
 SMOKE = dict(mem_gb=1.0, agents=2, jobs=(2, 2), build_gb=(0.35, 0.45), e2e_gb=(0.55, 0.65), idle_s=2.0,
              build_cpu=(0.8, 1.2), e2e_hold=(1.5, 2.5))
 
