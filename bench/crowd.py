@@ -230,22 +230,6 @@ def read_int(path: Path) -> int | None:
         return None
 
 
-def cgroup_of(pid: int, controller: str) -> Path | None:
-    """The directory of `pid`'s cgroup for `controller` (v1: its own hierarchy; v2: the unified one)."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    unified = None
-    for line in lines:
-        _, ctrls, path = line.split(":", 2)
-        if controller in ctrls.split(","):
-            return Path("/sys/fs/cgroup") / ctrls / path.lstrip("/")
-        if ctrls == "":
-            unified = Path("/sys/fs/cgroup") / path.lstrip("/")
-    return unified
-
-
 def cpu_dirs(unit_cg: Path) -> list[Path]:
     """Where the container's CPU time may be counted, from its memory directory: cgroup v1's
     cpuacct hierarchy (co-mounted with cpu or not), the hybrid layout's unified one (its cpu.stat
@@ -569,6 +553,22 @@ class Attempt:
     ended: float  # its agent was told
     rc: int
 
+    @property
+    def out(self) -> float:
+        """When it stopped holding anything: its own end stamp, else (killed) when its agent knew."""
+        return self.finished or self.ended
+
+    @property
+    def in_(self) -> float:
+        """When it stopped waiting: its start, else (never started) when its agent gave up on it."""
+        return self.started if self.started is not None else self.ended
+
+    def runs_at(self, t: float) -> bool:
+        return self.started is not None and self.started <= t < self.out
+
+    def waits_at(self, t: float) -> bool:
+        return self.asked <= t < self.in_
+
 
 class Sampler(threading.Thread):
     """Every 0.25 s: the container's memory and CPU time, each running job's memory (its process's
@@ -578,7 +578,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.cg, self.cpu_cgs, self.live = cg, cpu_dirs(cg), live
         self.samples, self.halt = [], threading.Event()
-        self.job_cg: dict[Path, Path] = {}  # stamp file -> the memory cgroup of its process
+        self.job_cg: dict[Path, str] = {}  # stamp file -> the cgroup of its process
 
     def cpu_used(self) -> float | None:
         for d in self.cpu_cgs:
@@ -589,18 +589,21 @@ class Sampler(threading.Thread):
         return None
 
     def agent_memory(self) -> dict[int, int]:
+        from reconciler.observed.cgroup import memory_used_bytes
+        from reconciler.observed.procs import cgroup_of
+
         out = {}
         for agent, stampf in list(self.live.items()):
-            d = self.job_cg.get(stampf)
-            if d is None:
+            cg = self.job_cg.get(stampf)
+            if cg is None:
                 try:
-                    d = cgroup_of(int(Path(f"{stampf}.pid").read_text()), "memory")
+                    cg = cgroup_of(int(Path(f"{stampf}.pid").read_text()))
                 except (OSError, ValueError):
                     continue  # not started yet: it waits
-                if d is None:
+                if cg is None:
                     continue
-                self.job_cg[stampf] = d
-            used = container_usage(d)
+                self.job_cg[stampf] = cg
+            used = memory_used_bytes(cg)
             if used is not None:
                 out[agent] = used
         return out
@@ -738,13 +741,10 @@ class ArmRun:
 
     def _intervals(self, more=()):
         """(t0, t1, running, waiting) between consecutive events (asks, starts, ends, and `more`)."""
-        events = sorted({t for a in self.attempts for t in (a.asked, a.started, a.finished or a.ended) if t is not None}
-                        | set(more))
+        events = sorted({t for a in self.attempts for t in (a.asked, a.started, a.out) if t is not None} | set(more))
         for t0, t1 in zip(events, events[1:]):
             mid = (t0 + t1) / 2
-            running = [a for a in self.attempts if a.started is not None and a.started <= mid < (a.finished or a.ended)]
-            waiting = [a for a in self.attempts if a.asked <= mid < (a.started if a.started is not None else a.ended)]
-            yield t0, t1, running, waiting
+            yield t0, t1, [a for a in self.attempts if a.runs_at(mid)], [a for a in self.attempts if a.waits_at(mid)]
 
     def _fits(self):
         """fits(running, attempt): whether the arm would start `attempt` beside `running`, by what it
@@ -809,7 +809,7 @@ class ArmRun:
                 continue
             seen = True
             mid = (ta + tb) / 2 - self.t0
-            if any(a.asked <= mid < (a.started if a.started is not None else a.ended) for a in self.attempts):
+            if any(a.waits_at(mid) for a in self.attempts):
                 total += max(0.0, cores * (tb - ta) - (cb - ca))
         return total if seen else None
 
@@ -817,13 +817,13 @@ class ArmRun:
         by_job: dict[tuple, list[Attempt]] = {}
         for a in self.attempts:
             by_job.setdefault((a.agent, a.job), []).append(a)
-        waits = [sum(max(0.0, (a.started if a.started is not None else a.ended) - a.asked) for a in atts)
+        waits = [sum(max(0.0, a.in_ - a.asked) for a in atts)
                  for atts in by_job.values()]
         oom = sum(1 for a in self.attempts if a.rc in (-9, 137))
         failed = sum(1 for atts in by_job.values() if atts[-1].rc != 0)
         lost = sum(1 for a in self.plan for j in a) - len(by_job)
         # hand-off: for an attempt that waited while another ended, from the last such end to its start
-        ends = sorted(a.finished if a.finished is not None else a.ended for a in self.attempts)
+        ends = sorted(a.out for a in self.attempts)
         handoff = []
         for a in self.attempts:
             if a.started is None or a.started - a.asked < 0.3:

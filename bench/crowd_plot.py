@@ -19,8 +19,10 @@ def plot(doc: dict, path: str) -> None:
 
     arms, cap, agents = doc["arms"], doc["mem_gb"], doc["agents"]
     bound = doc["bound"]["bound"]
+    from matplotlib.colors import to_hex
+
     # agents' colours: never the OOM red
-    palette = [c for c in plt.get_cmap("tab20" if agents > 9 else "tab10").colors if c != (0.8392156862745098, 0.15294117647058825, 0.1568627450980392)]
+    palette = [c for c in plt.get_cmap("tab20" if agents > 9 else "tab10").colors if to_hex(c) != OOM_COLOUR]
     colour = [palette[i % len(palette)] for i in range(agents)]
     end = max([r["makespan_s"] for r in arms] + [bound]) * 1.03
     n_legend = agents + 3

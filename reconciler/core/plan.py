@@ -383,13 +383,12 @@ class _Admission:
         if self.head is None or self.shadow is None or not self.cap.fits(req):
             return None
         ends = self.now + req.est_s
+        beside = ends > self.shadow
+        if beside and (req.mem_gb > self.spare_gb + 1e-9 or req.cpus > self.spare_cpus + 1e-9):
+            return None
         why = {"code": "backfill", "head": self.head.id, "head_start": self.shadow, "ends": ends,
-               "free_gb": self.cap.mem_gb}
-        if ends <= self.shadow:
-            return {**why, "beside": False}
-        if req.mem_gb <= self.spare_gb + 1e-9 and req.cpus <= self.spare_cpus + 1e-9:
-            return {**why, "beside": True, "spare_gb": self.spare_gb, "spare_cpus": self.spare_cpus}
-        return None
+               "free_gb": self.cap.mem_gb, "beside": beside}
+        return {**why, "spare_gb": self.spare_gb, "spare_cpus": self.spare_cpus} if beside else why
 
     def waits_behind_head(self, req: Request) -> bool:
         return self.head is not None and self.backfill(req) is None
@@ -453,17 +452,19 @@ class _Admission:
         """A note, or a job asked for without --queue: it starts (is granted) now or is refused."""
         cap, blocked = self.cap, self._blocked(req)
         holder = self.locks.get(req.lock) if req.lock else None
+        behind = self.head is not None and not req.force  # --force ignores the head's claim
+        jump = self.backfill(req) if behind else None
         if blocked is not None:
             detail, final = blocked
             self.acts.append(_refuse(req, detail, never=final))
         elif holder is not None:
             self.acts.append(_refuse(req, lock_detail(req.lock or "", holder, req.force)))
-        elif self.head is not None and not req.force and (jump := self.backfill(req)) is None:
+        elif behind and jump is None:
             self.acts.append(_refuse(req, busy_detail(req, cap, self.now, head=self.head)))
         elif not cap.fits(req):
             self.acts.append(_refuse(req, busy_detail(req, cap, self.now)))
         elif req.kind == "note" or self.starts < self.policy.max_starts_per_tick:
-            self.start(req, False, None if req.force or self.head is None else jump)
+            self.start(req, False, jump)
         # else: over this pass's start cap; decided next pass
 
     def queued(self, req: Request, rec: JobRecord | None) -> None:
