@@ -22,7 +22,7 @@ class _Parser(argparse.ArgumentParser):
         raise Fail(f"res: {message} (see: {self.prog} --help)", 2)
 
 
-_VALUED = ("--mem", "--cpus", "--for", "--timeout")
+_VALUED = ("--mem", "--cpus", "--for", "--timeout", "--start-within")
 
 
 def _join_negative(argv: list[str]) -> list[str]:
@@ -101,6 +101,12 @@ def _run_args(run: argparse.ArgumentParser) -> None:
     run.add_argument("--wait", action="store_true",
                      help="wait until the job ends: its output as it comes (or --tail N at the end), then the "
                           "done line on stderr; exit with the job's own code")
+    run.add_argument("--start-within", type=_arg(parse_duration_s, "--start-within"), default=None, metavar="DURATION",
+                     help="with --wait --queue: if it cannot start within this (by the plan's estimate, or by "
+                          "then), withdraw it and exit 3 with the busy line")
+    run.add_argument("--gated", action="store_true",
+                     help="--mem is a guess (what `res hook` asks for): booked in the ledger, not enforced as a "
+                          "memory limit; never sent to the cluster")
     run.add_argument("--tail", type=_arg(parse_count, "--tail"), default=None, metavar="N",
                      help="with --wait: print only the last N lines of the output, once the job ended")
     run.add_argument("--json", action="store_true", help="one JSON object (with --wait: once the job ended)")
@@ -164,6 +170,8 @@ def _game_args(gm: argparse.ArgumentParser) -> None:
 
 
 def _hook_args(hk: argparse.ArgumentParser) -> None:
+    hk.add_argument("--agent", choices=("claude", "codex", "gemini"), default=None,
+                    help="the CLI whose hook input comes on stdin (default: told by its shape)")
     hk.add_argument("--print-config", action="store_true", help="print the settings.json snippet")
 
 
@@ -198,7 +206,7 @@ _COMMANDS = (  # (name, help, what fills its parser)
     ("serve", "the reconciler loop", _serve_args),
     ("init", "lay down the annotated desired-state files (queue.toml, game.toml)", _init_args),
     ("game", "game mode: the user's bigger reserve, agents yield CPU and IO", _game_args),
-    ("hook", "Claude Code PreToolUse hook for Bash (reads JSON on stdin)", _hook_args),
+    ("hook", "the gate: a shell-command hook for Claude Code, Codex and Gemini CLI (reads JSON on stdin)", _hook_args),
     ("hist", "what past jobs of each kind used, and what to ask for", _hist_args),
     ("clean", "stale agent scratch and dead litter in /tmp (lists; --yes removes)", _clean_args),
     ("adopt", "move running agent sessions (claude) into the agents slice", None),
@@ -339,7 +347,7 @@ def cmd_hook(a, paths: Paths) -> int:
     if a.print_config:
         print(print_config())
         return 0
-    return run()
+    return run(a.agent)
 
 
 def cmd_hist(a, paths: Paths) -> int:

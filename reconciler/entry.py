@@ -6,11 +6,29 @@ import os
 import sys
 
 
+_AGENTS = ("claude", "codex", "gemini")
+
+
+def _hook_agent(args: list[str]) -> tuple[bool, str | None]:
+    """(`res hook` as an agent CLI calls it, the --agent it names): `hook`, `hook --agent X`, `hook --agent=X`."""
+    if args[:1] != ["hook"]:
+        return False, None
+    rest = args[1:]
+    if not rest:
+        return True, None
+    if len(rest) == 2 and rest[0] == "--agent" and rest[1] in _AGENTS:
+        return True, rest[1]
+    if len(rest) == 1 and rest[0].startswith("--agent=") and rest[0][8:] in _AGENTS:
+        return True, rest[0][8:]
+    return False, None
+
+
 def main() -> int:
-    if sys.argv[1:] == ["hook"]:
+    is_hook, agent = _hook_agent(sys.argv[1:])
+    if is_hook:
         from reconciler.commands.hook import run
 
-        code = run()
+        code = run(agent)
     else:
         from reconciler.cli import main as cli_main
 

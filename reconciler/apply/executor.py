@@ -186,7 +186,7 @@ class Executor:
             job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=job_env(req), mem_gb=req.mem_gb, cpus=req.cpus,
             log_path=self.paths.log(req.id, log_dir), exit_path=self.paths.exit_record(req.id, log_dir),
             description=f"res {req.id}: {' '.join(req.title.split())[:120]}", cpu_quota=self.policy.cpu_quota,
-            est_s=req.est_s, queue=req.queue,
+            est_s=req.est_s, queue=req.queue, enforce_mem=not req.gated,
         )
         from reconciler.runtime.slurm import RuntimeBusy
 

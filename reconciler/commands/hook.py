@@ -37,10 +37,9 @@ _KEYS = ("on", "until")
 # ---------------------------------------------------------------- where the game file is
 
 
-def game_path(environ) -> str:
-    """`desired/game.toml` under the state directory, the same rule as reconciler.config.paths.state_dir()
-    (RES_STATE_DIR, else $XDG_STATE_HOME/res, else ~/.local/state/res), with os.path only: pathlib
-    is not worth importing here."""
+def state_dir(environ) -> str:
+    """The state directory, the same rule as reconciler.config.paths.state_dir() (RES_STATE_DIR, else
+    $XDG_STATE_HOME/res, else ~/.local/state/res), with os.path only: pathlib is not worth importing here."""
     root = environ.get("RES_STATE_DIR")
     if not root:
         base = environ.get("XDG_STATE_HOME")
@@ -48,7 +47,12 @@ def game_path(environ) -> str:
             home = environ.get("HOME") or os.path.expanduser("~")
             base = os.path.join(home, ".local", "state")
         root = os.path.join(base, "res")
-    return os.path.join(root, "desired", "game.toml")
+    return root
+
+
+def game_path(environ) -> str:
+    """`desired/game.toml` under the state directory."""
+    return os.path.join(state_dir(environ), "desired", "game.toml")
 
 
 def _read_game_bytes(path: str) -> bytes | None:
@@ -207,43 +211,89 @@ def context(until: float | None) -> str:
     )
 
 
-def rewrite(event, until: float | None) -> dict | None:
-    """The hook output for one PreToolUse event while game mode is on, or None for no output.
+def gate(call, environ, now: float, ask=None, res_path: str | None = None) -> tuple | None:
+    """The gate's decision for one shell command (DESIGN §5.8): ("rewrite", command, context),
+    ("deny", reason), or None (the command runs as it is). `ask(environ, size)`: the loop's answer to
+    "would a job of this size start now, or when?" (None: no loop answered)."""
+    if environ.get("RES_ID"):
+        return None  # the agent itself runs inside a res job: its commands are that job's work
+    from reconciler.config import gatefile
+    from reconciler.core.gate import judge, make_table, rewritten, verdict
+    from reconciler.core.hooks import may_rewrite
 
-    Only Bash, only a string command, only once: a command that already starts with the prefix
-    (after leading blanks) gets no output at all (the agent evidently knows)."""
-    if not isinstance(event, dict):
+    view = gatefile.read(os.path.join(state_dir(environ), "gate.json"))
+    if view is None:
+        view = {"table": gatefile.shipped_table_data(), "learned": {}, "wait_s": gatefile.DEFAULT_WAIT_S}
+    learned = view["learned"].get(_project(call.cwd)) if call.cwd else None
+    heavy = judge(call.command, make_table(view["table"]), learned if isinstance(learned, dict) else None)
+    if heavy is None:
         return None
-    if event.get("hook_event_name", "PreToolUse") != "PreToolUse" or event.get("tool_name") != "Bash":
+    wait_s = float(view["wait_s"])
+    size = {"mem_gb": heavy.mem_gb, "cpus": heavy.cpus, "est_s": heavy.est_s, "guessed": heavy.guessed,
+            "title": heavy.fingerprint, "project": _project(call.cwd) if call.cwd else "", "cwd": call.cwd or "/"}
+    answer = (ask or _ask_loop)(environ, size)
+    kind, line = verdict(answer, wait_s, now)
+    if kind == "deny":
+        return "deny", (f"res: not run: `{_short(call.command)}` is heavy work ({heavy.source}) and would wait "
+                        f"more than {wait_s:g} s for memory or CPUs; {line}")
+    if kind != "rewrite" or not may_rewrite(call):
         return None
-    tool_input = event.get("tool_input")
-    if not isinstance(tool_input, dict):
-        return None
-    command = tool_input.get("command")
-    if not isinstance(command, str) or not command.strip():
-        return None
-    if command.lstrip().startswith(_PREFIX_SEEN):
-        return None
-    updated = dict(tool_input)  # updatedInput replaces the whole input: keep every other field
-    updated["command"] = PREFIX + command
-    return {
-        "hookSpecificOutput": {
-            "hookEventName": "PreToolUse",
-            "updatedInput": updated,
-            "additionalContext": context(until),
-        }
-    }
+    if answer and type(answer.get("mem_gb")) in (int, float) and type(answer.get("cpus")) in (int, float):
+        heavy = heavy._replace(mem_gb=float(answer["mem_gb"]), cpus=float(answer["cpus"]))  # clamped to what there is
+    command = rewritten(res_path or _res_program(), heavy, call.command, wait_s, max_duration_s=call.timeout_s)
+    booked = f"{heavy.mem_gb:g} GB and {heavy.cpus:g} cpus booked" + (", not a limit" if heavy.guessed else "")
+    return "rewrite", command, (
+        f"res: this is heavy work ({heavy.source}), so res runs it as a job (res run --wait; {booked}) in this "
+        f"directory, with its own output and exit code; res's own lines (the job's id first) are on stderr. "
+        f"If it cannot start within {wait_s:g} s it is withdrawn with exit code 3 and a busy line.")
 
 
-def main(stdin_text: str, environ, now: float | None = None) -> tuple[str, int]:
+def _short(command: str) -> str:
+    text = " ".join(command.split())
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
+def _project(cwd: str) -> str:
+    """The project a command in `cwd` counts under: `res run`'s rule (its checkout's root, else cwd)."""
+    from reconciler.config.gitrepo import checkout
+
+    repo = checkout(cwd)
+    root = repo[0] if repo else cwd
+    return os.path.basename(root) or root
+
+
+def _res_program() -> str:
+    """The `res` this hook runs as (absolute), so the rewritten command finds the same one."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "res" and os.path.isabs(argv0):
+        return argv0
+    return "res"
+
+
+ASK_TIMEOUT_S = 5.0  # the loop answers in a pass (tens of ms); past this the job's own guard decides
+
+
+def _ask_loop(environ, size: dict) -> dict | None:
+    """The loop's answer to "would this fit?", or None (no loop, an error, no answer in time)."""
+    from reconciler.loop.client import ask
+
+    try:
+        answer = ask(os.path.join(state_dir(environ), "serve.sock"), {"op": "gate", "size": size},
+                     timeout=ASK_TIMEOUT_S)
+    except Exception:  # no loop, an old loop, a timeout: `res run --start-within` keeps the promise
+        return None
+    got = answer.get("answer") if isinstance(answer, dict) and answer.get("code") == 0 else None
+    return got if isinstance(got, dict) else None
+
+
+def main(stdin_text: str, environ, now: float | None = None, told: str | None = None, ask=None,
+         res_path: str | None = None) -> tuple[str, int]:
     """(what to print on stdout, exit code) for one hook call. The exit code is always 0; the text is
-    "" (no output: the command runs unchanged) unless game mode is on and the tool is Bash.
-
-    The game file is read first, so with game mode off the hook input is not even parsed."""
+    "" (no output: the command runs unchanged) unless the gate or game mode has something to say.
+    `told`: the CLI (--agent), else the input's shape says."""
     try:
         now = time.time() if now is None else now
-        active, until = read_game(environ, now)
-        if not active or not isinstance(stdin_text, str) or len(stdin_text) > MAX_STDIN_CHARS:
+        if not isinstance(stdin_text, str) or len(stdin_text) > MAX_STDIN_CHARS:
             return "", 0
         import json
 
@@ -251,10 +301,23 @@ def main(stdin_text: str, environ, now: float | None = None) -> tuple[str, int]:
             event = json.loads(stdin_text)
         except ValueError:
             return "", 0
-        out = rewrite(event, until)
-        if out is None:
+        from reconciler.core.hooks import deny_output, may_rewrite, read_call, rewrite_output
+
+        call = read_call(event, told)
+        if call is None:
             return "", 0
-        return json.dumps(out, separators=(",", ":")), 0  # ASCII: any stdout encoding will do
+        command, notes = call.command, []
+        decided = gate(call, environ, now, ask, res_path)
+        if decided is not None and decided[0] == "deny":
+            return json.dumps(deny_output(call, decided[1]), separators=(",", ":")), 0
+        if decided is not None:
+            command, notes = decided[1], [decided[2]]
+        active, until = read_game(environ, now)
+        if active and not call.command.lstrip().startswith(_PREFIX_SEEN) and may_rewrite(call):
+            command, notes = PREFIX + command, [*notes, context(until)]
+        if command == call.command:
+            return "", 0
+        return json.dumps(rewrite_output(call, command, " ".join(notes)), separators=(",", ":")), 0  # ASCII
     except Exception:  # the hook must never get in the way: any error is "no opinion"
         return "", 0
 
@@ -281,16 +344,14 @@ def _read_input(limit: int, wait_s: float) -> str:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
-def run() -> int:
+def run(told: str | None = None) -> int:
     """The process: read stdin, print what `main` says; returns the exit code, always 0. Never
     raises: a closed stdout or any other failure is "no opinion" (and nothing is left half-written
     in a buffer for the interpreter to trip over at exit)."""
     try:
-        if not read_game(os.environ, time.time())[0]:
-            return 0  # game mode off: nothing to say, and no need to wait for the input at all
         stdin = sys.stdin
         text = "" if stdin is None or stdin.isatty() else _read_input(MAX_STDIN_CHARS * 4 + 1, STDIN_WAIT_S)
-        out, _ = main(text, os.environ)
+        out, _ = main(text, os.environ, told=told)
         if out:
             sys.stdout.write(out + "\n")
             sys.stdout.flush()

@@ -41,11 +41,14 @@ def cmd_run(a, paths: Paths) -> int:
     cmd[0] = program  # the program this shell would run, not the one on systemd's PATH
     env = public_env(caller)
     repo = checkout(cwd)
+    if a.start_within is not None and not (a.wait and a.queue):
+        raise Fail("res: --start-within goes with --wait --queue", 2)
     fields = dict(title=title,
                   project=a.project or _project(cwd, repo), mem_gb=a.mem, est_s=a.est,
                   created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
                   agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
-                  max_iterations=a.max_iterations, **_given(cpus=a.cpus, on=a.on), **_asker(a, caller, repo))
+                  max_iterations=a.max_iterations, **_given(cpus=a.cpus, on="local" if a.gated else a.on),
+                  **({"gated": True} if a.gated else {}), **_asker(a, caller, repo))
     fields.update(_agent_session(a.agent, cmd, cwd, caller))
     if a.agent != "none" and not a.json:
         from reconciler.core.agents import unread_output
@@ -83,11 +86,26 @@ def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a) -> int:
                          locate=(lambda: _log_of(paths, job_id)) if state == "queued" else None)
     throttle = ThrottleWatch(paths, job_id)
 
+    deadline = _start_deadline(data, state, a.start_within)
+
     def on_idle() -> None:
         follow.poll()
         throttle.poll()
+        if deadline is not None and not follow.seen and time.monotonic() >= deadline:
+            raise _NotStarted
 
-    code, done, data = wait_for(paths, the_policy, job_id, None, on_idle=on_idle)
+    while True:
+        try:
+            code, done, data = wait_for(paths, the_policy, job_id, None, on_idle=on_idle)
+            break
+        except _NotStarted:
+            deadline = None
+            gave_up = _withdraw(paths, job_id, data, a.start_within)
+            if gave_up is not None:  # withdrawn before it started: the busy line, exit 3
+                print(json.dumps(dict(data, state="withdrawn", exit_code=3, line=gave_up)) if a.json else gave_up,
+                      file=sys.stdout if a.json else sys.stderr)
+                return 3
+            # it started meanwhile: wait for it as if nothing happened
     if not follow.seen:
         follow.poll(relocate=True)  # started and ended between two looks: where it ran
     if not quiet:
@@ -103,6 +121,50 @@ def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a) -> int:
     else:
         print(done, file=sys.stderr)
     return code
+
+
+class _NotStarted(Exception):
+    """--start-within passed and the job has not started."""
+
+
+def _start_deadline(data: dict, state: str, within: int | None) -> float | None:
+    """When `--start-within` gives up on a queued job (time.monotonic()); now if the plan already
+    expects it to start later than that; None without the flag or once the job runs."""
+    if within is None or state != "queued":
+        return None
+    est = data.get("est_start")
+    if type(est) in (int, float) and est > time.time() + within:
+        return time.monotonic()
+    return time.monotonic() + within
+
+
+def _withdraw(paths: Paths, job_id: str, data: dict, within: int) -> str | None:
+    """Withdraw a job that did not start in time: its busy line, or None if it started meanwhile
+    (release leaves a running job alone)."""
+    from reconciler.observed.procs import process_chain
+
+    def local(engine):
+        from reconciler.commands import requests as ops
+
+        return ops.release(engine, engine.tick, job_id, False)
+
+    code, _, now = decide(paths, {"op": "release", "id": job_id, "stop": False, "who": process_chain(os.getpid())}, local)
+    if code != 0 and (now or {}).get("state") in ("running", "starting", "exited"):
+        return None
+    from reconciler.config.zone import zone_of
+    from reconciler.render.reasons import queued_line
+
+    reason = (data or {}).get("reason") or {}
+    try:
+        where = queued_line(reason, zone_of(the_policy()))
+    except (KeyError, TypeError, ValueError):
+        where = "still queued"
+    retry = "retry later or work on something else"
+    if type(reason.get("est_start")) in (int, float):
+        from reconciler.core.quantities import fmt_clock
+
+        retry = f"retry after ~{fmt_clock(reason['est_start'], zone_of(the_policy()))} or work on something else"
+    return f"busy: {job_id} would not start within {within} s ({where}); withdrawn; {retry}"
 
 
 def _log_of(paths: Paths, job_id: str) -> Path:

@@ -93,6 +93,12 @@ class Paths:
         return self.root / "serve.lock"
 
     @property
+    def gate(self) -> Path:
+        """What the gate (`res hook`) reads before every agent shell command, written by the loop: the
+        heavy table as the policy makes it, gate_wait_s, what history learned (DESIGN §5.8)."""
+        return self.root / "gate.json"
+
+    @property
     def socket(self) -> Path:
         return self.root / "serve.sock"
 

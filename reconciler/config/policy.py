@@ -101,6 +101,9 @@ class Policy(BaseSettings):
     heavy_mem_gb: float = Field(gt=0, le=65536)
     heavy_cpus: float = Field(gt=0, le=4096)
     heavy_minutes: float = Field(gt=0, le=24 * 60 * 365)
+    gate_wait_s: float = Field(ge=0, le=3600)
+    gate_heavy_add: dict[str, dict[str, float]] = Field(max_length=1000)
+    gate_heavy_remove: list[Annotated[str, Field(max_length=200)]] = Field(max_length=1000)
     max_concurrent_sessions: int = Field(ge=0, le=10000)
     max_starts_per_tick: int = Field(ge=1, le=10000)
     cpu_quota: bool
@@ -126,6 +129,17 @@ class Policy(BaseSettings):
         from reconciler.config.zone import zone_named
 
         zone_named(v)  # a name no tzdata knows is named now, not at the first clock time shown
+        return v
+
+    @field_validator("gate_heavy_add")
+    @classmethod
+    def _gate_table(cls, v: dict) -> dict:
+        from reconciler.core.gate import TableError, make_table
+
+        try:
+            make_table(None, v)
+        except TableError as e:
+            raise ValueError(str(e).removeprefix("gate_heavy_add: ")) from None
         return v
 
     @field_validator("max_duration", mode="before")

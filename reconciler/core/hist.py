@@ -241,3 +241,33 @@ def oversized(request_mem_gb: float, request_est_s: float, suggestion: Suggestio
     s = suggestion
     return (s.mem_gb is not None and request_mem_gb > HINT_FACTOR * s.mem_gb,
             s.est_s is not None and request_est_s > HINT_FACTOR * s.est_s)
+
+
+# ---------------------------------------------------------------- what the gate learns
+
+
+def learned(records: Iterable["JobRecord"], heavy_mem_gb: float, heavy_minutes: float, fingerprint_of) -> dict[str, dict[str, list]]:
+    """project -> command fingerprint (core.gate) -> [mem_gb to book, est_s, heavy, runs], for the gate
+    (DESIGN §5.8): what this project's finished runs of that command needed. Heavy: a run peaked over
+    `heavy_mem_gb` or ran over `heavy_minutes`. The size to book is the suggestion's rule (p95 peak ×
+    1.15, p90 duration × 1.5) over every counted run, even fewer than MIN_RUNS: a gated job's size is
+    booked, not enforced, so one run is better than the table's guess."""
+    groups: dict[tuple[str, str], list] = {}
+    for rec in records:
+        if not counted(rec):
+            continue
+        fp = fingerprint_of(rec.request.cmd)
+        if fp:
+            groups.setdefault((rec.request.project, fp), []).append(rec)
+    out: dict[str, dict[str, list]] = {}
+    for (project, fp), recs in groups.items():
+        peaks = [p for p in (peak_of(r) for r in recs) if p is not None]
+        durs = [r.ended - r.started for r in recs]
+        if not peaks or not durs:
+            continue
+        killed = any(killed_at_limit(r) for r in recs)
+        heavy = max(peaks) > heavy_mem_gb or max(durs) > heavy_minutes * 60
+        mem = suggest_mem_gb(percentile(peaks, 95), killed)
+        est = round_for_s(percentile(durs, 90) * FOR_FACTOR)
+        out.setdefault(project, {})[fp] = [mem, est, heavy, len(recs)]
+    return out

@@ -98,6 +98,9 @@ class Request:
     # Where it may run: "" here (or on the cluster when the policy's overflow says so and it does not
     # fit here now), "local" never anywhere else, "cluster" on the Slurm cluster (DESIGN §6b).
     on: Literal["", "local", "cluster"] = ""
+    # Put through `res run` by the gate (`res hook`, DESIGN §5.8): its size is the gate's guess, booked
+    # in the ledger but not enforced (no MemoryMax at it: the command would not have had one).
+    gated: Annotated[bool, _typed()] = False
     # jobs
     cmd: Annotated[list[str], _typed(max_length=65536)] = field(default_factory=list)
     cwd: Annotated[str, _typed(max_length=4096)] = ""

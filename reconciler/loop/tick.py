@@ -115,6 +115,10 @@ class Engine:
         self.next_at: float | None = None
         self.note_owners: frozenset[int] = frozenset()
         self.last_pass_at: float | None = None
+        # What the last pass planned from, for the gate's "would this fit?" (core/whatif.py), and the
+        # inputs of the gate.json it wrote (written again only when they change).
+        self.last_inputs: tuple | None = None
+        self._gate_key: tuple | None = None
         from reconciler import code_fingerprint
 
         self.code_id = code_fingerprint()  # the code this instance runs (`res service install` compares)
@@ -289,8 +293,41 @@ class Engine:
             for n in p.notices:
                 log.warning("%s", n)
             self.last_plan, self.last_pass_at = p, now
+            self.last_inputs = (desired, records, world, policy, zone)
+            self.publish_gate(records)
             self._ask_next(desired, records, now, soon=bool(p.actions) or failed > 0 or not world.ok or not self.connected)
             return p
+
+    def publish_gate(self, records: dict) -> None:
+        """gate.json for the hook (config/gatefile.py), when the policy or the finished runs changed.
+        Bookkeeping: a failure is logged, and the gate then reads what it read before."""
+        from reconciler.core.hist import counted
+
+        key = (self._policy_key, sum(1 for r in records.values() if counted(r)))
+        if key == self._gate_key:
+            return
+        from reconciler.config import gatefile
+
+        try:
+            gatefile.write(self.paths.gate, gatefile.build(self.policy, records.values()))
+            self._gate_key = key
+        except Exception as e:  # noqa: BLE001 - bookkeeping: the pass goes on
+            log.warning("writing %s: %s", self.paths.gate, e)
+
+    def would_fit(self, size: dict, now: float) -> dict:
+        """The gate's question against the last pass's inputs (core/whatif.py), with the busy line."""
+        from reconciler.core.whatif import would_fit
+        from reconciler.render.reasons import reason_line
+
+        if self.last_inputs is None:
+            return {"fits": "unknown", "start": None, "line": None}
+        desired, records, world, policy, zone = self.last_inputs
+        if not desired.queue_ok or not world.ok:
+            return {"fits": "unknown", "start": None, "line": "; ".join(self.blocked) or None}
+        answer = would_fit(desired, records, world, now, policy, size)
+        d = answer.pop("detail", None) or {}
+        answer["line"] = reason_line(d, zone) if d.get("code") in ("busy", "never_fits") else None
+        return answer
 
     async def _apply(self, action, requests: dict, now: float, p: Plan) -> int:
         """One action; 1 if it failed (said in the plan's notices, retried next pass), else 0."""

@@ -42,6 +42,7 @@ class JobSpec:
     cpu_quota: bool = False  # cap the job at `cpus` CPUs (not only a share of them when contended)
     est_s: int = 0  # --for: a cluster's time limit
     queue: bool = True  # False: asked for now; a cluster that cannot start it now refuses it (RuntimeBusy)
+    enforce_mem: bool = True  # False (a gated job's guessed size): no memory limit at mem_gb
 
 
 class Runtime(Protocol):

@@ -463,6 +463,9 @@ class SystemdRuntime:
         if fallback is not None:
             env.append(f"{EXIT_FALLBACK_ENV}={fallback}")
         unset = manager_only(spec.env, self._manager_env)
+        # A gated job's guessed size is booked, not enforced: the slices' own limits hold it, as they
+        # would have held the command without the gate.
+        memory = [["MemoryMax", Variant("t", mem)], ["MemoryHigh", Variant("t", int(mem * 0.9))]] if spec.enforce_mem else []
         props = [
             ["Description", Variant("s", one_line(spec.description or " ".join(cmd))[:400])],
             ["Slice", Variant("s", self.jobs_slice)],
@@ -471,8 +474,7 @@ class SystemdRuntime:
             ["ExecStopPost", Variant("a(sasb)", [[stop_post[0], stop_post, True]])],  # True: ignore its failure
             ["Environment", Variant("as", env)],
             ["UnsetEnvironment", Variant("as", unset)],
-            ["MemoryMax", Variant("t", mem)],
-            ["MemoryHigh", Variant("t", int(mem * 0.9))],
+            *memory,
             ["MemorySwapMax", Variant("t", 0)],
             # --cpus as a share: what the kernel gives each job when CPUs are contended (100 = one
             # CPU's worth against systemd's default of 100); a hard cap only where the policy asks.

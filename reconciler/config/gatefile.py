@@ -1,0 +1,79 @@
+"""gate.json: what the gate reads before every agent shell command (DESIGN §5.8), written by the loop
+when it changes (the heavy table as the policy makes it, gate_wait_s, what history learned), so the
+hook reads one small file and no database, no policy files, no pydantic.
+
+Without it (no loop has run yet in this state directory) the hook reads the shipped table itself.
+A gate.json that is a symlink, not a regular file, too big or not what the loop writes counts as
+missing: the shipped table and the default wait.
+
+Import-light: os and json at the top (the hook's hot path); tomllib only without a gate.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+MAX_BYTES = 8 << 20
+DEFAULT_WAIT_S = 30.0  # policies/default.toml's gate_wait_s, for a state directory no loop wrote yet
+
+
+def shipped_table_data() -> dict:
+    """The `[heavy]` table of policies/heavy.toml, as shipped."""
+    import tomllib
+
+    # config.resources.shipped's rule, with os.path (no pathlib on the hook's path): the package's
+    # installed copy, else the checkout's top-level policies/.
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    installed = os.path.join(package, "policies")
+    where = installed if os.path.isdir(installed) else os.path.join(os.path.dirname(package), "policies")
+    with open(os.path.join(where, "heavy.toml"), "rb") as f:
+        return tomllib.load(f)["heavy"]
+
+
+def build(policy, records) -> dict:
+    """gate.json's content for this policy and these records."""
+    from reconciler.core.gate import line_fingerprint, make_table, table_data
+    from reconciler.core.hist import learned
+
+    table = make_table(shipped_table_data(), policy.gate_heavy_add, policy.gate_heavy_remove)
+    return {"v": 1, "wait_s": policy.gate_wait_s, "heavy_mem_gb": policy.heavy_mem_gb,
+            "table": table_data(table),
+            "learned": learned(records, policy.heavy_mem_gb, policy.heavy_minutes, line_fingerprint)}
+
+
+def write(path, data: dict) -> None:
+    """Replace gate.json at once (a reader sees the old file or the new one, never half of one), 0600."""
+    text = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, text)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read(path: str) -> dict | None:
+    """gate.json as the loop wrote it, or None (missing, a symlink, not a regular file, too big, not
+    JSON of the loop's shape)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if (st.st_mode & 0o170000) != 0o100000 or st.st_size > MAX_BYTES:
+            return None
+        raw = os.read(fd, MAX_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("v") != 1 or not isinstance(data.get("table"), dict) \
+            or not isinstance(data.get("learned"), dict) or type(data.get("wait_s")) not in (int, float):
+        return None
+    return data

@@ -1,0 +1,116 @@
+"""The hook protocols of the agent CLIs `res hook` serves (DESIGN §5.8): how each one says "a shell
+command is about to run" and how a hook rewrites or refuses it. Pure: a hook input (parsed JSON) in,
+a `Call` out; a decision in, the JSON to print out. Which CLI sent an input: `--agent`, else its
+shape. Sources, versions and what each field does: docs/agent-hooks.md.
+
+    Claude Code  PreToolUse, tool Bash        updatedInput (no decision: the session's own rules judge it)
+    Codex        PreToolUse, tool Bash        updatedInput only with permissionDecision "allow" (so only
+                                              where the session runs every command unasked)
+    Gemini CLI   BeforeTool, run_shell_command  hookSpecificOutput.tool_input
+
+A refusal is a deny with its reason, which each CLI hands the model as the tool's result.
+
+Import-light: nothing but built-ins (the hook runs before every agent shell command).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+CLIS = ("claude", "codex", "gemini")
+SHELL_TOOLS = {"claude": ("Bash",), "codex": ("Bash",), "gemini": ("run_shell_command",)}
+EVENTS = {"claude": "PreToolUse", "codex": "PreToolUse", "gemini": "BeforeTool"}
+CLAUDE_BASH_TIMEOUT_S = 120  # the Bash tool's default timeout (tools reference); its input may say other
+# Codex permission modes under which every command runs without asking: only there may a rewrite,
+# which Codex applies only with "allow", be made (docs/agent-hooks.md).
+CODEX_UNASKED = frozenset({"bypassPermissions"})
+
+
+class Call(NamedTuple):
+    cli: str
+    command: str
+    cwd: str | None
+    tool_input: dict
+    permission_mode: str | None
+    timeout_s: int | None  # how long the CLI lets the command run, if the input says (None: unknown)
+
+
+def cli_of(event: dict, told: str | None = None) -> str | None:
+    """Which CLI sent this input: `told` (--agent), else its shape: Gemini's event is BeforeTool;
+    Codex's PreToolUse carries `turn_id` and `model`, Claude Code's does not."""
+    if told in CLIS:
+        return told
+    name = event.get("hook_event_name")
+    if name == "BeforeTool":
+        return "gemini"
+    if name == "PreToolUse":
+        return "codex" if "turn_id" in event else "claude"
+    return None
+
+
+def read_call(event: object, told: str | None = None) -> Call | None:
+    """The shell command a hook input is about, or None (another tool or event, or not read)."""
+    if not isinstance(event, dict):
+        return None
+    cli = cli_of(event, told)
+    if cli is None or event.get("hook_event_name", EVENTS[cli]) != EVENTS[cli]:
+        return None
+    if event.get("tool_name") not in SHELL_TOOLS[cli]:
+        return None
+    tool_input = event.get("tool_input")
+    if not isinstance(tool_input, dict):
+        return None
+    command = tool_input.get("command")
+    if not isinstance(command, str) or not command.strip():
+        return None
+    cwd = event.get("cwd") if isinstance(event.get("cwd"), str) else None
+    if cli == "gemini":
+        sub = tool_input.get("dir_path")
+        if isinstance(sub, str) and sub and cwd:
+            import posixpath
+
+            cwd = posixpath.normpath(posixpath.join(cwd, sub))
+    mode = event.get("permission_mode") if isinstance(event.get("permission_mode"), str) else None
+    return Call(cli, command, cwd, tool_input, mode, _timeout_s(cli, tool_input))
+
+
+def _timeout_s(cli: str, tool_input: dict) -> int | None:
+    if cli != "claude" or tool_input.get("run_in_background") is True:
+        return None
+    ms = tool_input.get("timeout")
+    if type(ms) in (int, float) and 0 < ms <= 86_400_000:
+        return max(int(ms // 1000), 1)
+    return CLAUDE_BASH_TIMEOUT_S
+
+
+def may_rewrite(call: Call) -> bool:
+    """Whether this CLI lets a hook rewrite the command without granting anything: Claude Code and
+    Gemini CLI judge the rewritten command by the session's own rules; Codex applies a rewrite only
+    together with "allow", which skips its approval, so only where the session asks for nothing."""
+    if call.cli == "codex":
+        return call.permission_mode in CODEX_UNASKED
+    return True
+
+
+def rewrite_output(call: Call, command: str, context: str | None) -> dict:
+    """The hook output that runs `command` instead (every other field of the tool input kept)."""
+    updated = dict(call.tool_input)
+    updated["command"] = command
+    if call.cli == "gemini":
+        out: dict = {"hookSpecificOutput": {"hookEventName": "BeforeTool", "tool_input": updated}}
+        if context:
+            out["hookSpecificOutput"]["additionalContext"] = context
+        return out
+    spec: dict = {"hookEventName": "PreToolUse", "updatedInput": updated}
+    if call.cli == "codex":
+        spec = {"hookEventName": "PreToolUse", "permissionDecision": "allow", "updatedInput": updated}
+    if context:
+        spec["additionalContext"] = context
+    return {"hookSpecificOutput": spec}
+
+
+def deny_output(call: Call, reason: str) -> dict:
+    """The hook output that refuses the command, `reason` going to the model."""
+    if call.cli == "gemini":
+        return {"decision": "deny", "reason": reason}
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                   "permissionDecisionReason": reason}}

@@ -1,0 +1,241 @@
+"""The gate's pure core (core/gate.py, core/hooks.py, core/whatif.py's mapping): which lines are
+heavy, what they book, what the hook prints for each CLI (DESIGN §5.8)."""
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from reconciler.core import gate, hooks
+from reconciler.core.gate import Heavy, TableError, fingerprint, judge, line_fingerprint, make_table, program_of, rewritten, verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = tomllib.loads((ROOT / "policies" / "heavy.toml").read_text())["heavy"]
+TABLE = make_table(SHIPPED)
+FIXTURES = ROOT / "tests" / "fixtures" / "hooks"
+
+
+def heavy_key(line: str, learned=None) -> str | None:
+    h = judge(line, TABLE, learned)
+    return None if h is None else h.source
+
+
+# ---------------------------------------------------------------- heavy or not
+
+@pytest.mark.parametrize("line, source", [
+    ("pytest", "table: pytest"),
+    ("python -m pytest -q tests/test_parse.py", "table: pytest"),  # the command in tests/fixtures/claude/success.jsonl
+    ("python3 -u -m pytest -n auto", "table: pytest"),
+    ("cd backend && make test 2>&1 | tail -20", "table: make"),
+    ("timeout 600 pytest -x", "table: pytest"),
+    ("timeout -k 5 --signal=INT 10m cargo test", "table: cargo test"),
+    ("FOO=1 BAR=2 uv run --with pytest-xdist pytest -n 4", "table: pytest"),
+    ("env -u DISPLAY CI=1 npm test", "table: npm test"),
+    ("nice -n 10 ionice -c 3 make -j8", "table: make"),
+    ("npx playwright test --project=chromium", "table: playwright test"),
+    ("pnpm exec vitest run", "table: vitest"),
+    ("poetry run pytest", "table: pytest"),
+    ("bundle exec rspec spec/models", "table: rspec"),
+    ("npm run test:unit -- --watch=false", "table: npm run test*"),
+    ("npm --silent run build", "table: npm run build*"),
+    ("cargo +nightly -q test --workspace", "table: cargo test"),
+    ("./node_modules/.bin/jest --ci", "table: jest"),
+    (".venv/bin/pytest tests", "table: pytest"),
+    ("go test ./...", "table: go test"),
+    ("cmake --build build -j 8", "table: cmake --build"),
+    ("docker buildx build -t x .", "table: docker buildx build"),
+    ("./gradlew test", "table: gradlew"),
+    ("git pull && tox -e py311", "table: tox"),
+    ("for f in a b; do pytest $f; done", "table: pytest"),
+    ("xvfb-run -a npx cypress run", "table: cypress run"),
+    ("ls -la", None),
+    ("git status --short", None),
+    ("cat Makefile", None),  # a file named like a tool is not the tool
+    ("echo 'make test && pytest'", None),  # quoted: an argument, not a command
+    ("grep -r pytest .", None),
+    ("python3 -c 'import pytest'", None),
+    ("pip install pytest", None),
+    ("cargo fmt", None),
+    ("npm install", None),
+    ("go mod tidy", None),
+    ("make test &", None),  # background: the job would end with its main process
+    ("sudo make install", None),
+    ("cat <<EOF | pytest\nx\nEOF", None),  # here-document: not read
+    ("`which pytest`", None),
+    ("$(which pytest) -x", None),
+    ("res run --mem 2G --for 5m -- pytest", None),  # already through res
+    ("timeout 60 res run --mem 2G --for 5m -- make", None),
+    ("bash -c 'make test'", None),  # a line inside a line: its own, not read twice
+    ("pytest 'unclosed", None),
+    ("", None),
+])
+def test_what_is_heavy(line, source):
+    assert heavy_key(line) == source
+
+
+def test_a_compound_line_books_its_largest_command_and_all_their_time():
+    h = judge("make && cargo test && pytest", TABLE)
+    assert (h.mem_gb, h.cpus, h.est_s) == (3.0, 4.0, 600 + 600 + 600) and h.fingerprint == "cargo test" and h.guessed
+
+
+@pytest.mark.parametrize("words, command", [
+    (["A=1", "timeout", "600", "uv", "run", "python", "-m", "pytest", "-x"], ["pytest", "-x"]),
+    (["env", "-i", "PATH=/bin", "make"], ["make"]),
+    (["stdbuf", "-oL", "nohup", "make", "e2e"], ["make", "e2e"]),
+    (["python3.12", "-X", "dev", "-m", "unittest"], ["unittest"]),
+    (["python3", "script.py"], ["python3", "script.py"]),
+    (["X=1"], []),
+])
+def test_wrappers_are_seen_through(words, command):
+    assert program_of(words) == command
+
+
+@pytest.mark.parametrize("command, fp", [
+    (["make", "-j8", "test"], "make test"),
+    (["pytest", "tests/unit", "-x", "-k", "slow"], "pytest slow"),
+    (["pytest", "tests/test_x.py::test_a"], "pytest"),
+    (["npm", "run", "test:unit", "--", "--watch=false"], "npm run test:unit"),
+    (["/usr/bin/cargo", "test", "--release", "deadbeef12"], "cargo test"),
+    (["make", "build", "4096"], "make build"),
+])
+def test_fingerprints_keep_the_program_and_target_words(command, fp):
+    assert fingerprint(command) == fp
+
+
+def test_history_files_a_gated_job_under_its_lines_fingerprint():
+    assert line_fingerprint(["/bin/bash", "-c", "cd web && npm run e2e -- --headed"]) == "npm run e2e"
+    assert line_fingerprint(["bash", "-c", "make build && make test"]) is None  # two: which one is unknown
+    assert line_fingerprint(["/usr/bin/pytest", "-x", "tests/"]) == "pytest"
+    assert line_fingerprint(["bash", "-c", "cat <<EOF\nEOF"]) is None
+
+
+def test_what_history_learned_decides_over_the_table():
+    learned = {"make e2e": [6.5, 1800, True, 4], "pytest": [0.5, 60, False, 9], "./run.sh": [3.0, 900, True, 2]}
+    h = judge("make e2e", TABLE, learned)
+    assert (h.mem_gb, h.est_s, h.guessed, h.source) == (6.5, 1800, False, "history: 4 runs of make e2e")
+    h = judge("pytest -q", TABLE, learned)  # in the table, and light by its history: its learned size
+    assert (h.mem_gb, h.est_s, h.guessed) == (0.5, 60, False)
+    assert judge("./run.sh --all", TABLE, {"run.sh": [3.0, 900, True, 2]}).source == "history: 2 runs of run.sh"
+    assert judge("./other.sh", TABLE, {"other.sh": [0.2, 30, False, 5]}) is None  # learned light, not in the table
+    assert judge("make e2e", TABLE, {"make e2e": ["x", 1, True, 1]}).source == "table: make"  # a bad entry is ignored
+
+
+# ---------------------------------------------------------------- the table
+
+
+def test_the_policy_adds_and_trims_the_table():
+    t = make_table(SHIPPED, {"npm run e2e": {"mem_gb": 6}, "tsc": {"cpus": 1}}, ["make", "pytest"])
+    keys = {x.key for x in t}
+    assert "make" not in keys and "pytest" not in keys
+    e2e = next(x for x in t if x.key == "npm run e2e")
+    assert (e2e.mem_gb, e2e.cpus, e2e.est_s) == (6.0, 2.0, 600)  # what it does not say: the defaults
+    assert judge("npm run e2e", t).source == "table: npm run e2e"  # before the shipped `npm run e2e*`
+    assert judge("make", t) is None
+
+
+@pytest.mark.parametrize("add, error", [
+    ({"x": {"mem": 1}}, "unknown key 'mem'"),
+    ({"x": {"mem_gb": -1}}, "mem_gb must be a number above 0"),
+    ({"x": {"mem_gb": float("inf")}}, "mem_gb must be a number above 0"),
+    ({"x": 3}, "must be a table"),
+    ({"  ": {}}, "a key is a program"),
+])
+def test_a_bad_table_entry_is_named(add, error):
+    with pytest.raises(TableError, match=error):
+        make_table(SHIPPED, add)
+
+
+def test_the_published_table_reads_back_the_same():
+    assert make_table(gate.table_data(TABLE)) == TABLE
+
+
+# ---------------------------------------------------------------- rewrite or deny
+
+
+def test_the_verdict_follows_the_loops_answer():
+    now = 1000.0
+    assert verdict(None, 30, now) == ("rewrite", None)  # no loop: res run decides, --start-within bounds it
+    assert verdict({"fits": "now"}, 30, now) == ("rewrite", None)
+    assert verdict({"fits": "later", "start": now + 29}, 30, now) == ("rewrite", None)
+    assert verdict({"fits": "later", "start": now + 31, "line": "busy: x"}, 30, now) == ("deny", "busy: x")
+    assert verdict({"fits": "later", "start": None}, 30, now) == ("rewrite", None)  # overdue holders
+    assert verdict({"fits": "unknown", "line": "busy: y"}, 30, now) == ("deny", "busy: y")
+    assert verdict({"fits": "never"}, 30, now) == ("pass", None)
+
+
+HOSTILE = ["make test; rm -rf ~", "pytest -k 'a and not b' 2>&1 | tee out.txt", "make \"$TARGET\" 'x'\"'\"'y'",
+           "pytest -q # a comment with 'quotes", "cd 'dir with spaces' && make", "make\ttest\n\npytest"]
+
+
+@pytest.mark.parametrize("line", HOSTILE)
+def test_the_rewritten_line_runs_the_very_same_line(line):
+    h = judge(line, TABLE)
+    assert h is not None
+    words = shlex.split(rewritten("/usr/bin/res", h, line, 30, max_duration_s=120))
+    assert words[:3] == ["/usr/bin/res", "run", "--wait"] and words[-3:] == ["bash", "-c", line]
+    assert "--gated" in words and words[words.index("--start-within") + 1] == "30s"
+    assert words[words.index("--max-duration") + 1] == "120s"
+
+
+def test_the_rewritten_line_is_what_bash_hands_res(tmp_path):
+    """Through a real bash: the argv `res` would get is [..., bash, -c, LINE] with LINE byte for byte."""
+    fake = tmp_path / "res"
+    fake.write_text("#!/usr/bin/env python3\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    fake.chmod(0o755)
+    for line in HOSTILE:
+        out = subprocess.run(["bash", "-c", rewritten(str(fake), judge(line, TABLE), line, 30)],
+                             capture_output=True, text=True, check=True).stdout
+        assert json.loads(out)[-3:] == ["bash", "-c", line]
+
+
+# ---------------------------------------------------------------- the three protocols
+
+
+def sample(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def test_each_clis_input_is_read():
+    claude = hooks.read_call(sample("claude-2.1.328-pretooluse-bash.json"))
+    codex = hooks.read_call(sample("codex-0.171.0-pretooluse-bash.json"))
+    gemini = hooks.read_call(sample("gemini-0.61.0-beforetool-run_shell_command.json"))
+    assert (claude.cli, codex.cli, gemini.cli) == ("claude", "codex", "gemini")
+    assert codex.command == "echo ORIGINAL-COMMAND" and codex.permission_mode == "bypassPermissions"
+    assert gemini.command == "echo ORIGINAL > original.txt" and gemini.cwd.endswith("/work")
+    assert claude.timeout_s == hooks.CLAUDE_BASH_TIMEOUT_S and codex.timeout_s is None
+    assert hooks.read_call(sample("gemini-0.61.0-sessionstart.json")) is None
+
+
+def test_only_shell_tools_and_their_events():
+    base = {"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "make"}}
+    assert hooks.read_call(base).cli == "claude"
+    assert hooks.read_call({**base, "tool_name": "Edit"}) is None
+    assert hooks.read_call({**base, "hook_event_name": "PostToolUse"}) is None
+    assert hooks.read_call({**base, "tool_input": {"command": ["make"]}}) is None
+    assert hooks.read_call({**base, "tool_input": {"command": "  "}}) is None
+    assert hooks.read_call(base, told="gemini") is None  # told Gemini: a PreToolUse is not its event
+    assert hooks.read_call([base]) is None
+
+
+def test_a_rewrite_never_grants_where_the_cli_would_have_asked():
+    call = hooks.read_call(sample("codex-0.171.0-pretooluse-bash.json"))
+    assert hooks.may_rewrite(call)  # bypassPermissions: every command runs unasked
+    asking = call._replace(permission_mode="default")
+    assert not hooks.may_rewrite(asking)
+    claude = hooks.read_call(sample("claude-2.1.328-pretooluse-bash.json"))
+    out = hooks.rewrite_output(claude, "res run -- x", "why")["hookSpecificOutput"]
+    assert "permissionDecision" not in out and out["updatedInput"]["command"] == "res run -- x"
+    assert set(out["updatedInput"]) == set(claude.tool_input)  # every field the agent sent, kept
+
+
+def test_deny_outputs():
+    for name, where in (("claude-2.1.328-pretooluse-bash.json", "hookSpecificOutput"),
+                        ("codex-0.171.0-pretooluse-bash.json", "hookSpecificOutput")):
+        out = hooks.deny_output(hooks.read_call(sample(name)), "busy: x")
+        assert out[where]["permissionDecision"] == "deny" and out[where]["permissionDecisionReason"] == "busy: x"
+    out = hooks.deny_output(hooks.read_call(sample("gemini-0.61.0-beforetool-run_shell_command.json")), "busy: x")
+    assert out == {"decision": "deny", "reason": "busy: x"}
