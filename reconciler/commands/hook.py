@@ -238,6 +238,14 @@ def gate(call, environ, now: float, ask=None, res_path: str | None = None) -> tu
                         f"more than {wait_s:g} s for memory or CPUs; {line}")
     if kind != "rewrite" or not may_rewrite(call):
         return None
+    # The CLI judges the command we hand back by its rules: rewrite only what the session would have
+    # run unasked anyway (core/hookrules.py), else leave the judging to it.
+    from reconciler.config.agentsettings import rules_for
+    from reconciler.core.gate import simple_commands
+    from reconciler.core.hookrules import runs_unasked
+
+    if not runs_unasked(simple_commands(call.command), rules_for(call, environ)):
+        return None
     if answer and type(answer.get("mem_gb")) in (int, float) and type(answer.get("cpus")) in (int, float):
         heavy = heavy._replace(mem_gb=float(answer["mem_gb"]), cpus=float(answer["cpus"]))  # clamped to what there is
     command = rewritten(res_path or _res_program(), heavy, call.command, wait_s, max_duration_s=call.timeout_s)

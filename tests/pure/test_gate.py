@@ -239,3 +239,96 @@ def test_deny_outputs():
         assert out[where]["permissionDecision"] == "deny" and out[where]["permissionDecisionReason"] == "busy: x"
     out = hooks.deny_output(hooks.read_call(sample("gemini-0.61.0-beforetool-run_shell_command.json")), "busy: x")
     assert out == {"decision": "deny", "reason": "busy: x"}
+
+
+# ---------------------------------------------------------------- never a grant (core/hookrules.py, config/agentsettings.py)
+
+from reconciler.config import agentsettings  # noqa: E402
+from reconciler.core.hookrules import ALL, Rules, codex_guarded, gemini_guarded, pattern_covers, runs_unasked  # noqa: E402
+from reconciler.core.gate import simple_commands  # noqa: E402
+
+
+def unasked(line: str, rules: Rules) -> bool:
+    return runs_unasked(simple_commands(line), rules)
+
+
+def test_a_rewrite_only_where_the_session_runs_the_line_unasked():
+    bypass = Rules(True, (), frozenset())
+    assert unasked("make test", bypass)
+    assert not unasked("make test", Rules(False, (), frozenset()))  # default mode, no rule: it would have asked
+    allow = Rules(False, ("make test:*", "cd:*", "pytest"), frozenset())
+    assert unasked("cd x && make test -j4", allow)
+    assert not unasked("cd x && make test && make deploy", allow)  # one part not covered: not rewritten
+    assert unasked("pytest", allow) and not unasked("pytest -x", allow)  # exact is exact
+    # a deny or ask rule about a program in the line keeps it ungated, even in bypass mode
+    assert not unasked("make test", Rules(True, (), frozenset({"make"})))
+    assert not unasked("timeout 60 make test", Rules(True, (), frozenset({"make"})))
+    assert not unasked("pytest", Rules(True, (), frozenset({ALL})))
+
+
+@pytest.mark.parametrize("pattern, line, covered", [
+    ("npm run test:*", "npm run test", True), ("npm run test:*", "npm run test:unit", False),
+    ("npm run test:*", "npm run test -- -u", True), ("git * main", "git push origin main", True),
+    ("*", "anything at all", True), ("make", "make", True), ("make", "make test", False),
+])
+def test_allow_patterns(pattern, line, covered):
+    assert pattern_covers(pattern, line.split()) is covered
+
+
+def test_codex_rules_that_do_not_allow_guard_their_programs():
+    text = '''
+# a comment
+prefix_rule(pattern = ["git", "push"], decision = "forbidden", justification = "no pushing")
+prefix_rule(pattern = [["make", "gmake"], "deploy"], decision = "prompt")
+prefix_rule(pattern = ["pytest"], decision = "allow")
+'''
+    assert codex_guarded([text]) == frozenset({"git", "make", "gmake"})
+    assert codex_guarded(["prefix_rule(pattern = PATTERNS, decision = 'forbidden')"]) == frozenset({ALL})
+    assert codex_guarded([""]) == frozenset()
+
+
+def test_gemini_policies_that_deny_or_ask_guard_their_programs():
+    policies = [{"rule": [{"toolName": "run_shell_command", "commandPrefix": "git push", "decision": "deny"},
+                          {"toolName": "run_shell_command", "commandPrefix": ["make deploy"], "decision": "ask_user"},
+                          {"toolName": "run_shell_command", "commandPrefix": "pytest", "decision": "allow"},
+                          {"toolName": "write_file", "decision": "deny"}]}]
+    assert gemini_guarded(policies) == frozenset({"git", "make"})
+    assert gemini_guarded([{"rule": [{"toolName": "run_shell_command", "commandRegex": "rm .*", "decision": "deny"}]}]) == frozenset({ALL})
+
+
+def test_claudes_rules_come_from_its_settings_and_its_command_line(tmp_path):
+    home, proj = tmp_path / "claude", tmp_path / "proj"
+    (home).mkdir()
+    (proj / ".claude").mkdir(parents=True)
+    (proj / ".git").mkdir()
+    (home / "settings.json").write_text(json.dumps({"permissions": {"allow": ["Bash(make test:*)", "Read"], "deny": ["Bash(git push:*)"]}}))
+    (proj / ".claude" / "settings.local.json").write_text(json.dumps({"permissions": {"ask": ["Bash(make deploy)"]}}))
+    env = {"CLAUDE_CONFIG_DIR": str(home), "HOME": str(tmp_path)}
+    r = agentsettings.claude_rules("default", str(proj), env, [["claude", "-p", "x", "--allowedTools", "Bash(pytest:*),Edit"]])
+    assert r.allow == ("make test:*", "pytest:*") and r.guarded == frozenset({"git", "make"}) and not r.unasked
+    r = agentsettings.claude_rules("bypassPermissions", str(tmp_path), env, [["claude", "--allowedTools", "Bash"]])
+    assert r.unasked and "*" in r.allow
+    (home / "settings.json").write_text("{not json")
+    assert agentsettings.claude_rules("bypassPermissions", str(proj), env, []).guarded == frozenset({ALL})
+
+
+def test_geminis_rules_come_from_its_settings_with_comments_and_its_command_line(tmp_path):
+    gem = tmp_path / ".gemini"
+    (gem / "policies").mkdir(parents=True)
+    (gem / "settings.json").write_text('{\n  // mine\n  "tools": {"allowed": ["run_shell_command(npm test)"], /* x */ "exclude": ["run_shell_command(rm)"]}\n}\n')
+    (gem / "policies" / "p.toml").write_text('[[rule]]\ntoolName = "run_shell_command"\ncommandPrefix = "git push"\ndecision = "deny"\npriority = 100\n')
+    env = {"HOME": str(tmp_path)}
+    r = agentsettings.gemini_rules(str(tmp_path), env, [["node", "/x/gemini", "-p", "hi"]])
+    assert not r.unasked and r.allow == ("npm test:*",) and r.guarded == frozenset({"rm", "git"})
+    assert agentsettings.gemini_rules(str(tmp_path), env, [["node", "gemini", "--yolo"]]).unasked
+    assert agentsettings.gemini_rules(str(tmp_path), env, [["node", "gemini", "--approval-mode=yolo"]]).unasked
+    assert unasked("npm test -- --ci", r) and not unasked("npm run build", r)
+
+
+def test_codex_rules_files(tmp_path):
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "default.rules").write_text('prefix_rule(pattern = ["make", "deploy"], decision = "forbidden")\n')
+    r = agentsettings.codex_rules("bypassPermissions", None, {"CODEX_HOME": str(tmp_path)})
+    assert r.unasked and r.guarded == frozenset({"make"})
+    assert not unasked("make test", r) and unasked("pytest", r)
+    assert not agentsettings.codex_rules("default", None, {"CODEX_HOME": str(tmp_path)}).unasked
