@@ -81,7 +81,8 @@ TESTS = [
     ("jinja2", "jinja2==3.1.6", ["tests"]),
     ("boltons", "boltons==26.2.0", ["tests"]),
 ]
-TEST_DEPS = ["pytest==8.*", "trio", "freezegun"]  # trio: jinja2's async tests; freezegun: itsdangerous's
+TEST_DEPS = ["pytest==8.*", "pytest-xdist==3.*", "trio", "freezegun"]  # trio: jinja2's async tests; freezegun:
+# itsdangerous's; pytest-xdist: the gate's acceptance test runs a suite with `-n auto`, as agents do
 # --smoke: one small file of a suite each (~2 s)
 SMOKE_TESTS = [
     ("itsdangerous", "itsdangerous==2.2.0", ["tests/test_itsdangerous/test_signer.py"]),

@@ -76,7 +76,7 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="res benchmarks: figures as ratios")
     ap.add_argument("--smoke", action="store_true", help="a small, fast version (CI)")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q", help="which benchmarks, e.g. b,c")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r", help="which benchmarks, e.g. b,c")
     a = ap.parse_args(argv)
     size = SMOKE if a.smoke else FULL
     only = set(a.only.split(","))
@@ -101,7 +101,7 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
     from cli_bench import bench_latency, bench_run
     from plan_bench import bench_plan
     from attach_bench import bench_digest, bench_loop_cpu, bench_loop_idle, bench_reattach
-    from user_bench import bench_hook, bench_status
+    from user_bench import bench_gate, bench_hook, bench_status
     from wait_bench import bench_kill_settle, bench_lock_chain, bench_next_start, bench_run_wait, bench_wait_latency
     from writers_bench import bench_loop_writers, bench_writers
     from cluster_bench import bench_cluster_crowd, bench_cluster_run
@@ -117,6 +117,7 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
         ("f", False, lambda: bench_digest(report, a.smoke)),
         ("g", True, lambda: bench_loop_cpu(report, a.smoke)),
         ("h", False, lambda: bench_hook(report, size["hook_rounds"])),
+        ("r", True, lambda: bench_gate(report, size["hook_rounds"])),
         ("i", True, lambda: bench_status(report, size["status_rounds"])),
         ("j", True, lambda: bench_loop_idle(report, a.smoke)),
         ("k", True, lambda: bench_run_wait(report, size["wait_rounds"])),

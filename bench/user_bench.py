@@ -1,5 +1,6 @@
 """Benchmarks of the user's side: `res hook` and `res status`, each as a whole process.
 
+r. The gate (`res hook` with `res serve` running): a light and a heavy command, against `python3 -c pass`.
 h. `res hook` as Claude Code runs it before every Bash command: the console script, a PreToolUse JSON
    for the Bash tool on stdin, with game mode off and with game mode on (set by `res game on --for 1h`
    in a private state directory), against `python3 -c pass` (the floor of any Python command).
@@ -78,6 +79,8 @@ def bench_hook(report: Report, rounds: int) -> None:
     shim = path_res is not None and os.path.realpath(path_res) != os.path.realpath(res[0])
     try:
         env_off, env_on = _checkout_env(off.env), _checkout_env(on.env)
+        for e in (off, on):  # what a loop would have written: the hook reads the table from it
+            _write_gate_json(e.state)
         _, r = _run(res + ["game", "on", "--for", "1h"], env_on, str(on.work))
         if r.returncode != 0 or not r.stdout.startswith("game on until"):
             raise Broken(f"res game on --for 1h: exit {r.returncode}, stdout {r.stdout.strip()!r}, stderr {r.stderr.strip()!r}")
@@ -127,6 +130,75 @@ def bench_hook(report: Report, rounds: int) -> None:
     if shim:
         report.raw.append(f"h  res hook, game on, through PATH ({path_res}) {spread(times['on, PATH res'], p90=True)} "
                           f"= {median_ms(times['on, PATH res']) / py:.2f}× python3 -c pass (context: the shim's cost)")
+
+
+def _write_gate_json(state: Path) -> None:
+    from reconciler.config import gatefile
+    from reconciler.core.gate import make_table, table_data
+
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    gatefile.write(state / "gate.json", {"v": 1, "wait_s": 30, "heavy_mem_gb": 2,
+                                         "table": table_data(make_table(gatefile.shipped_table_data())), "learned": {}})
+
+
+# ---------------------------------------------------------------- r: the gate's decision
+
+GATE_LIGHT_TARGET, GATE_HEAVY_MS = 1.2, 50.0
+
+
+def _hook_input(command: str, cwd: str) -> str:
+    return json.dumps({"session_id": "bench-r", "transcript_path": "/tmp/res-bench-r/t.jsonl", "cwd": cwd,
+                       "permission_mode": "bypassPermissions", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+                       "tool_input": {"command": command, "description": "bench"}})
+
+
+def bench_gate(report: Report, rounds: int) -> None:
+    """r. The gate with `res serve` running (it wrote gate.json and answers "would this fit?"): `res
+    hook` on a light command (`ls -la`: no output) and on a heavy one (`pytest -q`: rewritten to `res
+    run --wait …` after asking the loop), against `python3 -c pass`, taking turns. Every output checked."""
+    env = ResEnv("r", user_reserve_gb=0, small_headroom_gb=0, user_reserve_cpus=0, game_reserve_cpus=0)
+    res = res_argv()
+    try:
+        env.start_serve()
+        hook_env = _checkout_env(env.env)
+        light, heavy = _hook_input("ls -la", str(env.work)), _hook_input("pytest -q", str(env.work))
+
+        def light_ok(r):
+            if r.returncode != 0 or r.stdout or r.stderr:
+                raise Broken(f"res hook on `ls -la`: exit {r.returncode}, stdout {r.stdout[:200]!r}, stderr {r.stderr[-300:]!r}")
+
+        def heavy_ok(r):
+            try:
+                command = json.loads(r.stdout)["hookSpecificOutput"]["updatedInput"]["command"]
+            except (ValueError, KeyError, TypeError):
+                command = ""
+            if r.returncode != 0 or " run --wait --queue --start-within " not in command or not command.endswith("-- bash -c 'pytest -q'"):
+                raise Broken(f"res hook on `pytest -q`: exit {r.returncode}, stdout {r.stdout[:300]!r}, stderr {r.stderr[-300:]!r}")
+
+        commands = [("python", [PY, "-c", "pass"], subprocess.DEVNULL, None),
+                    ("light", res + ["hook"], light, light_ok), ("heavy", res + ["hook"], heavy, heavy_ok)]
+        times: dict[str, list[float]] = {name: [] for name, *_ in commands}
+        for i in range(rounds + 1):
+            for name, argv, stdin, check in commands:
+                t, r = _run(argv, hook_env, str(env.work), stdin=stdin)
+                if check is not None:
+                    check(r)
+                if i:
+                    times[name].append(t)
+        env.finish("the gate's questions")
+    finally:
+        env.close()
+    py, t_light, t_heavy = median_ms(times["python"]), median_ms(times["light"]), median_ms(times["heavy"])
+    report.figures += [
+        Figure("r", "res hook, light command / python3 -c pass", t_light / py, f"median {t_light:.0f} vs {py:.0f} ms",
+               f"≤ {GATE_LIGHT_TARGET:g}×", t_light / py <= GATE_LIGHT_TARGET),
+        Figure("r", "res hook, heavy command: the decision / 50 ms", (t_heavy - t_light) / GATE_HEAVY_MS,
+               f"{t_heavy - t_light:.0f} ms more than a light one (median {t_heavy:.0f} ms)", "≤ 1×",
+               t_heavy - t_light <= GATE_HEAVY_MS),
+    ]
+    report.raw += [f"r  python3 -c pass                 {spread(times['python'], p90=True)}",
+                   f"r  res hook, `ls -la` (light)      {spread(times['light'], p90=True)}",
+                   f"r  res hook, `pytest -q` (heavy)   {spread(times['heavy'], p90=True)} (asks the loop; rewritten, checked)"]
 
 
 # ---------------------------------------------------------------- i: res status
