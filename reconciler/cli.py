@@ -210,7 +210,9 @@ _COMMANDS = (  # (name, help, what fills its parser)
     ("hist", "what past jobs of each kind used, and what to ask for", _hist_args),
     ("clean", "stale agent scratch and dead litter in /tmp (lists; --yes removes)", _clean_args),
     ("adopt", "move running agent sessions (claude) into the agents slice", None),
-    ("shell-init", "print the alias line that starts new agent sessions in the slice", None),
+    ("shell-init", "print the alias line that starts new agent sessions in the slice (--shims: the gate's PATH wrappers)",
+     lambda p: p.add_argument("--shims", action="store_true", help="make the gate's wrappers for the heavy tools and print "
+                              "the PATH line that puts them first (for agents without hooks)")),
     ("service", "res serve as a user service: install, uninstall, status", _service_args),
     ("doctor", "check what res needs from this machine; one line per gap, with the fix", None),
     ("agent-rules", "print the lines for an agent's instructions file (CLAUDE.md, AGENTS.md)", None),
@@ -370,6 +372,12 @@ def cmd_adopt(a, paths: Paths) -> int:
 
 
 def cmd_shell_init(a, paths: Paths) -> int:
+    if a.shims:
+        from reconciler.commands.hook import res_program
+        from reconciler.commands.shim import shell_init_shims
+
+        print(shell_init_shims(os.environ, res_program()))
+        return 0
     from reconciler.commands.adopt import shell_init
 
     print(shell_init(the_policy()))

@@ -29,6 +29,10 @@ def main() -> int:
         from reconciler.commands.hook import run
 
         code = run(agent)
+    elif sys.argv[1:2] == ["shim"]:  # a shim of `res shell-init --shims`: before every heavy tool's run
+        from reconciler.commands.shim import run as shim
+
+        code = shim(sys.argv[2:])
     else:
         from reconciler.cli import main as cli_main
 

@@ -248,7 +248,7 @@ def gate(call, environ, now: float, ask=None, res_path: str | None = None) -> tu
         return None
     if answer and type(answer.get("mem_gb")) in (int, float) and type(answer.get("cpus")) in (int, float):
         heavy = heavy._replace(mem_gb=float(answer["mem_gb"]), cpus=float(answer["cpus"]))  # clamped to what there is
-    command = rewritten(res_path or _res_program(), heavy, call.command, wait_s, max_duration_s=call.timeout_s)
+    command = rewritten([res_path] if res_path else res_program(), heavy, call.command, wait_s, max_duration_s=call.timeout_s)
     booked = f"{heavy.mem_gb:g} GB and {heavy.cpus:g} cpus booked" + (", not a limit" if heavy.guessed else "")
     return "rewrite", command, (
         f"res: this is heavy work ({heavy.source}), so res runs it as a job (res run --wait; {booked}) in this "
@@ -270,12 +270,16 @@ def _project(cwd: str) -> str:
     return os.path.basename(root) or root
 
 
-def _res_program() -> str:
-    """The `res` this hook runs as (absolute), so the rewritten command finds the same one."""
+def res_program() -> list[str]:
+    """How to run the `res` this process is: its console script (absolute), else the one on PATH, else
+    this interpreter with the package (`python -m reconciler.cli`)."""
     argv0 = sys.argv[0] if sys.argv else ""
     if os.path.basename(argv0) == "res" and os.path.isabs(argv0):
-        return argv0
-    return "res"
+        return [argv0]
+    import shutil
+
+    found = shutil.which("res")
+    return [found] if found else [sys.executable, "-m", "reconciler.cli"]
 
 
 ASK_TIMEOUT_S = 5.0  # the loop answers in a pass (tens of ms); past this the job's own guard decides

@@ -249,7 +249,10 @@ def gemini_rules(cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
 
 
 def rules_for(call, environ) -> Rules:
-    """The rules of the session that sent this hook call (core.hooks.Call)."""
+    """The rules of the session that sent this hook call (core.hooks.Call). A shim's call ("shell"):
+    the program was already going to run; running it through res asks nobody anything."""
+    if call.cli == "shell":
+        return Rules(True, (), frozenset())
     if call.cli == "codex":
         return codex_rules(call.permission_mode, call.cwd, environ)
     argvs = ancestors_argv()

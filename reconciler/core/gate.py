@@ -299,6 +299,9 @@ def fingerprint(command: list[str]) -> str:
 # ---------------------------------------------------------------- judging a line
 
 
+_ASKS_ONLY = frozenset({"--version", "-V", "--help", "-h", "version", "help", "-v"})
+
+
 class Heavy(NamedTuple):
     fingerprint: str  # of the line's heaviest command (its title kind in the history)
     mem_gb: float  # the most any of its heavy commands books
@@ -325,6 +328,8 @@ def judge(line: str, table: tuple[Tool, ...], learned: dict | None = None) -> He
             return None  # the agent asks res itself: never twice
         if name in _SHELLS and "-c" in command[1:2]:
             return None  # `bash -c '…'`: its own line, not read twice over
+        if command[1:] and set(command[1:]) <= _ASKS_ONLY:
+            continue  # `make --version`, `cargo help`: a question to the tool, not work
         fp = fingerprint(command)
         seen = (learned or {}).get(fp)
         tool = match_tool(command, table)
@@ -390,14 +395,14 @@ def verdict(answer: dict | None, wait_s: float, now: float) -> tuple[str, str | 
     return "pass", None
 
 
-def rewritten(res: str, heavy: Heavy, line: str, wait_s: float, shell: str = "bash",
+def rewritten(res: list[str], heavy: Heavy, line: str, wait_s: float, shell: str = "bash",
               max_duration_s: int | None = None, by: str | None = None) -> str:
     """The line that runs `line` as a res job: `res run --wait --queue --start-within …` with the
     booked size (not enforced when guessed), the whole line under `shell -c`, in the same directory,
     with its own output and exit code."""
     gb = heavy.mem_gb
     mem = f"{int(round(gb * 1024))}M" if gb < 1 else f"{gb:g}G"
-    args = [res, "run", "--wait", "--queue", "--start-within", f"{max(int(wait_s), 1)}s",
+    args = [*res, "run", "--wait", "--queue", "--start-within", f"{max(int(wait_s), 1)}s",
             "--mem", mem, "--cpus", f"{heavy.cpus:g}", "--for", f"{max(heavy.est_s, 1)}s", "--gated"]
     if max_duration_s:
         args += ["--max-duration", f"{max_duration_s}s"]

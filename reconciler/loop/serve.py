@@ -484,11 +484,9 @@ async def answer_request(engine, ticker: Ticker, req: dict, reader=None, say=Non
         problem = await asyncio.to_thread(queue_problem, engine.paths) if job_id and code == 0 else None
         return {"code": code, "line": text, "problem": problem}
     elif op == "gate":
-        # `res hook`: would a heavy command of this size start now, or when? Against what is free
-        # now: an idle loop's last pass may be a minute old.
-        last = engine.last_pass_at
-        if last is None or time.time() - last > engine.policy.tick_s:
-            await ticker.pass_after_now()
+        # `res hook`: would a heavy command of this size start now, or when? Against a pass that
+        # began after the question (a job that ended a moment ago holds nothing any more).
+        await ticker.pass_after_now()
         size = req.get("size")
         try:
             answer = engine.would_fit(size if isinstance(size, dict) else {}, time.time())

@@ -71,6 +71,7 @@ def heavy_key(line: str, learned=None) -> str | None:
     ("timeout 60 res run --mem 2G --for 5m -- make", None),
     ("bash -c 'make test'", None),  # a line inside a line: its own, not read twice
     ("pytest 'unclosed", None),
+    ("make --version", None), ("cargo help", None), ("pytest -h", None),
     ("", None),
 ])
 def test_what_is_heavy(line, source):
@@ -175,7 +176,7 @@ HOSTILE = ["make test; rm -rf ~", "pytest -k 'a and not b' 2>&1 | tee out.txt", 
 def test_the_rewritten_line_runs_the_very_same_line(line):
     h = judge(line, TABLE)
     assert h is not None
-    words = shlex.split(rewritten("/usr/bin/res", h, line, 30, max_duration_s=120))
+    words = shlex.split(rewritten(["/usr/bin/res"], h, line, 30, max_duration_s=120))
     assert words[:3] == ["/usr/bin/res", "run", "--wait"] and words[-3:] == ["bash", "-c", line]
     assert "--gated" in words and words[words.index("--start-within") + 1] == "30s"
     assert words[words.index("--max-duration") + 1] == "120s"
@@ -187,7 +188,7 @@ def test_the_rewritten_line_is_what_bash_hands_res(tmp_path):
     fake.write_text("#!/usr/bin/env python3\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
     fake.chmod(0o755)
     for line in HOSTILE:
-        out = subprocess.run(["bash", "-c", rewritten(str(fake), judge(line, TABLE), line, 30)],
+        out = subprocess.run(["bash", "-c", rewritten([str(fake)], judge(line, TABLE), line, 30)],
                              capture_output=True, text=True, check=True).stdout
         assert json.loads(out)[-3:] == ["bash", "-c", line]
 

@@ -1,0 +1,867 @@
+"""`res hook install`: the gate's hook written into each agent CLI's own settings file (DESIGN §5.8),
+and `--uninstall` taking out exactly what it wrote.
+
+    claude  $CLAUDE_CONFIG_DIR/settings.json, else ~/.claude/settings.json; project .claude/settings.json
+            hooks.PreToolUse += {"matcher": "Bash", "hooks": [{"type": "command", "command": C, "timeout": 30}]}
+    codex   $CODEX_HOME/hooks.json, else ~/.codex/hooks.json; project .codex/hooks.json
+            the same entry, and its trust in the user's config.toml (Codex skips an untrusted hook silently)
+    gemini  $GEMINI_CLI_HOME/.gemini/settings.json, else ~/.gemini/settings.json; project .gemini/settings.json
+            hooks.BeforeTool += {"matcher": "^run_shell_command$", "hooks": [{"type": "command",
+            "name": "res gate", "command": C, "timeout": 30000}]}       (milliseconds; // and /* */ allowed)
+
+C is `<absolute res> hook --agent <cli>`. An entry is "ours" when it has exactly that shape, whatever
+the res path in it (a new path is written over the old one). A file that already runs `res hook` from
+an entry of its own is left alone: two hooks would gate every command twice.
+
+The settings files are edited as text, not re-serialized: the new entry goes in at the end of its list
+(or its object) in the file's own indentation, and uninstall cuts out the same bytes, so a file that had
+no entry of ours comes back byte for byte and comments are never touched. Each edit is checked: the
+edited text, parsed again, must be the old data with exactly that change, else nothing is written.
+
+Pure parts (text in, text out): `edit_settings`, `codex_trust`, `hook_hash`. The I/O around them:
+`install`, `installed` (for `res doctor`). Import-light: json and os; re, shlex, tomllib and tomlkit
+only where used. Formats and sources: docs/agent-hooks.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re  # json imports it already: free
+from typing import NamedTuple
+
+AGENTS = ("claude", "codex", "gemini")
+TIMEOUT_S = 30
+MAX_FILE = 4 << 20  # a settings file bigger than this is not one
+CODEX_EVENT = "pre_tool_use"  # Codex's label for PreToolUse in a trust key
+
+
+class SettingsError(Exception):
+    """One line, naming the file; nothing was written."""
+
+
+class Spec(NamedTuple):
+    event: str  # the key under "hooks"
+    matcher: str
+    handler: tuple  # the handler's fields in order, "command" standing for the command
+    comments: bool  # the CLI reads the file with // and /* */ comments
+
+
+SPECS = {
+    "claude": Spec("PreToolUse", "Bash", (("type", "command"), ("command", None), ("timeout", TIMEOUT_S)), False),
+    "codex": Spec("PreToolUse", "Bash", (("type", "command"), ("command", None), ("timeout", TIMEOUT_S)), False),
+    "gemini": Spec("BeforeTool", "^run_shell_command$",
+                   (("type", "command"), ("name", "res gate"), ("command", None), ("timeout", TIMEOUT_S * 1000)), True),
+}
+
+
+def hook_command(res: str, cli: str) -> str:
+    """The command a CLI runs: `<res> hook --agent <cli>`, the path quoted for the shell if it must be."""
+    import shlex
+
+    return f"{shlex.quote(res)} hook --agent {cli}"
+
+
+def entry(cli: str, command: str) -> dict:
+    """The matcher group install adds."""
+    spec = SPECS[cli]
+    return {"matcher": spec.matcher, "hooks": [{k: (command if k == "command" else v) for k, v in spec.handler}]}
+
+
+def _words(command: object) -> list[str] | None:
+    if not isinstance(command, str):
+        return None
+    import shlex
+
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return None
+
+
+def is_ours(cli: str, group: object) -> bool:
+    """A group install writes, with any absolute res path: matcher and handler exactly as `entry`."""
+    if not isinstance(group, dict) or set(group) != {"matcher", "hooks"} or group["matcher"] != SPECS[cli].matcher:
+        return False
+    hooks = group["hooks"]
+    if not isinstance(hooks, list) or len(hooks) != 1 or not isinstance(hooks[0], dict):
+        return False
+    handler = hooks[0]
+    spec = dict(SPECS[cli].handler)
+    if set(handler) != set(spec) or any(handler[k] != v for k, v in spec.items() if k != "command"):
+        return False
+    if any(type(handler[k]) is not type(v) for k, v in spec.items() if k != "command"):  # 30 is not 30.0 or True
+        return False
+    words = _words(handler["command"])
+    return words is not None and len(words) == 4 and os.path.isabs(words[0]) and words[1:] == ["hook", "--agent", cli]
+
+
+def _runs_res_hook(handler: object) -> bool:
+    """A handler of someone else's that runs `res hook …` (the snippet of `res hook --print-config`)."""
+    words = _words(handler.get("command")) if isinstance(handler, dict) else None
+    return bool(words) and os.path.basename(words[0]) == "res" and words[1:2] == ["hook"]
+
+
+# ---------------------------------------------------------------- JSON (and JSONC) as text
+
+
+class _Node:
+    """A value in the text: `kind` "{", "[" or "" (a scalar); [start, end) its span; `items` of a container."""
+
+    __slots__ = ("kind", "start", "end", "items")
+
+    def __init__(self, kind: str, start: int):
+        self.kind, self.start, self.end, self.items = kind, start, start, []
+
+
+class _Item:
+    """A member (key set) or element of a container: [start, value.end) its span; `comma` the index of
+    the comma after it, or -1."""
+
+    __slots__ = ("key", "start", "value", "comma")
+
+    def __init__(self, key: str | None, start: int, value: _Node):
+        self.key, self.start, self.value, self.comma = key, start, value, -1
+
+
+class _Doc(NamedTuple):
+    text: str
+    data: dict
+    root: _Node
+    comments: list  # [(start, end)] of every comment
+
+
+def _comments(text: str) -> list[tuple[int, int]]:
+    """The spans of `//` (to the end of the line, the newline not included) and `/* */` comments outside
+    strings: what strip-json-comments, which Gemini CLI reads its settings with, takes out."""
+    found, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            i += 1
+        elif c == "/" and text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            found.append((i, j))
+            i = j
+        elif c == "/" and text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            if j < 0:
+                raise ValueError(f"line {text.count(chr(10), 0, i) + 1}: a /* comment that is never closed")
+            found.append((i, j + 2))
+            i = j + 2
+        else:
+            i += 1
+    return found
+
+
+def _blank(text: str, comments: list[tuple[int, int]]) -> str:
+    """`text` with each comment's characters made spaces (newlines kept): same offsets, plain JSON."""
+    if not comments:
+        return text
+    out, at = [], 0
+    for s, e in comments:
+        out.append(text[at:s])
+        out.append("".join("\n" if ch == "\n" else " " for ch in text[s:e]))
+        at = e
+    out.append(text[at:])
+    return "".join(out)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+_WS = " \t\n\r"
+
+
+def _skip(s: str, i: int) -> int:
+    while i < len(s) and s[i] in _WS:
+        i += 1
+    return i
+
+
+def _tree(s: str, i: int) -> _Node:
+    """The spans of the JSON value at `i` of `s` (valid JSON: json.loads has already read it)."""
+    c = s[i]
+    if c in "{[":
+        node, close = _Node(c, i), "}" if c == "{" else "]"
+        i = _skip(s, i + 1)
+        if s[i] == close:
+            node.end = i + 1
+            return node
+        while True:
+            key, start = None, i
+            if c == "{":
+                end = _STRING.match(s, i).end()
+                key = json.loads(s[i:end])
+                i = _skip(s, _skip(s, end) + 1)  # past the colon
+            value = _tree(s, i)
+            item = _Item(key, start, value)
+            node.items.append(item)
+            i = _skip(s, value.end)
+            if s[i] == ",":
+                item.comma = i
+                i = _skip(s, i + 1)
+                continue
+            node.end = i + 1
+            return node
+    node = _Node("", i)
+    node.end = (_STRING if c == '"' else _SCALAR).match(s, i).end()
+    return node
+
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_SCALAR = re.compile(r"[-+0-9.eEa-z]+")  # a number, true, false, null
+
+
+def _parse(text: str, comments_ok: bool, name: str) -> _Doc:
+    """The document, or SettingsError: not JSON (with comments where the CLI allows them), not an object."""
+    try:
+        comments = _comments(text) if comments_ok else []
+        plain = _blank(text, comments)
+        data = json.loads(plain, parse_constant=_no_constant)
+    except json.JSONDecodeError as e:
+        raise SettingsError(f"{name}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg}); nothing written") from None
+    except (ValueError, RecursionError) as e:
+        raise SettingsError(f"{name}: not valid JSON ({e}); nothing written") from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{name}: not a JSON object; nothing written")
+    try:
+        root = _tree(plain, _skip(plain, 0))
+    except RecursionError:
+        raise SettingsError(f"{name}: nested too deeply; nothing written") from None
+    return _Doc(text, data, root, comments)
+
+
+def _member(node: _Node, key: str, name: str, where: str) -> _Item | None:
+    found = [it for it in node.items if it.key == key]
+    if len(found) > 1:
+        raise SettingsError(f"{name}: {where} has the key {key!r} twice; nothing written")
+    return found[0] if found else None
+
+
+def _has_comment(doc: _Doc, start: int, end: int) -> bool:
+    return any(start <= s and e <= end for s, e in doc.comments)
+
+
+def _line_indent(text: str, pos: int) -> str:
+    """The leading whitespace of the line `pos` is on."""
+    start = text.rfind("\n", 0, pos) + 1
+    end = start
+    while end < len(text) and text[end] in " \t":
+        end += 1
+    return text[start:end]
+
+
+def _starts_line(text: str, pos: int) -> bool:
+    return text[text.rfind("\n", 0, pos) + 1:pos].strip(" \t") == ""
+
+
+class _Style(NamedTuple):
+    unit: str  # one level of indentation
+    compact: bool  # the whole document on one line
+    comma: str  # "," or ", " between items on one line
+    colon: str  # ":" or ": "
+
+
+def _style(doc: _Doc) -> _Style:
+    text, root = doc.text, doc.root
+    unit = "  "
+    for line in text[root.start:root.end].split("\n")[1:]:
+        lead = line[: len(line) - len(line.lstrip(" \t"))]
+        if lead and line.strip():
+            unit = "\t" if lead[0] == "\t" else " " * min(len(lead), 8)
+            break
+    comma, colon = ", ", ": "
+    first = root.items[0] if root.items else None
+    if first is not None:
+        between = text[first.start:first.value.start]
+        colon = ": " if between.endswith((" ", "\t")) else ":"
+        if first.comma >= 0:
+            comma = "," if text[first.comma + 1:first.comma + 2] not in (" ", "\t") else ", "
+    return _Style(unit, "\n" not in text[root.start:root.end], comma, colon)
+
+
+def _render(value: object, indent: str, style: _Style, inline: bool) -> str:
+    """`value` as JSON: on one line (a one-line document, or beside other items on their line), else
+    indented by the file's unit with every line after the first starting at `indent`."""
+    if inline:
+        return json.dumps(value, ensure_ascii=False, separators=(style.comma, style.colon))
+    body = json.dumps(value, ensure_ascii=False, indent=style.unit, separators=(",", style.colon))
+    return body.replace("\n", "\n" + indent)
+
+
+def _item(key: str | None, value: object, indent: str, style: _Style, inline: bool) -> str:
+    body = _render(value, indent, style, inline)
+    return body if key is None else json.dumps(key, ensure_ascii=False) + style.colon + body
+
+
+def _append(doc: _Doc, node: _Node, key: str | None, value: object) -> str:
+    """The text with `value` (a member `key` of an object node, else an element) added at the end of
+    `node`, after any comment there. A comma goes right after the last item (never after a comment)."""
+    text, style = doc.text, _style(doc)
+    if node.items:
+        after_last = node.items[-1].value.end
+        tail = [c for c in doc.comments if after_last <= c[0] and c[1] <= node.end]
+        anchor = tail[-1][1] if tail else after_last
+        last_line_comment = bool(tail) and text.startswith("//", tail[-1][0])
+        if not style.compact and (_starts_line(text, node.items[-1].start) or last_line_comment):
+            indent = _line_indent(text, node.items[-1].start)
+            item = "\n" + indent + _item(key, value, indent, style, False)
+        elif last_line_comment:  # a one-line document ending in a // comment: the item goes on a new line
+            item = "\n" + _item(key, value, "", style, True)
+        else:
+            item = style.comma[1:] + _item(key, value, "", style, True)
+        return text[:after_last] + "," + text[after_last:anchor] + item + text[anchor:]
+    inside = [c for c in doc.comments if node.start < c[0] and c[1] <= node.end]
+    if style.compact and not inside:
+        return text[:node.start + 1] + _item(key, value, "", style, True) + text[node.end - 1:]
+    outer = _line_indent(text, node.start)
+    indent = outer + style.unit
+    item = _item(key, value, indent, style, False)
+    if not inside:
+        return text[:node.start + 1] + "\n" + indent + item + "\n" + outer + text[node.end - 1:]
+    anchor = inside[-1][1]
+    return text[:anchor] + "\n" + indent + item + text[anchor:]
+
+
+def _remove(doc: _Doc, node: _Node, index: int) -> str:
+    """The text without item `index` of `node` and its comma; the comments around it stay."""
+    text, items = doc.text, node.items
+    it = items[index]
+    start, end = it.start, it.value.end
+    if len(items) == 1:
+        if not _has_comment(doc, node.start, node.end):
+            return text[:node.start + 1] + text[node.end - 1:]
+        before = [c[1] for c in doc.comments if node.start < c[0] and c[1] <= start]
+        cut = max(before, default=node.start + 1)
+        return text[:cut] + text[end:]
+    if index > 0:
+        comma = items[index - 1].comma
+        before = [c[1] for c in doc.comments if comma < c[0] and c[1] <= start]
+        cut = max(before, default=comma + 1)
+        return text[:comma] + text[comma + 1:cut] + text[end:]
+    comma = it.comma
+    if not _has_comment(doc, end, comma):
+        return text[:start] + text[_skip(text, comma + 1):]
+    return text[:start] + text[end:comma] + text[comma + 1:]
+
+
+def _replace(doc: _Doc, node: _Node, value: object) -> str:
+    return doc.text[:node.start] + json.dumps(value, ensure_ascii=False) + doc.text[node.end:]
+
+
+# ---------------------------------------------------------------- the edit of one settings file
+
+
+class Change(NamedTuple):
+    text: str  # the file's new text (the old text: nothing to write)
+    outcome: str  # "installed", "updated", "already", "removed", "absent"
+    ours: tuple[int, ...] = ()  # after the edit: the positions in the event's list of our groups with this command
+    removed: tuple[int, ...] = ()  # uninstall: the positions taken out, highest first (each as the list was then)
+    before: str | None = None  # "updated": the command it had
+    note: str = ""  # something the user should know about this file
+
+
+def _groups(doc: _Doc, spec: Spec, name: str) -> tuple[_Item | None, _Item | None, list]:
+    """(the "hooks" member, its event member, the event's list) of a document; SettingsError where
+    they are not an object and a list, or a key is there twice (which one the CLI reads is its call)."""
+    hooks = _member(doc.root, "hooks", name, "the file")
+    if hooks is None:
+        return None, None, []
+    if hooks.value.kind != "{":
+        raise SettingsError(f'{name}: "hooks" is not an object; nothing written')
+    event = _member(hooks.value, spec.event, name, '"hooks"')
+    if event is None:
+        return hooks, None, []
+    if event.value.kind != "[":
+        raise SettingsError(f"{name}: hooks.{spec.event} is not a list; nothing written")
+    return hooks, event, doc.data["hooks"][spec.event]
+
+
+def edit_settings(cli: str, text: str | None, command: str, uninstall: bool = False, name: str = "settings") -> Change:
+    """The settings file's new text with res's hook added (or taken out). `text` None: no file yet.
+    `name` names the file in errors. SettingsError: the file is not what the CLI would read, has its
+    own `res hook` entry (install), or the edit could not be made safely."""
+    spec = SPECS[cli]
+    if cli == "gemini" and "$" in command:  # Gemini CLI expands $VAR in every settings string
+        raise SettingsError(f"{name}: the res path in {command!r} has a '$', which Gemini CLI would expand; "
+                            "nothing written")
+    if text is None or not text.strip():
+        if uninstall:
+            return Change(text or "", "absent")
+        return Change(json.dumps({"hooks": {spec.event: [entry(cli, command)]}}, ensure_ascii=False, indent=2) + "\n",
+                      "installed", (0,))
+    doc = _parse(text, spec.comments, name)
+    hooks, event, groups = _groups(doc, spec, name)
+    ours = [i for i, g in enumerate(groups) if is_ours(cli, g)]
+    theirs = [h.get("command") for i, g in enumerate(groups) if i not in ours and isinstance(g, dict)
+              and isinstance(g.get("hooks"), list) for h in g["hooks"] if _runs_res_hook(h)]
+    if uninstall:
+        if not ours:
+            note = f"it runs `res hook` from an entry of its own ({theirs[0]!r}), left as it is" if theirs else ""
+            return Change(text, "absent", note=note)
+        return _take_out(cli, doc, ours, name)
+    if not ours and theirs:
+        raise SettingsError(f"{name}: already runs `res hook` from an entry of its own ({theirs[0]!r} in "
+                            f"hooks.{spec.event}); remove that entry and run `res hook install` again, or keep it; "
+                            "nothing written")
+    note = _disabled_note(cli, doc.data)
+    exact = tuple(i for i in ours if groups[i]["hooks"][0]["command"] == command)
+    if exact:
+        return Change(text, "already", exact, note=note)
+    want = json.loads(json.dumps(doc.data))
+    if ours:  # ours, from a res at another path: the new command is written over the old one
+        i = ours[0]
+        node = _path(_path(event.value.items[i].value, "hooks").items[0].value, "command")
+        new = _replace(doc, node, command)
+        want["hooks"][spec.event][i]["hooks"][0]["command"] = command
+        _check(new, want, cli, name, command)
+        return Change(new, "updated", (i,), before=groups[i]["hooks"][0]["command"], note=note)
+    group = entry(cli, command)
+    if hooks is None:
+        new = _append(doc, doc.root, "hooks", {spec.event: [group]})
+        want["hooks"] = {spec.event: [group]}
+    elif event is None:
+        new = _append(doc, hooks.value, spec.event, [group])
+        want["hooks"][spec.event] = [group]
+    else:
+        new = _append(doc, event.value, None, group)
+        want["hooks"][spec.event].append(group)
+    _check(new, want, cli, name, command)
+    return Change(new, "installed", (len(groups),), note=note)
+
+
+def _path(node: _Node, key: str) -> _Node:
+    """The value of the last member `key` of an object node (the one JSON readers keep)."""
+    return [it for it in node.items if it.key == key][-1].value
+
+
+def _take_out(cli: str, doc: _Doc, ours: list[int], name: str) -> Change:
+    """Our groups out of the event's list, highest first (the lower positions stay put); then the list,
+    and "hooks", if that left them empty with no comment inside (install added them so)."""
+    spec = SPECS[cli]
+    want = json.loads(json.dumps(doc.data))
+    for i in sorted(ours, reverse=True):
+        _, event, _ = _groups(doc, spec, name)
+        group = event.value.items[i]
+        if _has_comment(doc, group.start, group.value.end):
+            raise SettingsError(f"{name}: res's entry in hooks.{spec.event} has a comment inside; remove it by hand; "
+                                "nothing written")
+        doc = _parse(_remove(doc, event.value, i), spec.comments, name)
+        del want["hooks"][spec.event][i]
+    hooks, event, groups = _groups(doc, spec, name)
+    if not groups and not _has_comment(doc, event.start, event.value.end):
+        doc = _parse(_remove(doc, hooks.value, hooks.value.items.index(event)), spec.comments, name)
+        del want["hooks"][spec.event]
+        hooks, _, _ = _groups(doc, spec, name)
+        if not hooks.value.items and not _has_comment(doc, hooks.start, hooks.value.end):
+            doc = _parse(_remove(doc, doc.root, doc.root.items.index(hooks)), spec.comments, name)
+            del want["hooks"]
+    _check(doc.text, want, cli, name)
+    return Change(doc.text, "removed", removed=tuple(sorted(ours, reverse=True)))
+
+
+def _check(text: str, want: dict, cli: str, name: str, command: str | None = None) -> None:
+    """The edited text must read back as exactly the intended data (in a file whose CLI allows no
+    comments, as plain JSON), else nothing is written and the user is told what to do by hand."""
+    spec = SPECS[cli]
+    try:
+        got = _parse(text, spec.comments, name).data
+    except SettingsError:
+        got = None
+    if got != want:
+        what = (f"add this to the list hooks.{spec.event} by hand: {json.dumps(entry(cli, command))}" if command
+                else f"take res's entry out of hooks.{spec.event} by hand")
+        raise SettingsError(f"{name}: could not edit it safely; nothing written; {what}")
+
+
+def _disabled_note(cli: str, data: dict) -> str:
+    """A setting in the same file that keeps every hook, or this one, from running."""
+    if cli == "claude" and data.get("disableAllHooks") is True:
+        return 'but "disableAllHooks": true in this file turns every hook off'
+    conf = data.get("hooksConfig")
+    if cli == "gemini" and isinstance(conf, dict):
+        if conf.get("enabled") is False:
+            return 'but "hooksConfig.enabled": false in this file turns every hook off'
+        if isinstance(conf.get("disabled"), list) and "res gate" in conf["disabled"]:
+            return 'but "hooksConfig.disabled" in this file lists "res gate"'
+    return ""
+
+
+# ---------------------------------------------------------------- Codex: hook trust
+
+
+def hook_hash(event_label: str, matcher: str | None, command: str, timeout: int | None = 600,
+              is_async: bool = False, status_message: str | None = None) -> str:
+    """The `trusted_hash` Codex 0.171.0 keeps for one command handler: sha256 of the key-sorted compact
+    JSON of {event_name, matcher, hooks: [the handler with its effective timeout and async]}."""
+    import hashlib
+
+    handler = {"type": "command", "command": command, "timeout": max(1, timeout or 600), "async": is_async}
+    if status_message is not None:
+        handler["statusMessage"] = status_message
+    ident: dict = {"event_name": event_label, "hooks": [handler]}
+    if matcher is not None:
+        ident["matcher"] = matcher
+    data = json.dumps(ident, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def trust_key(hooks_path: str, group: int, handler: int = 0) -> str:
+    return f"{hooks_path}:{CODEX_EVENT}:{group}:{handler}"
+
+
+def _key_position(key: str, hooks_path: str) -> tuple[int, int] | None:
+    path, sep, rest = key.rpartition(f":{CODEX_EVENT}:")
+    group, _, handler = rest.partition(":")
+    if not sep or path != hooks_path or not group.isdigit() or not handler.isdigit():
+        return None
+    return int(group), int(handler)
+
+
+def codex_trust(config_text: str | None, hooks_path: str, trusted: dict[int, str], removed: tuple[int, ...] = (),
+                name: str = "config.toml") -> str:
+    """Codex's user config.toml with the trust entries of `hooks_path`'s PreToolUse groups brought in
+    line. The key is positional, so for each position in `removed` (highest first, as Change.removed)
+    its entries go and those of the groups after it move down one; then `trusted` {group: hash} is
+    written for handler 0. Everything else in the file stays, comments included (tomlkit); an edit
+    that does not read back as intended is refused (SettingsError, one line)."""
+    import tomllib
+
+    text = config_text or ""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SettingsError(f"{name}: not valid TOML ({e}); nothing written") from None
+    hooks = data.get("hooks", {})
+    state = hooks.get("state", {}) if isinstance(hooks, dict) else None
+    if not isinstance(state, dict):
+        raise SettingsError(f"{name}: hooks.state is not a table; nothing written")
+    keys = dict(state)
+    steps: list[tuple[str, object]] = []  # (key, None: delete it | the value to set)
+    for r in removed:
+        moved = {}
+        for key in list(keys):
+            pos = _key_position(key, hooks_path)
+            if pos is not None and pos[0] >= r:
+                value = keys.pop(key)
+                steps.append((key, None))
+                if pos[0] > r:
+                    moved[trust_key(hooks_path, pos[0] - 1, pos[1])] = value
+        keys.update(moved)
+        steps += list(moved.items())
+    for group, digest in trusted.items():
+        key = trust_key(hooks_path, group)
+        old = keys.get(key) if isinstance(keys.get(key), dict) else {}
+        if old.get("trusted_hash") != digest:
+            keys[key] = {**old, "trusted_hash": digest}
+            steps.append((key, keys[key]))
+    if keys == state:
+        return text
+    new = _toml_steps(text, steps)
+    want = dict(data)
+    want["hooks"] = {**(hooks if isinstance(hooks, dict) else {}), "state": keys}
+    try:
+        got = tomllib.loads(new)
+    except tomllib.TOMLDecodeError:
+        got = None
+    if got is None or _no_empty_hooks(got) != _no_empty_hooks(want):
+        by_hand = "; ".join(f'[hooks.state."{trust_key(hooks_path, g)}"] trusted_hash = "{h}"' for g, h in trusted.items())
+        raise SettingsError(f"{name}: could not edit it safely; nothing written" + (f"; add by hand: {by_hand}" if by_hand else ""))
+    return new
+
+
+def _no_empty_hooks(data: dict) -> dict:
+    """An empty hooks.state, and then an empty hooks, are as good as none to Codex."""
+    hooks = data.get("hooks")
+    if not isinstance(hooks, dict):
+        return data
+    hooks = {k: v for k, v in hooks.items() if not (k == "state" and v == {})}
+    return {**{k: v for k, v in data.items() if k != "hooks"}, **({"hooks": hooks} if hooks else {})}
+
+
+def _toml_steps(text: str, steps: list[tuple[str, object]]) -> str:
+    """`steps` done on the document with tomlkit: a key of hooks.state deleted (value None) or set (a
+    table, written as `[hooks.state."KEY"]`, or its keys updated where it is already there). Tables
+    that only held what was taken out (no header of their own) go too."""
+    import tomlkit
+    from tomlkit.items import Table
+
+    doc = tomlkit.parse(text)
+    for key, value in steps:
+        if value is None:
+            del doc["hooks"]["state"][key]
+            continue
+        if "hooks" not in doc:
+            doc.append("hooks", tomlkit.table(is_super_table=True))
+        if "state" not in doc["hooks"]:
+            doc["hooks"].append("state", tomlkit.table(is_super_table=True))
+        state = doc["hooks"]["state"]
+        if key in state and isinstance(state[key], dict):
+            for k, v in value.items():
+                if state[key].get(k) != v:
+                    state[key][k] = v
+            continue
+        table = tomlkit.table() if isinstance(state, Table) else tomlkit.inline_table()
+        table.update(value)
+        state[key] = table
+    hooks = doc.get("hooks")
+    if isinstance(hooks, Table):
+        state = hooks.get("state")
+        if isinstance(state, Table) and len(state) == 0 and state.is_super_table():
+            del hooks["state"]
+        if len(hooks) == 0 and hooks.is_super_table():
+            del doc["hooks"]
+    new = tomlkit.dumps(doc)
+    if new.endswith("\n\n") and not text.endswith("\n\n"):  # the blank line tomlkit put before a table now gone
+        new = new.rstrip("\n") + "\n"
+    return new
+
+
+def _project_trusted(config_text: str | None, root: str) -> bool:
+    import tomllib
+
+    try:
+        data = tomllib.loads(config_text or "")
+    except tomllib.TOMLDecodeError:
+        return False
+    project = data.get("projects", {}).get(root) if isinstance(data.get("projects"), dict) else None
+    return isinstance(project, dict) and project.get("trust_level") == "trusted"
+
+
+# ---------------------------------------------------------------- where the files are
+
+
+def _home(environ) -> str:
+    return environ.get("HOME") or os.path.expanduser("~")
+
+
+def codex_home(environ) -> str:
+    """$CODEX_HOME as Codex resolves it (canonical: the trust keys name files by it), else ~/.codex."""
+    if environ.get("CODEX_HOME"):
+        return os.path.realpath(environ["CODEX_HOME"])
+    return os.path.join(_home(environ), ".codex")
+
+
+def project_root(cwd: str) -> str:
+    """The checkout root of `cwd`, else `cwd`."""
+    from reconciler.config.gitrepo import checkout
+
+    found = checkout(cwd)
+    return found[0] if found else os.path.abspath(cwd)
+
+
+def settings_path(cli: str, scope: str, environ, cwd: str | None = None) -> str:
+    if scope == "project":
+        root = project_root(cwd or os.getcwd())
+        return os.path.join(root, {"claude": ".claude/settings.json", "codex": ".codex/hooks.json",
+                                   "gemini": ".gemini/settings.json"}[cli])
+    if cli == "claude":
+        base = environ.get("CLAUDE_CONFIG_DIR") or os.path.join(_home(environ), ".claude")
+        return os.path.join(os.path.abspath(base), "settings.json")
+    if cli == "codex":
+        return os.path.join(codex_home(environ), "hooks.json")
+    return os.path.join(os.path.abspath(environ.get("GEMINI_CLI_HOME") or _home(environ)), ".gemini", "settings.json")
+
+
+def res_program() -> str:
+    """The absolute path of the `res` to run: the one on PATH, else the one running."""
+    import shutil
+    import sys
+
+    found = shutil.which("res")
+    return os.path.abspath(found or (sys.argv[0] if sys.argv and sys.argv[0] else "res"))
+
+
+# ---------------------------------------------------------------- files
+
+
+def _read(path: str) -> tuple[str | None, int | None]:
+    """(the file's text, its mode), (None, None) if it does not exist. SettingsError: a symlink, not a
+    regular file, too big, not UTF-8, unreadable."""
+    from reconciler.config.files import FileProblem, read_fd
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, None
+    except OSError as e:
+        if os.path.islink(path):
+            raise SettingsError(f"{path}: is a symlink; not following it (edit the file it points to); nothing written") from None
+        raise SettingsError(f"{path}: {e.strerror}; nothing written") from None
+    try:
+        data, st = read_fd(fd, MAX_FILE)
+    except FileProblem as e:
+        raise SettingsError(f"{path}: {e}; nothing written") from None
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8"), st.st_mode & 0o7777
+    except UnicodeDecodeError:
+        raise SettingsError(f"{path}: not UTF-8; nothing written") from None
+
+
+def _mkdirs(path: str) -> None:
+    """Create `path` and its missing parents, each 0700."""
+    missing = []
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            if not os.path.isdir(d):
+                raise
+
+
+def _write(path: str, text: str, mode: int | None) -> None:
+    """Replace `path` with `text`: a temp file in the same directory, fsync, rename over it (a reader
+    sees the old file or the new one). Mode: the old file's, else 0600."""
+    import time
+
+    directory = os.path.dirname(path)
+    _mkdirs(directory)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.res-{os.getpid()}-{time.monotonic_ns()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600 if mode is None else mode)
+        view = memoryview(text.encode("utf-8"))
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        if os.path.islink(path):  # appeared since we read it
+            raise SettingsError(f"{path}: is a symlink; not following it; nothing written")
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _what(cli: str, command: str) -> str:
+    spec = SPECS[cli]
+    return f"{spec.event} {spec.matcher} -> {command}"
+
+
+def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: str) -> list[str]:
+    """The lines for one CLI; SettingsError (one line) when nothing could be done."""
+    command = hook_command(res, cli)
+    path = settings_path(cli, scope, environ, cwd)
+    text, mode = _read(path)
+    change = edit_settings(cli, text, command, uninstall, name=path)
+    config = trusted = None
+    if cli == "codex":
+        config = os.path.join(codex_home(environ), "config.toml")
+        config_text, config_mode = _read(config)
+        digest = hook_hash(CODEX_EVENT, SPECS[cli].matcher, command, TIMEOUT_S)
+        wanted = {} if uninstall else {i: digest for i in change.ours
+                                       if json.loads(_parse(change.text, False, path).text)["hooks"]["PreToolUse"][i]
+                                       ["hooks"][0]["command"] == command}
+        trusted = codex_trust(config_text, path, wanted, change.removed, name=config)
+        trusted = None if trusted == (config_text or "") else trusted
+    if change.text != (text or "") and change.outcome != "absent":
+        _write(path, change.text, mode)
+    if trusted is not None:
+        _write(config, trusted, config_mode)
+    lines = [_line(cli, change, path, command, config if trusted is not None else None)]
+    if not uninstall and scope == "project":
+        root = project_root(cwd)
+        if cli == "codex" and not _project_trusted(config_text, root):
+            lines.append(f"codex: note: Codex reads {path} only in a trusted project (say yes when codex asks, "
+                         f"or [projects.\"{root}\"] trust_level = \"trusted\" in {config})")
+        if cli == "gemini":
+            lines.append(f"gemini: note: Gemini CLI reads {path} only when started in {root}, in a trusted folder")
+    return lines
+
+
+def _line(cli: str, change: Change, path: str, command: str, config: str | None) -> str:
+    trust = f"; trusted in {config}" if config and change.outcome != "removed" else ""
+    if change.outcome == "removed":
+        line = f"{cli}: removed from {path}" + (f" (its trust entries in {config} brought in line)" if config else "")
+    elif change.outcome == "absent":
+        line = f"{cli}: not installed in {path}" + (f" ({change.note})" if change.note else "")
+        return line if not config else line + f"; stale trust entries removed from {config}"
+    elif change.outcome == "already" and not trust:
+        line = f"{cli}: already installed in {path} ({_what(cli, command)})"
+    elif change.outcome == "updated":
+        line = f"{cli}: updated in {path} ({_what(cli, command)}, was {change.before}{trust})"
+    else:
+        verb = "installed" if change.outcome == "installed" else "already installed"
+        line = f"{cli}: {verb} in {path} ({_what(cli, command)}{trust})"
+    return line + (f"; {change.note}" if change.note and change.outcome != "absent" else "")
+
+
+def install(agent: str = "all", scope: str = "user", uninstall: bool = False, environ=None, cwd: str | None = None,
+            res: str | None = None) -> tuple[int, list[str]]:
+    """`res hook install [--agent claude|codex|gemini|all] [--user|--project] [--uninstall]`: (exit
+    code, lines). One line per CLI (and a note where the CLI needs more than the file); a CLI whose file
+    cannot be edited gets one `res: …` line and exit code 1, the others are still done."""
+    environ = os.environ if environ is None else environ
+    cwd = cwd or os.getcwd()
+    res = res or res_program()
+    code, lines = 0, []
+    for cli in AGENTS if agent == "all" else (agent,):
+        try:
+            lines += install_one(cli, scope, uninstall, environ, cwd, res)
+        except SettingsError as e:
+            code = 1
+            lines.append(f"res: {cli}: {e}")
+        except OSError as e:
+            code = 1
+            lines.append(f"res: {cli}: {e.filename or ''}: {e.strerror or e}; nothing more written".replace(": :", ":"))
+    return code, lines
+
+
+def installed(agent: str, scope: str = "user", home_env=None, cwd: str | None = None) -> bool | None:
+    """Whether `agent`'s settings file (and, for Codex, its trust in config.toml) has res's hook, from
+    any res path: True, False, or None when a file cannot be read."""
+    environ = os.environ if home_env is None else home_env
+    try:
+        path = settings_path(agent, scope, environ, cwd)
+        text, _ = _read(path)
+        if text is None or not text.strip():
+            return False
+        data = _parse(text, SPECS[agent].comments, path).data
+        hooks = data.get("hooks")
+        groups = hooks.get(SPECS[agent].event) if isinstance(hooks, dict) else None
+        ours = [g for g in groups if is_ours(agent, g)] if isinstance(groups, list) else []
+        if not ours or agent != "codex":
+            return bool(ours)
+        import tomllib
+
+        config, _ = _read(os.path.join(codex_home(environ), "config.toml"))
+        state = tomllib.loads(config or "").get("hooks", {}).get("state", {})
+        for i, g in enumerate(groups):
+            if is_ours(agent, g):
+                got = state.get(trust_key(path, i)) if isinstance(state, dict) else None
+                digest = hook_hash(CODEX_EVENT, SPECS[agent].matcher, g["hooks"][0]["command"], TIMEOUT_S)
+                if isinstance(got, dict) and got.get("trusted_hash") == digest:
+                    return True
+        return False
+    except (SettingsError, OSError, ValueError, AttributeError):
+        return None
