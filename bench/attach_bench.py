@@ -235,9 +235,9 @@ def _rss_kb(pid: int) -> dict[str, int]:
 
 
 def bench_loop_idle(report: Report, smoke: bool) -> None:
-    """j: `res serve` with nothing to do (no pass between its looks: a few stats and a listing of
-    /proc every tick_s, a pass every 60 s): CPU as a share of one core, memory against a bare
-    interpreter's and against 35 MB."""
+    """j: `res serve` with nothing to do (the kernel tells it of file changes and note owners' ends:
+    no look between its passes, a pass every 60 s as the safety net): CPU as a share of one core,
+    memory against a bare interpreter's and against 35 MB."""
     import subprocess
     import sys
 
@@ -245,7 +245,7 @@ def bench_loop_idle(report: Report, smoke: bool) -> None:
     env = ResEnv("j")
     bare = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1e6)"])
     # What a wake-up costs on this machine, whoever wakes: a bare python3 that does what a look does
-    # (four stats and a read of /proc/loadavg) every 5 s, as an idle loop does. On some virtual
+    # (four stats and a read of /proc/loadavg) once a minute, as an idle loop wakes. On some virtual
     # machines the first instructions after a sleep run many times slower than the same ones hot.
     waker = subprocess.Popen([sys.executable, "-c", WAKER])
     try:
@@ -263,7 +263,7 @@ def bench_loop_idle(report: Report, smoke: bool) -> None:
                    f"{cpu * 100:.3f} % of a core over {seconds} s (the scheduler's own run time)",
                    "≤ 1×", cpu <= 0.0005),
             Figure("j", "loop idle CPU / a bare python3 waking as often", cpu / woke if woke else float("nan"),
-                   f"{cpu * 100:.3f} % vs {woke * 100:.3f} % of a core: this machine's cost of waking every 5 s"),
+                   f"{cpu * 100:.3f} % vs {woke * 100:.3f} % of a core: this machine's cost of waking once a minute"),
             Figure("j", "loop idle memory / 35 MB", rss_mb / 35,
                    f"RSS {rss_mb:.0f} MB (peak {mem['VmHWM'] / 1024:.0f} MB) vs {base['VmRSS'] / 1024:.0f} MB for a bare python3",
                    "≤ 1×", rss_mb <= 35),
@@ -279,7 +279,7 @@ WAKER = """
 import os, time
 paths = ["/nonexistent/queue.toml", "/nonexistent/game.toml", "/etc/hostname", "/nonexistent/policy.toml"]
 while True:
-    time.sleep(5)
+    time.sleep(60)
     for p in paths:
         try:
             os.stat(p)

@@ -170,8 +170,15 @@ def _game_args(gm: argparse.ArgumentParser) -> None:
 
 
 def _hook_args(hk: argparse.ArgumentParser) -> None:
-    hk.add_argument("--agent", choices=("claude", "codex", "gemini"), default=None,
-                    help="the CLI whose hook input comes on stdin (default: told by its shape)")
+    hk.add_argument("action", nargs="?", choices=("install",),
+                    help="install: write the hook into the agent CLIs' own settings (--uninstall: take it out)")
+    hk.add_argument("--agent", choices=("claude", "codex", "gemini", "all"), default=None,
+                    help="the CLI whose hook input comes on stdin (default: told by its shape); with install, "
+                         "which CLIs (default all)")
+    where = hk.add_mutually_exclusive_group()
+    where.add_argument("--user", dest="scope", action="store_const", const="user", help="install: the user's settings (default)")
+    where.add_argument("--project", dest="scope", action="store_const", const="project", help="install: this checkout's settings")
+    hk.add_argument("--uninstall", action="store_true", help="install: take out what install wrote")
     hk.add_argument("--print-config", action="store_true", help="print the settings.json snippet")
 
 
@@ -346,6 +353,15 @@ def cmd_game(a, paths: Paths) -> int:
 def cmd_hook(a, paths: Paths) -> int:
     from reconciler.commands.hook import print_config, run
 
+    if a.action == "install":
+        from reconciler.commands.hookinstall import install
+
+        code, lines = install(a.agent or "all", a.scope or "user", a.uninstall)
+        for line in lines:  # each on its own stream: a failed CLI does not send the others' lines to stderr
+            print(line, file=sys.stderr if line.startswith("res: ") else sys.stdout)
+        return code
+    if a.scope or a.uninstall or a.agent == "all":
+        raise Fail("res: --user, --project, --uninstall and --agent all go with `res hook install`", 2)
     if a.print_config:
         print(print_config())
         return 0

@@ -225,4 +225,21 @@ def cmd_doctor(paths: Paths, policy) -> tuple[int, list[str]]:
     except OSError:
         pass  # no cwd: nothing to say about a repository
     gather_cluster(facts, paths, policy)
+    facts.gates = gather_gates(os.environ)
     return decide(facts)
+
+
+def gather_gates(environ) -> tuple[tuple[str, bool | None, str], ...]:
+    """Each agent CLI installed here (on PATH, or its settings directory exists) and whether the gate
+    is in its user settings (commands/hookinstall.py)."""
+    import shutil
+
+    from reconciler.commands.hookinstall import installed, settings_path
+
+    out = []
+    for cli in ("claude", "codex", "gemini"):
+        where = settings_path(cli, "user", environ)
+        if shutil.which(cli) is None and not os.path.isdir(os.path.dirname(where)):
+            continue
+        out.append((cli, installed(cli, "user", environ), where))
+    return tuple(out)

@@ -298,6 +298,17 @@ def _ask_loop(environ, size: dict) -> dict | None:
     return got if isinstance(got, dict) else None
 
 
+def _announce(environ) -> None:
+    """A new agent session (its CLI's SessionStart hook): tell the loop, which adopts it in a pass now
+    (the loop's own look for new sessions runs only once a minute). Nothing if no loop listens."""
+    from reconciler.loop.client import ask
+
+    try:
+        ask(os.path.join(state_dir(environ), "serve.sock"), {"op": "session"}, timeout=1.0)
+    except Exception:  # noqa: BLE001 - no loop, a slow one: the look finds the session later
+        pass
+
+
 def main(stdin_text: str, environ, now: float | None = None, told: str | None = None, ask=None,
          res_path: str | None = None) -> tuple[str, int]:
     """(what to print on stdout, exit code) for one hook call. The exit code is always 0; the text is
@@ -315,6 +326,9 @@ def main(stdin_text: str, environ, now: float | None = None, told: str | None = 
             return "", 0
         from reconciler.core.hooks import deny_output, may_rewrite, read_call, rewrite_output
 
+        if isinstance(event, dict) and event.get("hook_event_name") == "SessionStart":
+            _announce(environ)
+            return "", 0
         call = read_call(event, told)
         if call is None:
             return "", 0

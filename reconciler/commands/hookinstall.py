@@ -19,8 +19,8 @@ no entry of ours comes back byte for byte and comments are never touched. Each e
 edited text, parsed again, must be the old data with exactly that change, else nothing is written.
 
 Pure parts (text in, text out): `edit_settings`, `codex_trust`, `hook_hash`. The I/O around them:
-`install`, `installed` (for `res doctor`). Import-light: json and os; re, shlex, tomllib and tomlkit
-only where used. Formats and sources: docs/agent-hooks.md.
+`install`, `installed` (for `res doctor`). Import-light: json, os and re (which json loads anyway);
+shlex, tomllib and tomlkit only where used. Formats and sources: docs/agent-hooks.md.
 """
 from __future__ import annotations
 
@@ -224,7 +224,8 @@ def _parse(text: str, comments_ok: bool, name: str) -> _Doc:
         plain = _blank(text, comments)
         data = json.loads(plain, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
-        raise SettingsError(f"{name}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg}); nothing written") from None
+        raise SettingsError(f"{name}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg}); "
+                            "nothing written") from None
     except (ValueError, RecursionError) as e:
         raise SettingsError(f"{name}: not valid JSON ({e}); nothing written") from None
     if not isinstance(data, dict):
@@ -275,14 +276,17 @@ def _style(doc: _Doc) -> _Style:
         if lead and line.strip():
             unit = "\t" if lead[0] == "\t" else " " * min(len(lead), 8)
             break
-    comma, colon = ", ", ": "
-    first = root.items[0] if root.items else None
-    if first is not None:
-        between = text[first.start:first.value.start]
-        colon = ": " if between.endswith((" ", "\t")) else ":"
-        if first.comma >= 0:
-            comma = "," if text[first.comma + 1:first.comma + 2] not in (" ", "\t") else ", "
-    return _Style(unit, "\n" not in text[root.start:root.end], comma, colon)
+    comma = colon = None
+    todo = [root]
+    while todo and (comma is None or colon is None):  # the first comma and colon, breadth first
+        node = todo.pop(0)
+        for it in node.items:
+            if colon is None and it.key is not None:
+                colon = ": " if text[it.start:it.value.start].endswith((" ", "\t")) else ":"
+            if comma is None and it.comma >= 0:
+                comma = ", " if text[it.comma + 1:it.comma + 2] in (" ", "\t") else ","
+            todo.append(it.value)
+    return _Style(unit, "\n" not in text[root.start:root.end], comma or ", ", colon or ": ")
 
 
 def _render(value: object, indent: str, style: _Style, inline: bool) -> str:
@@ -451,18 +455,27 @@ def _take_out(cli: str, doc: _Doc, ours: list[int], name: str) -> Change:
         if _has_comment(doc, group.start, group.value.end):
             raise SettingsError(f"{name}: res's entry in hooks.{spec.event} has a comment inside; remove it by hand; "
                                 "nothing written")
-        doc = _parse(_remove(doc, event.value, i), spec.comments, name)
+        doc = _reparse(_remove(doc, event.value, i), cli, name)
         del want["hooks"][spec.event][i]
     hooks, event, groups = _groups(doc, spec, name)
     if not groups and not _has_comment(doc, event.start, event.value.end):
-        doc = _parse(_remove(doc, hooks.value, hooks.value.items.index(event)), spec.comments, name)
+        doc = _reparse(_remove(doc, hooks.value, hooks.value.items.index(event)), cli, name)
         del want["hooks"][spec.event]
         hooks, _, _ = _groups(doc, spec, name)
         if not hooks.value.items and not _has_comment(doc, hooks.start, hooks.value.end):
-            doc = _parse(_remove(doc, doc.root, doc.root.items.index(hooks)), spec.comments, name)
+            doc = _reparse(_remove(doc, doc.root, doc.root.items.index(hooks)), cli, name)
             del want["hooks"]
     _check(doc.text, want, cli, name)
     return Change(doc.text, "removed", removed=tuple(sorted(ours, reverse=True)))
+
+
+def _reparse(text: str, cli: str, name: str) -> _Doc:
+    """A step of an edit read back; one that does not read is refused as in _check."""
+    try:
+        return _parse(text, SPECS[cli].comments, name)
+    except SettingsError:
+        _check(text, {}, cli, name)
+        raise
 
 
 def _check(text: str, want: dict, cli: str, name: str, command: str | None = None) -> None:
@@ -570,8 +583,10 @@ def codex_trust(config_text: str | None, hooks_path: str, trusted: dict[int, str
     except tomllib.TOMLDecodeError:
         got = None
     if got is None or _no_empty_hooks(got) != _no_empty_hooks(want):
-        by_hand = "; ".join(f'[hooks.state."{trust_key(hooks_path, g)}"] trusted_hash = "{h}"' for g, h in trusted.items())
-        raise SettingsError(f"{name}: could not edit it safely; nothing written" + (f"; add by hand: {by_hand}" if by_hand else ""))
+        by_hand = "; ".join(f'[hooks.state."{trust_key(hooks_path, g)}"] trusted_hash = "{h}"'
+                            for g, h in trusted.items())
+        raise SettingsError(f"{name}: could not edit it safely; nothing written"
+                            + (f"; add by hand: {by_hand}" if by_hand else ""))
     return new
 
 
@@ -606,8 +621,13 @@ def _toml_steps(text: str, steps: list[tuple[str, object]]) -> str:
                 if state[key].get(k) != v:
                     state[key][k] = v
             continue
-        table = tomlkit.table() if isinstance(state, Table) else tomlkit.inline_table()
-        table.update(value)
+        if isinstance(state, Table):
+            table = tomlkit.table()
+            table.update(value)
+            table.add(tomlkit.nl())  # a blank line before whatever table follows
+        else:
+            table = tomlkit.inline_table()
+            table.update(value)
         state[key] = table
     hooks = doc.get("hooks")
     if isinstance(hooks, Table):
@@ -617,7 +637,7 @@ def _toml_steps(text: str, steps: list[tuple[str, object]]) -> str:
         if len(hooks) == 0 and hooks.is_super_table():
             del doc["hooks"]
     new = tomlkit.dumps(doc)
-    if new.endswith("\n\n") and not text.endswith("\n\n"):  # the blank line tomlkit put before a table now gone
+    if new.endswith("\n\n") and not text.endswith("\n\n"):  # a blank line before or after a table, at the end
         new = new.rstrip("\n") + "\n"
     return new
 
@@ -691,7 +711,8 @@ def _read(path: str) -> tuple[str | None, int | None]:
         return None, None
     except OSError as e:
         if os.path.islink(path):
-            raise SettingsError(f"{path}: is a symlink; not following it (edit the file it points to); nothing written") from None
+            raise SettingsError(f"{path}: is a symlink; not following it (edit the file it points to); "
+                                "nothing written") from None
         raise SettingsError(f"{path}: {e.strerror}; nothing written") from None
     try:
         data, st = read_fd(fd, MAX_FILE)
@@ -769,61 +790,53 @@ def _what(cli: str, command: str) -> str:
 
 
 def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: str) -> list[str]:
-    """The lines for one CLI; SettingsError (one line) when nothing could be done."""
+    """Install (or uninstall) for one CLI: its line, and a note where the CLI needs more than the file.
+    SettingsError (one line): nothing was written for this CLI."""
     command = hook_command(res, cli)
     path = settings_path(cli, scope, environ, cwd)
     text, mode = _read(path)
     change = edit_settings(cli, text, command, uninstall, name=path)
-    config = trusted = None
-    if cli == "codex":
+    config = config_text = new_config = None
+    if cli == "codex":  # read and edited before anything is written: a broken config.toml stops both files
         config = os.path.join(codex_home(environ), "config.toml")
         config_text, config_mode = _read(config)
         digest = hook_hash(CODEX_EVENT, SPECS[cli].matcher, command, TIMEOUT_S)
-        wanted = {} if uninstall else {i: digest for i in change.ours
-                                       if json.loads(_parse(change.text, False, path).text)["hooks"]["PreToolUse"][i]
-                                       ["hooks"][0]["command"] == command}
-        trusted = codex_trust(config_text, path, wanted, change.removed, name=config)
-        trusted = None if trusted == (config_text or "") else trusted
+        new_config = codex_trust(config_text, path, {i: digest for i in change.ours}, change.removed, name=config)
+        if new_config == (config_text or ""):
+            new_config = None
     if change.text != (text or "") and change.outcome != "absent":
         _write(path, change.text, mode)
-    if trusted is not None:
-        _write(config, trusted, config_mode)
-    lines = [_line(cli, change, path, command, config if trusted is not None else None)]
+    if new_config is not None:
+        _write(config, new_config, config_mode)
+    spec, what = SPECS[cli], _what(cli, command)
+    line = {"installed": f"{cli}: installed in {path} ({what})",
+            "updated": f"{cli}: updated in {path} ({what}; was {change.before})",
+            "already": f"{cli}: already installed in {path} ({what})",
+            "removed": f"{cli}: removed from {path}",
+            "absent": f"{cli}: not installed in {path}"}[change.outcome]
+    if new_config is not None:
+        line += f"; trusted in {config}" if change.ours else f"; its trust entries brought in line in {config}"
+    if change.note:
+        line += f"; {change.note}"
+    lines = [line]
     if not uninstall and scope == "project":
         root = project_root(cwd)
         if cli == "codex" and not _project_trusted(config_text, root):
-            lines.append(f"codex: note: Codex reads {path} only in a trusted project (say yes when codex asks, "
-                         f"or [projects.\"{root}\"] trust_level = \"trusted\" in {config})")
+            lines.append(f"codex: note: Codex reads {path} only in a trusted project (say yes when codex asks, or set "
+                         f'[projects."{root}"] trust_level = "trusted" in {config})')
         if cli == "gemini":
             lines.append(f"gemini: note: Gemini CLI reads {path} only when started in {root}, in a trusted folder")
     return lines
 
 
-def _line(cli: str, change: Change, path: str, command: str, config: str | None) -> str:
-    trust = f"; trusted in {config}" if config and change.outcome != "removed" else ""
-    if change.outcome == "removed":
-        line = f"{cli}: removed from {path}" + (f" (its trust entries in {config} brought in line)" if config else "")
-    elif change.outcome == "absent":
-        line = f"{cli}: not installed in {path}" + (f" ({change.note})" if change.note else "")
-        return line if not config else line + f"; stale trust entries removed from {config}"
-    elif change.outcome == "already" and not trust:
-        line = f"{cli}: already installed in {path} ({_what(cli, command)})"
-    elif change.outcome == "updated":
-        line = f"{cli}: updated in {path} ({_what(cli, command)}, was {change.before}{trust})"
-    else:
-        verb = "installed" if change.outcome == "installed" else "already installed"
-        line = f"{cli}: {verb} in {path} ({_what(cli, command)}{trust})"
-    return line + (f"; {change.note}" if change.note and change.outcome != "absent" else "")
-
-
 def install(agent: str = "all", scope: str = "user", uninstall: bool = False, environ=None, cwd: str | None = None,
             res: str | None = None) -> tuple[int, list[str]]:
     """`res hook install [--agent claude|codex|gemini|all] [--user|--project] [--uninstall]`: (exit
-    code, lines). One line per CLI (and a note where the CLI needs more than the file); a CLI whose file
-    cannot be edited gets one `res: …` line and exit code 1, the others are still done."""
+    code, lines). One line per CLI; a CLI whose files cannot be edited gets one `res: …` line (nothing
+    written for it) and the exit code 1, and the others are still done."""
     environ = os.environ if environ is None else environ
     cwd = cwd or os.getcwd()
-    res = res or res_program()
+    res = os.path.abspath(res or res_program())  # `ours` is an absolute path
     code, lines = 0, []
     for cli in AGENTS if agent == "all" else (agent,):
         try:
@@ -833,35 +846,37 @@ def install(agent: str = "all", scope: str = "user", uninstall: bool = False, en
             lines.append(f"res: {cli}: {e}")
         except OSError as e:
             code = 1
-            lines.append(f"res: {cli}: {e.filename or ''}: {e.strerror or e}; nothing more written".replace(": :", ":"))
+            where = f"{e.filename}: " if e.filename else ""
+            lines.append(f"res: {cli}: {where}{e.strerror or e}")
     return code, lines
 
 
 def installed(agent: str, scope: str = "user", home_env=None, cwd: str | None = None) -> bool | None:
-    """Whether `agent`'s settings file (and, for Codex, its trust in config.toml) has res's hook, from
-    any res path: True, False, or None when a file cannot be read."""
+    """Whether `agent`'s settings file has res's hook (from any res path) and, for Codex, its trust
+    entry in config.toml (an untrusted hook never runs): True or False; None when a file cannot be read."""
     environ = os.environ if home_env is None else home_env
+    spec = SPECS[agent]
     try:
         path = settings_path(agent, scope, environ, cwd)
         text, _ = _read(path)
         if text is None or not text.strip():
             return False
-        data = _parse(text, SPECS[agent].comments, path).data
-        hooks = data.get("hooks")
-        groups = hooks.get(SPECS[agent].event) if isinstance(hooks, dict) else None
-        ours = [g for g in groups if is_ours(agent, g)] if isinstance(groups, list) else []
-        if not ours or agent != "codex":
+        doc = _parse(text, spec.comments, path)
+        groups = _groups(doc, spec, path)[2]
+        ours = [i for i, g in enumerate(groups) if is_ours(agent, g)]
+        if agent != "codex" or not ours:
             return bool(ours)
         import tomllib
 
         config, _ = _read(os.path.join(codex_home(environ), "config.toml"))
-        state = tomllib.loads(config or "").get("hooks", {}).get("state", {})
-        for i, g in enumerate(groups):
-            if is_ours(agent, g):
-                got = state.get(trust_key(path, i)) if isinstance(state, dict) else None
-                digest = hook_hash(CODEX_EVENT, SPECS[agent].matcher, g["hooks"][0]["command"], TIMEOUT_S)
-                if isinstance(got, dict) and got.get("trusted_hash") == digest:
-                    return True
+        hooks = tomllib.loads(config or "").get("hooks")
+        state = hooks.get("state") if isinstance(hooks, dict) else None
+        state = state if isinstance(state, dict) else {}
+        for i in ours:
+            got = state.get(trust_key(path, i))
+            want = hook_hash(CODEX_EVENT, spec.matcher, groups[i]["hooks"][0]["command"], TIMEOUT_S)
+            if isinstance(got, dict) and got.get("trusted_hash") == want:
+                return True
         return False
-    except (SettingsError, OSError, ValueError, AttributeError):
+    except (SettingsError, OSError, ValueError):  # tomllib's errors are ValueErrors
         return None

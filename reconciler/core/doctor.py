@@ -44,6 +44,9 @@ class Facts:
     rules_repo: str = ""
     rules_files: tuple[str, ...] = ()  # CLAUDE.md / AGENTS.md there
     rules_mention: tuple[str, ...] = ()  # those of them that mention res
+    # The agent CLIs on this machine and the gate (`res hook install`): (cli, gated (None: its settings
+    # file cannot be read), where it is gated or would be).
+    gates: tuple[tuple[str, bool | None, str], ...] = ()
 
 
 def decide(f: Facts) -> tuple[int, list[str]]:
@@ -125,6 +128,14 @@ def decide(f: Facts) -> tuple[int, list[str]]:
     if f.cluster_checked:
         _cluster(f, good, fix)
 
+    for cli, gated, where in f.gates:
+        if gated:
+            good(f"{cli}: gated (res hook in {where})")
+        elif gated is None:
+            note(f"{cli}: whether it is gated is not known", f"{where} cannot be read")
+        else:
+            note(f"{cli} is on this machine and not gated: its heavy commands run without asking res",
+                 f"res hook install --agent {cli} (writes {where})")
     if f.rules_repo:
         _rules(f, good, note)
     for warning in f.policy_warnings:

@@ -159,6 +159,7 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
         await stopping.wait()
     finally:
         scheduler.shutdown(wait=False)
+        scheduler.res_events.close()
         server.close()
         await server.wait_closed()
         if ticker.task is not None:
@@ -214,6 +215,13 @@ WRITE_WAIT_S = 0.1
 IDLE_LOOK_S = 5.0
 
 
+def _existing(d: str) -> str:
+    """`d`, or its nearest ancestor that exists (a policy directory made later is found by a look)."""
+    while d and not os.path.isdir(d) and os.path.dirname(d) != d:
+        d = os.path.dirname(d)
+    return d or "/"
+
+
 def _scheduled(engine, ticker: "Ticker", policy):
     """APScheduler's jobs on this event loop (coroutines, so they run on it, not in a thread):
     - `due`: re-armed after every pass for the time it asked for (core/wake.py: entries waiting for
@@ -243,15 +251,27 @@ def _scheduled(engine, ticker: "Ticker", policy):
             log.debug("a pass: %s", why)
             ticker.kick()
 
+    from reconciler.loop.events import Events
+
+    loop = asyncio.get_running_loop()
+    # The kernel says when a desired or policy file is written and when a note's owner ends (a look
+    # then, and a pass if it finds a change); without inotify or pidfds the loop looks every few seconds.
+    events = Events([_existing(d) for d in (str(engine.paths.desired), *(os.path.dirname(f) for f in policy_files))],
+                    lambda: loop.create_task(look_now()))
     looking_every = [policy.tick_s]
 
     def rearm() -> None:
         look.owners = set(engine.note_owners)
         at = engine.next_at
-        # An idle loop (nothing due by the clock: nothing queued, live or noted) looks less often: a
-        # wake-up costs ~0.3-0.4 ms of CPU here whatever it does, and nothing an agent does waits
-        # on a look (requests come on the socket, unit ends as signals).
-        every = engine.policy.tick_s if at is not None or look.owners else max(engine.policy.tick_s, IDLE_LOOK_S)
+        # With the kernel's events, what a look finds is told as it happens: the look is only the slow
+        # safety net (and finds agent sessions that did not announce themselves through a hook).
+        # Without them, an idle loop (nothing due by the clock) looks less often than a busy one: a
+        # wake-up costs CPU whatever it does, and nothing an agent does waits on a look (requests
+        # come on the socket, unit ends as signals).
+        if events.ok and events.owners(look.owners):
+            every = SAFETY_NET_S
+        else:
+            every = engine.policy.tick_s if at is not None or look.owners else max(engine.policy.tick_s, IDLE_LOOK_S)
         if every != looking_every[0]:
             looking_every[0] = every
             scheduler.reschedule_job("look", trigger="interval", seconds=every)
@@ -272,10 +292,13 @@ def _scheduled(engine, ticker: "Ticker", policy):
         async def cleanup() -> None:
             await auto_clean(engine, default_roots(os.getuid()), time.time())
 
-        scheduler.add_job(cleanup, "interval", seconds=60, id="clean", max_instances=1, coalesce=True)
+        # at most every clean_every_minutes (auto_clean says when it is due): no wake-up more often
+        scheduler.add_job(cleanup, "interval", seconds=max(60.0, policy.clean_every_minutes * 60 / 2), id="clean",
+                          max_instances=1, coalesce=True)
     scheduler.add_job(look_now, "interval", seconds=policy.tick_s, id="look", max_instances=1, coalesce=True)
     scheduler.add_job(kick, "interval", seconds=SAFETY_NET_S, id="safety", max_instances=1, coalesce=True)
     scheduler.start()
+    scheduler.res_events = events  # closed with the scheduler (serve())
     return scheduler
 
 
@@ -493,6 +516,11 @@ async def answer_request(engine, ticker: Ticker, req: dict, reader=None, say=Non
         except (KeyError, TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
             return {"code": 2, "line": f"res: gate: bad size: {' '.join(str(e).split())[:200]}"}
         return {"code": 0, "line": answer.get("line") or "", "answer": answer}
+    elif op == "session":
+        # An agent session started (its CLI's SessionStart hook, through `res hook`): a pass now
+        # adopts it, instead of the next look finding it.
+        ticker.kick()
+        return {"code": 0, "line": "noted"}
     elif op == "ping":
         return {"code": 0, "line": f"pid {os.getpid()}", "code_id": engine.code_id}
     else:

@@ -172,3 +172,16 @@ def test_fstype_of_tmp():
     assert fstype_of("/tmp", "") is None
 
 
+
+
+def test_which_agent_clis_are_gated():
+    code, lines = decide(healthy(gates=(("claude", True, "/home/u/.claude/settings.json"),
+                                        ("codex", False, "/home/u/.codex/hooks.json"),
+                                        ("gemini", None, "/home/u/.gemini/settings.json"))))
+    assert code == 0  # a CLI without the gate is worth knowing, not a gap in what res needs
+    assert lines[-3:] == [
+        "ok   claude: gated (res hook in /home/u/.claude/settings.json)",
+        "note codex is on this machine and not gated: its heavy commands run without asking res: "
+        "res hook install --agent codex (writes /home/u/.codex/hooks.json)",
+        "note gemini: whether it is gated is not known: /home/u/.gemini/settings.json cannot be read",
+    ]

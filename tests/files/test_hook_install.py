@@ -1,0 +1,723 @@
+"""`res hook install`: the gate's hook written into each agent CLI's own settings file, and taken out
+again (file tier: a temporary HOME, CLAUDE_CONFIG_DIR, CODEX_HOME and GEMINI_CLI_HOME; no agent CLI).
+
+What must hold: every other setting kept (comments too, where the format has them), a second run
+changes nothing and says so, uninstall gives back the original bytes, Codex's trust entry is the one
+Codex 0.171.0 checks (and moves with the groups after a removed one), and a file that is a symlink,
+does not parse or has its own `res hook` entry is left exactly as it was, with one line saying why."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import stat
+import tomllib
+
+import pytest
+
+from reconciler.commands.hookinstall import (SettingsError, codex_trust, edit_settings, entry, hook_command,
+                                             hook_hash, install, installed, is_ours, settings_path, trust_key)
+
+RES = "/opt/res/bin/res"
+CMD = {cli: f"{RES} hook --agent {cli}" for cli in ("claude", "codex", "gemini")}
+EVENT = {"claude": "PreToolUse", "codex": "PreToolUse", "gemini": "BeforeTool"}
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A HOME with nothing in it; the CLIs' own variables unset; cwd outside any checkout."""
+    h = tmp_path / "home"
+    h.mkdir()
+    monkeypatch.setenv("HOME", str(h))
+    for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return h
+
+
+def paths(h):
+    return {"claude": h / ".claude" / "settings.json", "codex": h / ".codex" / "hooks.json",
+            "gemini": h / ".gemini" / "settings.json"}
+
+
+def run(*args, **kw):
+    kw.setdefault("res", RES)
+    return install(*args, **kw)
+
+
+def one_line(line: str) -> bool:
+    return "\n" not in line and line == line.strip()
+
+
+def snapshot(root) -> dict:
+    """Every file under `root`: its bytes, mode and inode (a rewrite with the same bytes shows)."""
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            st = os.lstat(p)
+            out[p] = (open(p, "rb").read() if not stat.S_ISLNK(st.st_mode) else os.readlink(p), st.st_mode, st.st_ino)
+    return out
+
+
+def comments_of(text: str) -> list[str]:
+    return re.findall(r"//[^\n]*|/\*.*?\*/", text, re.S)
+
+
+# ---------------------------------------------------------------- Codex's trust hash
+
+
+def test_the_trust_hash_is_the_one_codex_checks():
+    assert hook_hash("pre_tool_use", "Bash", "res hook", 30) == \
+        "sha256:4d2bf2df99de224f497548d536c2119279dc20a4c79d502c70519edd36360500"
+
+
+def test_the_trust_key_names_the_file_event_group_and_handler():
+    assert trust_key("/h/.codex/hooks.json", 2) == "/h/.codex/hooks.json:pre_tool_use:2:0"
+
+
+# ---------------------------------------------------------------- an empty home
+
+
+def test_install_into_an_empty_home(home):
+    code, lines = run()
+    p = paths(home)
+    assert code == 0
+    assert lines == [
+        f"claude: installed in {p['claude']} (PreToolUse Bash -> {CMD['claude']})",
+        f"codex: installed in {p['codex']} (PreToolUse Bash -> {CMD['codex']}); trusted in {home}/.codex/config.toml",
+        f"gemini: installed in {p['gemini']} (BeforeTool ^run_shell_command$ -> {CMD['gemini']})",
+    ]
+    for cli in ("claude", "codex", "gemini"):
+        data = json.loads(p[cli].read_text())
+        assert data == {"hooks": {EVENT[cli]: [entry(cli, CMD[cli])]}}
+        assert stat.S_IMODE(p[cli].stat().st_mode) == 0o600
+        assert stat.S_IMODE(p[cli].parent.stat().st_mode) == 0o700
+    assert json.loads(p["gemini"].read_text())["hooks"]["BeforeTool"][0]["hooks"][0] == {
+        "type": "command", "name": "res gate", "command": CMD["gemini"], "timeout": 30000}
+    assert json.loads(p["claude"].read_text())["hooks"]["PreToolUse"][0] == {
+        "matcher": "Bash", "hooks": [{"type": "command", "command": CMD["claude"], "timeout": 30}]}
+    config = tomllib.loads((home / ".codex" / "config.toml").read_text())
+    assert config == {"hooks": {"state": {f"{p['codex']}:pre_tool_use:0:0": {
+        "trusted_hash": hook_hash("pre_tool_use", "Bash", CMD["codex"], 30)}}}}
+    assert stat.S_IMODE((home / ".codex" / "config.toml").stat().st_mode) == 0o600
+    assert all(installed(cli) is True for cli in ("claude", "codex", "gemini"))
+
+
+def test_a_second_run_changes_nothing_and_says_so(home):
+    run()
+    before = snapshot(home)
+    code, lines = run()
+    assert code == 0
+    assert [line.split(" in ")[0] for line in lines] == ["claude: already installed", "codex: already installed",
+                                                         "gemini: already installed"]
+    assert snapshot(home) == before
+
+
+def test_uninstall_takes_out_what_install_put_in(home):
+    run()
+    code, lines = run(uninstall=True)
+    p = paths(home)
+    assert code == 0
+    assert lines[0] == f"claude: removed from {p['claude']}"
+    assert lines[1] == f"codex: removed from {p['codex']}; its trust entries brought in line in {home}/.codex/config.toml"
+    assert lines[2] == f"gemini: removed from {p['gemini']}"
+    for cli in ("claude", "codex", "gemini"):
+        assert json.loads(p[cli].read_text()) == {}
+    assert tomllib.loads((home / ".codex" / "config.toml").read_text()) == {}
+    before = snapshot(home)
+    code, lines = run(uninstall=True)
+    assert code == 0 and all(" not installed in " in line for line in lines)
+    assert snapshot(home) == before
+    assert all(installed(cli) is False for cli in ("claude", "codex", "gemini"))
+
+
+def test_uninstall_with_no_files_writes_none(home):
+    code, lines = run(uninstall=True)
+    assert code == 0 and len(lines) == 3 and all(" not installed in " in line for line in lines)
+    assert snapshot(home) == {}
+
+
+def test_one_agent_only(home):
+    code, lines = run("gemini")
+    assert code == 0 and len(lines) == 1 and lines[0].startswith("gemini: installed")
+    assert not paths(home)["claude"].exists() and not paths(home)["codex"].exists()
+
+
+# ---------------------------------------------------------------- files with other settings
+
+
+CLAUDE_SETTINGS = """{
+  "model": "opus",
+  "permissions": {
+    "allow": ["Bash(npm test:*)", "Read"],
+    "deny": []
+  },
+  "hooks": {
+    "PreToolUse": [
+      {
+        "matcher": "Edit|Write",
+        "hooks": [{"type": "command", "command": "prettier --check", "timeout": 5}]
+      }
+    ],
+    "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]
+  },
+  "env": {"FOO": "bär ☃"}
+}
+"""
+
+
+def test_other_settings_and_hooks_are_kept_and_come_back_byte_for_byte(home):
+    p = paths(home)["claude"]
+    p.parent.mkdir()
+    p.write_text(CLAUDE_SETTINGS)
+    os.chmod(p, 0o644)
+    code, lines = run("claude")
+    assert code == 0, lines
+    data = json.loads(p.read_text())
+    want = json.loads(CLAUDE_SETTINGS)
+    want["hooks"]["PreToolUse"].append(entry("claude", CMD["claude"]))
+    assert data == want
+    assert list(data) == ["model", "permissions", "hooks", "env"]  # order kept
+    assert p.read_text().startswith(CLAUDE_SETTINGS[:CLAUDE_SETTINGS.index('        "hooks": [{"type"')])
+    assert stat.S_IMODE(p.stat().st_mode) == 0o644  # the file's own mode is kept
+    code, lines = run("claude", uninstall=True)
+    assert code == 0 and p.read_text() == CLAUDE_SETTINGS
+    assert stat.S_IMODE(p.stat().st_mode) == 0o644
+
+
+ORIGINALS = [
+    '{}',
+    '{}\n',
+    '{\n  "model": "opus"\n}\n',
+    '{\n    "model": "opus",\n    "hooks": {\n        "Stop": []\n    }\n}\n',
+    '{\n\t"model": "opus",\n\t"hooks": {\n\t\t"PreToolUse": [\n\t\t\t{"matcher": "Read", "hooks": []}\n\t\t]\n\t}\n}',
+    '{"model":"opus","hooks":{"PreToolUse":[{"matcher":"Read","hooks":[]}]}}',
+    '{"model": "opus", "hooks": {"SessionStart": [{"hooks": []}]}}\n',
+    '  {\n  "a": [1, 2, {"b": null}],\n  "hooks": {"Stop": []}\n}\n\n',
+    '{\r\n  "model": "opus",\r\n  "hooks": {\r\n    "PreToolUse": [\r\n      {"matcher": "x", "hooks": []}\r\n    ]\r\n  }\r\n}\r\n',
+    '{"hooks": {"PreToolUse": [{"matcher": "Edit", "hooks": []},\n  {"matcher": "Write", "hooks": []}]}, "z": "\\u00e9\\"}"}',
+]
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex", "gemini"])
+@pytest.mark.parametrize("original", ORIGINALS)
+def test_install_then_uninstall_gives_back_the_original_bytes(cli, original):
+    command = CMD[cli]
+    change = edit_settings(cli, original, command)
+    assert change.outcome == "installed"
+    data, want = json.loads(change.text), json.loads(original)
+    want.setdefault("hooks", {}).setdefault(EVENT[cli], []).append(entry(cli, command))
+    assert data == want
+    assert edit_settings(cli, change.text, command).outcome == "already"
+    back = edit_settings(cli, change.text, command, uninstall=True)
+    assert back.outcome == "removed" and back.text == original
+
+
+def test_an_empty_list_or_hooks_object_of_the_users_goes_with_ours():
+    """Install cannot tell an empty "hooks": {} or "PreToolUse": [] the user wrote from one it made, and
+    uninstall takes out what is left empty: the same to every CLI as none."""
+    for original, after in (('{"hooks": {}, "a": 1}', '{"a": 1}'), ('{"hooks": {"PreToolUse": []}}', '{}')):
+        text = edit_settings("claude", original, CMD["claude"]).text
+        assert edit_settings("claude", text, CMD["claude"], uninstall=True).text == after
+
+
+def test_random_documents_come_back_byte_for_byte():
+    rng = random.Random(24)
+
+    def value(depth):
+        kind = rng.choice(["s", "n", "o", "a"] if depth < 3 else ["s", "n"])
+        if kind == "s":
+            return rng.choice(["x", "é", "a\"b", "", "//not a comment", "/* nor this */"])
+        if kind == "n":
+            return rng.choice([0, -1.5, True, None, 10 ** 20])
+        if kind == "o":
+            return {f"k{i}": value(depth + 1) for i in range(rng.randint(0, 3))}
+        return [value(depth + 1) for _ in range(rng.randint(0, 3))]
+
+    for _ in range(300):
+        doc = {f"key{i}": value(1) for i in range(rng.randint(0, 4))}
+        shape = rng.choice(["none", "empty", "other", "list"])
+        if shape != "none":
+            doc["hooks"] = {} if shape == "empty" else {"Stop": [{"hooks": []}]}
+        if shape == "list":
+            doc["hooks"]["PreToolUse"] = [{"matcher": "Read", "hooks": [{"type": "command", "command": "x"}]}
+                                          for _ in range(rng.randint(1, 3))]
+        indent = rng.choice([None, 2, 4, "\t"])
+        text = json.dumps(doc, indent=indent, ensure_ascii=rng.random() < 0.5,
+                          separators=rng.choice([(",", ":"), (", ", ": ")]) if indent is None else None)
+        text += rng.choice(["", "\n"])
+        cli = rng.choice(["claude", "codex"])
+        change = edit_settings(cli, text, CMD[cli])
+        want = json.loads(text)
+        want.setdefault("hooks", {}).setdefault("PreToolUse", []).append(entry(cli, CMD[cli]))
+        assert json.loads(change.text) == want
+        if shape == "list":
+            assert change.ours == (len(doc["hooks"]["PreToolUse"]),)
+        back = edit_settings(cli, change.text, CMD[cli], uninstall=True).text
+        if shape == "empty":  # the user's empty "hooks" goes too (above)
+            assert json.loads(back) == {k: v for k, v in doc.items() if k != "hooks"}
+        else:
+            assert back == text, text
+
+
+def test_only_our_group_goes_when_others_were_added_after_it():
+    original = '{\n  "hooks": {\n    "PreToolUse": [\n      {"matcher": "Read", "hooks": []}\n    ]\n  }\n}\n'
+    text = edit_settings("claude", original, CMD["claude"]).text
+    later = text.replace("\n    ]\n  }\n}\n", ',\n      {"matcher": "Write", "hooks": []}\n    ]\n  }\n}\n')
+    assert json.loads(later)["hooks"]["PreToolUse"][2] == {"matcher": "Write", "hooks": []}
+    back = edit_settings("claude", later, CMD["claude"], uninstall=True)
+    assert back.removed == (1,)
+    assert back.text == original.replace('"hooks": []}\n', '"hooks": []},\n      {"matcher": "Write", "hooks": []}\n')
+    first = '{"hooks": {"PreToolUse": [' + json.dumps(entry("claude", CMD["claude"])) + ', {"matcher": "Read"}]}}'
+    back = edit_settings("claude", first, CMD["claude"], uninstall=True)
+    assert back.text == '{"hooks": {"PreToolUse": [{"matcher": "Read"}]}}'
+
+
+def test_a_hand_edited_entry_is_not_ours():
+    group = entry("claude", CMD["claude"])
+    assert is_ours("claude", group)
+    assert is_ours("claude", entry("claude", "'/my dir/res' hook --agent claude"))
+    group["hooks"][0]["timeout"] = 60
+    assert not is_ours("claude", group)
+    assert not is_ours("claude", entry("claude", "res hook --agent claude"))  # not an absolute path
+    assert not is_ours("claude", entry("claude", CMD["codex"]))
+    assert not is_ours("codex", entry("claude", CMD["codex"]) | {"description": "x"})
+    text = json.dumps({"hooks": {"PreToolUse": [group]}})
+    assert edit_settings("claude", text, CMD["claude"], uninstall=True).outcome == "absent"
+
+
+def test_a_res_path_with_a_space_is_quoted_and_still_ours():
+    command = hook_command("/home/me/my tools/res", "claude")
+    assert command == "'/home/me/my tools/res' hook --agent claude"
+    change = edit_settings("claude", None, command)
+    assert edit_settings("claude", change.text, command).outcome == "already"
+
+
+def test_a_new_res_path_is_written_over_the_old_one():
+    old = edit_settings("claude", CLAUDE_SETTINGS, "/old/res hook --agent claude").text
+    change = edit_settings("claude", old, CMD["claude"])
+    assert change.outcome == "updated" and change.before == "/old/res hook --agent claude"
+    assert change.text == old.replace("/old/res", RES)
+    assert edit_settings("claude", change.text, CMD["claude"], uninstall=True).text == CLAUDE_SETTINGS
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def test_a_file_with_its_own_res_hook_entry_is_left_alone(home):
+    p = paths(home)["claude"]
+    p.parent.mkdir()
+    snippet = '{"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "res hook", "timeout": 10}]}]}}'
+    p.write_text(snippet)
+    code, lines = run("claude")
+    assert code == 1 and len(lines) == 1 and one_line(lines[0])
+    assert lines[0].startswith(f"res: claude: {p}: already runs `res hook` from an entry of its own ('res hook'")
+    assert p.read_text() == snippet
+    code, lines = run("claude", uninstall=True)
+    assert code == 0 and lines == [f"claude: not installed in {p}; it runs `res hook` from an entry of its own "
+                                   "('res hook'), left as it is"]
+    assert p.read_text() == snippet
+
+
+def test_a_symlinked_settings_file_is_refused(home, tmp_path):
+    real = tmp_path / "dotfiles" / "settings.json"
+    real.parent.mkdir()
+    real.write_text('{"model": "opus"}\n')
+    p = paths(home)["claude"]
+    p.parent.mkdir()
+    p.symlink_to(real)
+    before = snapshot(tmp_path)
+    for uninstall in (False, True):
+        code, lines = run("claude", uninstall=uninstall)
+        assert code == 1 and len(lines) == 1 and one_line(lines[0])
+        assert lines[0] == f"res: claude: {p}: is a symlink; not following it (edit the file it points to); nothing written"
+    assert snapshot(tmp_path) == before
+    assert installed("claude") is None
+
+
+def test_a_symlinked_codex_config_is_refused_and_nothing_written(home, tmp_path):
+    (home / ".codex").mkdir()
+    real = tmp_path / "config.toml"
+    real.write_text('model = "o3"\n')
+    (home / ".codex" / "config.toml").symlink_to(real)
+    before = snapshot(tmp_path)
+    code, lines = run("codex")
+    assert code == 1 and lines == [f"res: codex: {home}/.codex/config.toml: is a symlink; not following it "
+                                   "(edit the file it points to); nothing written"]
+    assert snapshot(tmp_path) == before  # hooks.json not written either
+
+
+@pytest.mark.parametrize("cli,text", [
+    ("claude", '{"model": "opus",}\n'),
+    ("claude", '{"model": "opus"} // a comment\n'),  # Claude Code reads plain JSON
+    ("codex", '{"hooks": {"PreToolUse": [}}'),
+    ("gemini", '{\n  /* never closed\n}\n'),
+    ("gemini", '[1, 2]\n'),
+    ("gemini", '{"hooks": []}\n'),
+    ("claude", '{"hooks": {"PreToolUse": {"matcher": "Bash"}}}\n'),
+    ("claude", '{"hooks": {}, "hooks": {}}\n'),
+    ("claude", '{"a": NaN}\n'),
+    ("claude", '\ufeff{}\n'),
+])
+def test_a_file_that_does_not_parse_is_refused_with_nothing_written(home, cli, text):
+    p = paths(home)[cli]
+    p.parent.mkdir()
+    p.write_text(text, encoding="utf-8")
+    before = snapshot(home)
+    code, lines = run(cli)
+    assert code == 1 and len(lines) == 1 and one_line(lines[0]), lines
+    assert lines[0].startswith(f"res: {cli}: {p}: ") and lines[0].endswith("nothing written")
+    assert snapshot(home) == before  # no temp file left, no config.toml
+    assert installed(cli) is None
+
+
+def test_not_json_names_the_line(home):
+    with pytest.raises(SettingsError, match=r"^f: not valid JSON \(line 3 column 1: Expecting property name"):
+        edit_settings("claude", '{\n  "a": 1,\n}\n', CMD["claude"], name="f")
+
+
+def test_broken_codex_config_toml_is_refused(home):
+    (home / ".codex").mkdir()
+    (home / ".codex" / "config.toml").write_text('model = "o3\n')
+    before = snapshot(home)
+    code, lines = run("codex")
+    assert code == 1 and len(lines) == 1 and "config.toml: not valid TOML" in lines[0]
+    assert snapshot(home) == before
+
+
+def test_one_broken_file_does_not_stop_the_others(home):
+    p = paths(home)["claude"]
+    p.parent.mkdir()
+    p.write_text("{")
+    code, lines = run()
+    assert code == 1
+    assert lines[0].startswith("res: claude: ") and lines[1].startswith("codex: installed")
+    assert lines[2].startswith("gemini: installed")
+
+
+def test_a_dollar_in_the_res_path_is_refused_for_gemini():
+    with pytest.raises(SettingsError, match="Gemini CLI would expand"):
+        edit_settings("gemini", None, hook_command("/opt/$x/res", "gemini"))
+
+
+def test_a_comment_inside_our_entry_stops_uninstall():
+    text = edit_settings("gemini", "{}\n", CMD["gemini"]).text.replace('"timeout"', '// mine\n "timeout"')
+    with pytest.raises(SettingsError, match="has a comment inside"):
+        edit_settings("gemini", text, CMD["gemini"], uninstall=True)
+
+
+# ---------------------------------------------------------------- Gemini: comments
+
+
+GEMINI_JSONC = """// Gemini CLI settings
+{
+  /* the look */
+  "ui": {"theme": "GitHub"}, // trailing comment
+  "general": {
+    "vimMode": true // "quoted" // words
+  },
+  "url": "http://example.com/*not a comment*/", // after a string with slashes
+  "hooks": {
+    // before tool
+    "BeforeTool": [
+      {"matcher": "^read_file$", "hooks": [{"type": "command", "command": "audit"}]} // theirs
+      // the end of the list
+    ]
+  }
+  /* the end */
+}
+"""
+
+
+def test_gemini_comments_are_kept(home):
+    p = paths(home)["gemini"]
+    p.parent.mkdir()
+    p.write_text(GEMINI_JSONC)
+    code, lines = run("gemini")
+    assert code == 0, lines
+    text = p.read_text()
+    assert comments_of(text) == comments_of(GEMINI_JSONC)
+    assert "http://example.com/*not a comment*/" in text
+    change = edit_settings("gemini", text, CMD["gemini"])
+    assert change.outcome == "already"
+    from reconciler.commands.hookinstall import _blank, _comments
+
+    data = json.loads(_blank(text, _comments(text)))
+    assert data["hooks"]["BeforeTool"] == [{"matcher": "^read_file$", "hooks": [{"type": "command", "command": "audit"}]},
+                                           entry("gemini", CMD["gemini"])]
+    assert data["general"] == {"vimMode": True}
+    code, lines = run("gemini", uninstall=True)
+    assert code == 0 and p.read_text() == GEMINI_JSONC
+
+
+@pytest.mark.parametrize("original", [
+    '// only a comment before\n{}\n',
+    '{ /* empty */ }',
+    '{\n  // nothing yet\n}\n',
+    '{"hooks": { /* none */ }}',
+    '{"hooks": {"BeforeTool": [ // none yet\n]}}',
+    '{"a": 1 // last\n}',
+    '{"a": 1 /* last */}',
+    '{"hooks": {"BeforeTool": [{"matcher": "x"} /* c */, {"matcher": "y"} // d\n]}}',
+])
+def test_gemini_comments_in_odd_places(original):
+    change = edit_settings("gemini", original, CMD["gemini"])
+    assert comments_of(change.text) == comments_of(original)
+    assert edit_settings("gemini", change.text, CMD["gemini"]).outcome == "already"
+    back = edit_settings("gemini", change.text, CMD["gemini"], uninstall=True)
+    assert comments_of(back.text) == comments_of(original)
+    from reconciler.commands.hookinstall import _blank, _comments
+
+    assert json.loads(_blank(back.text, _comments(back.text))) == json.loads(_blank(original, _comments(original)))
+
+
+def test_gemini_notes_a_setting_that_keeps_the_hook_off():
+    change = edit_settings("gemini", '{"hooksConfig": {"enabled": false}}', CMD["gemini"])
+    assert change.note == 'but "hooksConfig.enabled": false in this file turns every hook off'
+    change = edit_settings("claude", '{"disableAllHooks": true}', CMD["claude"])
+    assert change.note == 'but "disableAllHooks": true in this file turns every hook off'
+
+
+# ---------------------------------------------------------------- Codex: config.toml and trust
+
+
+CODEX_CONFIG = """# my codex config
+model = "o3"  # the model I like
+
+[projects."/home/me/src/app"]
+trust_level = "trusted"  # yes
+
+# hooks I trusted in the TUI
+[hooks.state."/elsewhere/hooks.json:pre_tool_use:0:0"]
+trusted_hash = "sha256:abc"
+
+[tui]
+notifications = true
+"""
+
+
+def test_codex_config_comments_and_keys_are_kept(home):
+    (home / ".codex").mkdir()
+    config = home / ".codex" / "config.toml"
+    config.write_text(CODEX_CONFIG)
+    os.chmod(config, 0o640)
+    code, lines = run("codex")
+    assert code == 0, lines
+    text = config.read_text()
+    for line in CODEX_CONFIG.splitlines():
+        assert line in text
+    data = tomllib.loads(text)
+    want = tomllib.loads(CODEX_CONFIG)
+    want["hooks"]["state"][f"{home}/.codex/hooks.json:pre_tool_use:0:0"] = {
+        "trusted_hash": hook_hash("pre_tool_use", "Bash", CMD["codex"], 30)}
+    assert data == want
+    assert stat.S_IMODE(config.stat().st_mode) == 0o640
+    code, lines = run("codex", uninstall=True)
+    assert code == 0 and config.read_text() == CODEX_CONFIG
+
+
+def test_codex_trust_moves_with_the_groups_after_a_removed_one():
+    path = "/h/.codex/hooks.json"
+    ours = hook_hash("pre_tool_use", "Bash", CMD["codex"], 30)
+    config = (f'[hooks.state."{path}:pre_tool_use:0:0"]\ntrusted_hash = "sha256:A"\n\n'
+              f'[hooks.state."{path}:pre_tool_use:1:0"]\ntrusted_hash = "{ours}"\n\n'
+              f'[hooks.state."{path}:pre_tool_use:2:0"]\ntrusted_hash = "sha256:B"\n\n'
+              f'[hooks.state."{path}:pre_tool_use:2:1"]\ntrusted_hash = "sha256:B1"\n\n'
+              f'[hooks.state."/other/hooks.json:pre_tool_use:2:0"]\ntrusted_hash = "sha256:O"\n')
+    new = codex_trust(config, path, {}, (1,))
+    assert tomllib.loads(new)["hooks"]["state"] == {
+        f"{path}:pre_tool_use:0:0": {"trusted_hash": "sha256:A"},
+        f"{path}:pre_tool_use:1:0": {"trusted_hash": "sha256:B"},
+        f"{path}:pre_tool_use:1:1": {"trusted_hash": "sha256:B1"},
+        "/other/hooks.json:pre_tool_use:2:0": {"trusted_hash": "sha256:O"},
+    }
+
+
+def test_codex_uninstall_from_the_middle_rekeys_the_later_groups_trust(home):
+    codex = home / ".codex"
+    codex.mkdir()
+    hooks_json = codex / "hooks.json"
+    a = {"matcher": "Read", "hooks": [{"type": "command", "command": "a", "timeout": 5}]}
+    b = {"matcher": "Bash", "hooks": [{"type": "command", "command": "b", "timeout": 7}]}
+    hooks_json.write_text(json.dumps({"hooks": {"PreToolUse": [a]}}, indent=2) + "\n")
+    hash_a = hook_hash("pre_tool_use", "Read", "a", 5)
+    hash_b = hook_hash("pre_tool_use", "Bash", "b", 7)
+    (codex / "config.toml").write_text(f'[hooks.state."{hooks_json}:pre_tool_use:0:0"]\ntrusted_hash = "{hash_a}"\n')
+    assert run("codex")[0] == 0
+    data = json.loads(hooks_json.read_text())
+    data["hooks"]["PreToolUse"].append(b)  # the user adds one after ours, and trusts it
+    hooks_json.write_text(json.dumps(data, indent=2))
+    with open(codex / "config.toml", "a") as f:
+        f.write(f'\n[hooks.state."{hooks_json}:pre_tool_use:2:0"]\ntrusted_hash = "{hash_b}"\n')
+    assert installed("codex") is True
+    code, lines = run("codex", uninstall=True)
+    assert code == 0, lines
+    assert json.loads(hooks_json.read_text())["hooks"]["PreToolUse"] == [a, b]
+    assert tomllib.loads((codex / "config.toml").read_text())["hooks"]["state"] == {
+        f"{hooks_json}:pre_tool_use:0:0": {"trusted_hash": hash_a},
+        f"{hooks_json}:pre_tool_use:1:0": {"trusted_hash": hash_b},
+    }
+
+
+def test_codex_trust_is_written_again_where_it_went_missing(home):
+    run("codex")
+    config = home / ".codex" / "config.toml"
+    config.write_text('model = "o3"\n')
+    assert installed("codex") is False  # an untrusted hook never runs
+    code, lines = run("codex")
+    assert code == 0
+    assert lines == [f"codex: already installed in {home}/.codex/hooks.json (PreToolUse Bash -> {CMD['codex']}); "
+                     f"trusted in {config}"]
+    assert installed("codex") is True
+
+
+def test_codex_trust_follows_a_new_res_path(home):
+    run("codex", res="/old/res")
+    code, lines = run("codex")
+    assert code == 0 and lines[0].startswith(f"codex: updated in {home}/.codex/hooks.json (PreToolUse Bash -> {CMD['codex']}; "
+                                             "was /old/res hook --agent codex); trusted in")
+    state = tomllib.loads((home / ".codex" / "config.toml").read_text())["hooks"]["state"]
+    assert state == {f"{home}/.codex/hooks.json:pre_tool_use:0:0": {
+        "trusted_hash": hook_hash("pre_tool_use", "Bash", CMD["codex"], 30)}}
+
+
+def test_codex_home_is_named_as_codex_resolves_it(home, tmp_path, monkeypatch):
+    real = tmp_path / "real-codex"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "link"))
+    code, lines = run("codex")
+    assert code == 0
+    assert (real / "hooks.json").exists()
+    state = tomllib.loads((real / "config.toml").read_text())["hooks"]["state"]
+    assert list(state) == [f"{real}/hooks.json:pre_tool_use:0:0"]  # Codex canonicalizes $CODEX_HOME
+
+
+def test_codex_config_with_inline_hooks_keeps_them(home):
+    (home / ".codex").mkdir()
+    config = home / ".codex" / "config.toml"
+    original = ('[[hooks.PreToolUse]]\nmatcher = "Read"\n[[hooks.PreToolUse.hooks]]\ntype = "command"\ncommand = "x"\n\n'
+                '[hooks.state."/x:pre_tool_use:0:0"]\ntrusted_hash = "sha256:x"\n')
+    config.write_text(original)
+    assert run("codex")[0] == 0
+    data = tomllib.loads(config.read_text())
+    assert data["hooks"]["PreToolUse"] == tomllib.loads(original)["hooks"]["PreToolUse"]
+    assert len(data["hooks"]["state"]) == 2
+    assert run("codex", uninstall=True)[0] == 0
+    assert tomllib.loads(config.read_text()) == tomllib.loads(original)
+
+
+# ---------------------------------------------------------------- where the files are
+
+
+def test_the_variables_that_move_each_clis_files(home, tmp_path, monkeypatch):
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "cc"))
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "cx"))
+    monkeypatch.setenv("GEMINI_CLI_HOME", str(tmp_path / "gh"))
+    assert settings_path("claude", "user", os.environ) == str(tmp_path / "cc" / "settings.json")
+    assert settings_path("codex", "user", os.environ) == str(tmp_path / "cx" / "hooks.json")
+    assert settings_path("gemini", "user", os.environ) == str(tmp_path / "gh" / ".gemini" / "settings.json")
+    code, lines = run()
+    assert code == 0
+    assert (tmp_path / "cc" / "settings.json").exists() and (tmp_path / "cx" / "config.toml").exists()
+    assert (tmp_path / "gh" / ".gemini" / "settings.json").exists()
+    assert not (home / ".claude").exists() and not (home / ".codex").exists()
+
+
+def test_project_scope_writes_into_the_checkouts_root(home, tmp_path):
+    root = tmp_path / "work"
+    (root / ".git").mkdir()
+    (root / "src" / "deep").mkdir(parents=True)
+    code, lines = run(scope="project", cwd=str(root / "src" / "deep"))
+    assert code == 0, lines
+    for cli, rel in (("claude", ".claude/settings.json"), ("codex", ".codex/hooks.json"),
+                     ("gemini", ".gemini/settings.json")):
+        assert json.loads((root / rel).read_text()) == {"hooks": {EVENT[cli]: [entry(cli, CMD[cli])]}}
+    assert lines[0] == f"claude: installed in {root}/.claude/settings.json (PreToolUse Bash -> {CMD['claude']})"
+    assert lines[2] == (f"codex: note: Codex reads {root}/.codex/hooks.json only in a trusted project (say yes when codex "
+                        f'asks, or set [projects."{root}"] trust_level = "trusted" in {home}/.codex/config.toml)')
+    assert lines[4] == f"gemini: note: Gemini CLI reads {root}/.gemini/settings.json only when started in {root}, in a trusted folder"
+    state = tomllib.loads((home / ".codex" / "config.toml").read_text())["hooks"]["state"]
+    assert list(state) == [f"{root}/.codex/hooks.json:pre_tool_use:0:0"]  # the hook's trust is the user's to keep
+    assert installed("claude", "project", cwd=str(root)) is True and installed("claude") is False
+    code, lines = run(scope="project", uninstall=True, cwd=str(root))
+    assert code == 0 and len(lines) == 3
+    assert tomllib.loads((home / ".codex" / "config.toml").read_text()) == {}
+
+
+def test_project_scope_outside_a_checkout_is_the_directory_itself(home, tmp_path):
+    here = tmp_path / "plain"
+    here.mkdir()
+    assert settings_path("claude", "project", os.environ, str(here)) == str(here / ".claude" / "settings.json")
+
+
+def test_no_project_note_when_codex_already_trusts_the_project(home, tmp_path):
+    root = tmp_path / "work"
+    (root / ".git").mkdir()
+    (home / ".codex").mkdir()
+    (home / ".codex" / "config.toml").write_text(f'[projects."{root}"]\ntrust_level = "trusted"\n')
+    code, lines = run("codex", scope="project", cwd=str(root))
+    assert code == 0 and len(lines) == 1
+
+
+# ---------------------------------------------------------------- writing
+
+
+def test_no_temp_file_is_left_and_directories_are_private(home):
+    run()
+    for d in (home / ".claude", home / ".codex", home / ".gemini"):
+        assert sorted(os.listdir(d)) in (["settings.json"], ["config.toml", "hooks.json"])
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700
+
+
+def test_an_existing_directory_keeps_its_mode(home):
+    (home / ".claude").mkdir(mode=0o755)
+    os.chmod(home / ".claude", 0o755)
+    run("claude")
+    assert stat.S_IMODE((home / ".claude").stat().st_mode) == 0o755
+
+
+def test_installed_says_none_for_an_unreadable_file(home):
+    p = paths(home)["gemini"]
+    p.parent.mkdir()
+    p.mkdir()  # a directory where the file should be
+    assert installed("gemini") is None
+    assert installed("claude") is False
+
+
+def test_a_failed_write_leaves_the_old_file_whole_and_no_temp_file(home, monkeypatch):
+    p = paths(home)["claude"]
+    p.parent.mkdir()
+    p.write_text(CLAUDE_SETTINGS)
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device", str(p))
+
+    monkeypatch.setattr(os, "replace", full)
+    code, lines = run("claude")
+    assert code == 1 and lines == [f"res: claude: {p}: No space left on device"]
+    assert p.read_text() == CLAUDE_SETTINGS and os.listdir(p.parent) == ["settings.json"]
+
+
+def test_a_relative_res_path_is_made_absolute(home):
+    code, lines = install("claude", res="bin/res")
+    assert code == 0 and f"-> {os.getcwd()}/bin/res hook --agent claude" in lines[0]
+    assert installed("claude") is True
+
+
+def test_a_setting_that_turns_hooks_off_is_said_on_the_line(home):
+    p = paths(home)["claude"]
+    p.parent.mkdir()
+    p.write_text('{"disableAllHooks": true}\n')
+    code, lines = run("claude")
+    assert code == 0 and lines[0].endswith('; but "disableAllHooks": true in this file turns every hook off')
+
+
+def test_installed_says_none_for_a_broken_codex_config(home):
+    run("codex")
+    (home / ".codex" / "config.toml").write_text("[[[")
+    assert installed("codex") is None
