@@ -27,6 +27,11 @@ The arms (the same workload, back to back):
                    CPU share>`: res's own loop and planner, its budget pinned to W (bench/crowd_res.py),
                    reserve and headroom 0, a fresh state directory and slices per arm
     res-flat       the same with `--mem 1G` for everything (and the default --cpus)
+    res-gated      agents that never call res: each runs its command line (`pytest …`, `make …`,
+                   `playwright test …`: wrappers of the same jobs, named as the tools are) the way a
+                   Claude Code session with `res hook` installed does: the hook first, then the command
+                   as the hook rewrote it (sizes from the heavy table, then from what history learned),
+                   or, refused with the busy line, the same ask again GATE_RETRY_S later
 
 Per arm: makespan and makespan ÷ the lower bound max(Σ peak·t / W, Σ cpu·t / cores, the longest
 agent's own chain) (t: each job's time alone, from set-up; the same bound with the declared sizes is
@@ -50,6 +55,7 @@ import math
 import os
 import random
 import secrets
+import shlex
 import shutil
 import signal
 import statistics
@@ -90,7 +96,8 @@ SMOKE_TESTS = [
 ]
 CACHE = Path(os.environ.get("CROWD_CACHE", "/tmp/res-crowd-cache"))
 
-ARMS = ["free-for-all", "slots-2", "slots-3", "cgroup-only", "res", "res-flat"]
+ARMS = ["free-for-all", "slots-2", "slots-3", "cgroup-only", "res", "res-flat", "res-gated"]
+GATE_RETRY_S = 5.0  # a refused agent does other work and asks again this much later
 MARGIN = 1.25  # honest declaration: true peak × 1.25
 PROBE_MB, PROBE_PERIOD = 50, 0.2
 ASK_SKEW = 0.25  # s: two asks closer than this may reach an arm in either order (a client's start-up)
@@ -434,9 +441,9 @@ class Arm:
 
     def teardown(self) -> None: ...
 
-    def launch(self, argv: list[str], log: Path, env: dict | None = None) -> int:
-        with open(log, "wb") as f:
-            p = STARTED.popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    def launch(self, argv: list[str], log: Path, env: dict | None = None, cwd: str | None = None) -> int:
+        with open(log, "ab") as f:
+            p = STARTED.popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
             try:
                 return p.wait()
             finally:
@@ -528,6 +535,69 @@ class Res(Arm):
             pass
 
 
+# The crowd's jobs under the names agents type: what the gate sees (policies/heavy.toml).
+WRAPPERS = {"pytest": 'exec "$CROWD_TEST_PY" "$CROWD_JOB" test "$@"',  # pytest STAMP DIR ARGS…
+            "make": 'exec "$CROWD_PY" "$CROWD_JOB" build "$@"',  # make STAMP MB CPU_S
+            "playwright": 'shift; exec "$CROWD_PY" "$CROWD_JOB" e2e "$@"'}  # playwright test STAMP MB HOLD DUTY
+
+
+class Gated(Res):
+    """Agents that never call res: a Claude Code session's PreToolUse hook (`res hook`) before each
+    command line, then the line as it said (rewritten to `res run --wait …`, or as it was), or asked
+    again later when refused. The same res (state, slices, loop) as the res arm."""
+
+    def __init__(self, name: str, ctx: "ArmRun"):
+        super().__init__(name, ctx, flat=False)
+        self.denied = 0
+
+    def setup(self):
+        super().setup()
+        bin_dir = self.dir / "bin"
+        bin_dir.mkdir()
+        for name, body in WRAPPERS.items():
+            (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+            (bin_dir / name).chmod(0o755)
+        claude = self.dir / "claude"  # no settings of the user's: the session's rules are its own
+        claude.mkdir()
+        self.env.update({"PATH": f"{bin_dir}:{self.env['PATH']}", "CROWD_JOB": JOB, "CROWD_PY": PY,
+                         "CLAUDE_CONFIG_DIR": str(claude)})
+
+    def run(self, job, attempt, argv, log):
+        kind, stamp, rest = argv[2], argv[3], argv[4:]
+        env = dict(self.env)
+        if kind == "test":
+            env["CROWD_TEST_PY"] = argv[0]
+            cwd, line = rest[0], shlex.join(["pytest", stamp, rest[0], *rest[1:]])
+        else:
+            cwd = str(self.dir / f"a{job.agent}")  # each agent's own project
+            os.makedirs(cwd, exist_ok=True)
+            line = shlex.join(["make" if kind == "build" else "playwright", *([] if kind == "build" else ["test"]),
+                               stamp, *rest])
+        event = json.dumps({"session_id": f"crowd-a{job.agent}", "transcript_path": "/dev/null", "cwd": cwd,
+                            "permission_mode": "bypassPermissions", "hook_event_name": "PreToolUse",
+                            "tool_name": "Bash", "tool_input": {"command": line, "description": job.label}})
+        while not STARTED.stopping.is_set():
+            out = subprocess.run([PY, RES_SHIM, "hook", "--agent", "claude"], input=event, capture_output=True,
+                                 text=True, env=env, cwd=cwd, timeout=60).stdout
+            spec = json.loads(out)["hookSpecificOutput"] if out.strip() else {}
+            if spec.get("permissionDecision") == "deny":
+                with open(log, "a") as f:
+                    f.write(spec.get("permissionDecisionReason", "") + "\n")
+                with self.ctx.lock:
+                    self.denied += 1
+                time.sleep(GATE_RETRY_S)
+                continue
+            command = spec.get("updatedInput", {}).get("command", line)
+            rc = self.launch(["bash", "-c", command], log, env=env, cwd=cwd)
+            if rc == 3 and command != line and log.read_text(errors="replace").rstrip().rsplit("\n", 1)[-1].startswith("busy: "):
+                with self.ctx.lock:  # queued, and withdrawn by --start-within: refused after all
+                    self.denied += 1
+                time.sleep(GATE_RETRY_S)
+                continue
+            return rc
+        return -15
+
+
 def make_arm(name: str, ctx: "ArmRun") -> Arm:
     if name == "free-for-all":
         return Arm(name, ctx)
@@ -537,6 +607,8 @@ def make_arm(name: str, ctx: "ArmRun") -> Arm:
         return CgroupOnly(name, ctx)
     if name in ("res", "res-flat"):
         return Res(name, ctx, flat=name == "res-flat")
+    if name == "res-gated":
+        return Gated(name, ctx)
     raise SystemExit(f"crowd: unknown arm {name!r} (known: {', '.join(ARMS)})")
 
 
@@ -738,7 +810,10 @@ class ArmRun:
         peak = container_peak(self.cg)
         arm.teardown()
         STARTED.stop_units(self.tag)
-        return self.figures(makespan, probe_ms, sampler.samples, psi0, psi1, peak)
+        row = self.figures(makespan, probe_ms, sampler.samples, psi0, psi1, peak)
+        if isinstance(arm, Gated):
+            row["gate_refusals"] = arm.denied  # asks the hook refused (the agent asked again later)
+        return row
 
     def _intervals(self, more=()):
         """(t0, t1, running, waiting) between consecutive events (asks, starts, ends, and `more`)."""
@@ -890,6 +965,9 @@ def notes(rows: list[dict]) -> str:
     if fbw:
         out.append(f"fits but waits: seconds in which some waiting job fitted beside what ran, by the same measure: {fbw}")
     out.append("idle cpu·s: the container's cores left idle (its own CPU counter) while some job waited")
+    gate = ", ".join(f"{r['arm']} {r['gate_refusals']}" for r in rows if r.get("gate_refusals") is not None)
+    if gate:
+        out.append(f"refused by the gate (the agent asked again {GATE_RETRY_S:g} s later; each counts once): {gate}")
     return "\n".join(out)
 
 

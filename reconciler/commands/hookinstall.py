@@ -1,22 +1,30 @@
 """`res hook install`: the gate's hook written into each agent CLI's own settings file (DESIGN §5.8),
-and `--uninstall` taking out exactly what it wrote.
+and `--uninstall` taking out exactly what it wrote. Two entries per file, both running C:
 
     claude  $CLAUDE_CONFIG_DIR/settings.json, else ~/.claude/settings.json; project .claude/settings.json
             hooks.PreToolUse += {"matcher": "Bash", "hooks": [{"type": "command", "command": C, "timeout": 30}]}
+            hooks.SessionStart += {"hooks": [{"type": "command", "command": C, "timeout": 10}]}
     codex   $CODEX_HOME/hooks.json, else ~/.codex/hooks.json; project .codex/hooks.json
-            the same entry, and its trust in the user's config.toml (Codex skips an untrusted hook silently)
+            the same entries, and their trust in the user's config.toml (Codex skips an untrusted hook
+            silently): one per entry, labels pre_tool_use and session_start
     gemini  $GEMINI_CLI_HOME/.gemini/settings.json, else ~/.gemini/settings.json; project .gemini/settings.json
             hooks.BeforeTool += {"matcher": "^run_shell_command$", "hooks": [{"type": "command",
             "name": "res gate", "command": C, "timeout": 30000}]}       (milliseconds; // and /* */ allowed)
+            hooks.SessionStart += {"hooks": [{"type": "command", "name": "res gate", "command": C,
+            "timeout": 10000}]}
 
-C is `<absolute res> hook --agent <cli>`. An entry is "ours" when it has exactly that shape, whatever
-the res path in it (a new path is written over the old one). A file that already runs `res hook` from
-an entry of its own is left alone: two hooks would gate every command twice.
+C is `<absolute res> hook --agent <cli>`: before a shell command it gates it; at SessionStart (no
+matcher: every source) it tells the loop, which adopts the new session at once (commands/hook.py).
+An entry is "ours" when it has exactly that shape, whatever the res path in it (a new path is written
+over the old one). A file that already runs `res hook` from an entry of its own is left alone: two
+hooks would gate every command twice. An install over one that has only some of the entries adds the
+others ("updated").
 
-The settings files are edited as text, not re-serialized: the new entry goes in at the end of its list
-(or its object) in the file's own indentation, and uninstall cuts out the same bytes, so a file that had
-no entry of ours comes back byte for byte and comments are never touched. Each edit is checked: the
-edited text, parsed again, must be the old data with exactly that change, else nothing is written.
+The settings files are edited as text, not re-serialized: each new entry goes in at the end of its list
+(or its object) in the file's own indentation, one event after the other, and uninstall cuts out the
+same bytes in the reverse order, so a file that had no entry of ours comes back byte for byte and
+comments are never touched. Each edit is checked: the edited text, parsed again, must be the old data
+with exactly that change, else nothing is written.
 
 Pure parts (text in, text out): `edit_settings`, `codex_trust`, `hook_hash`. The I/O around them:
 `install`, `installed` (for `res doctor`). Import-light: json, os and re (which json loads anyway);
@@ -30,7 +38,8 @@ import re  # json imports it already: free
 from typing import NamedTuple
 
 AGENTS = ("claude", "codex", "gemini")
-TIMEOUT_S = 30
+TIMEOUT_S = 30  # the gate's: a shell command waits for it
+SESSION_TIMEOUT_S = 10  # SessionStart's: one note to the loop (a 1 s wait at most, commands/hook.py)
 MAX_FILE = 4 << 20  # a settings file bigger than this is not one
 CODEX_EVENT = "pre_tool_use"  # Codex's label for PreToolUse in a trust key
 
@@ -41,16 +50,28 @@ class SettingsError(Exception):
 
 class Spec(NamedTuple):
     event: str  # the key under "hooks"
-    matcher: str
+    matcher: str | None  # None: the group has no "matcher" (every tool, every source)
     handler: tuple  # the handler's fields in order, "command" standing for the command
     comments: bool  # the CLI reads the file with // and /* */ comments
+    label: str = ""  # Codex: the event's label in a trust key and its hash
 
 
+def _plain(timeout: int) -> tuple:
+    return ("type", "command"), ("command", None), ("timeout", timeout)
+
+
+def _named(timeout_ms: int) -> tuple:
+    return ("type", "command"), ("name", "res gate"), ("command", None), ("timeout", timeout_ms)
+
+
+# Per CLI its entries, in the order install adds them (uninstall takes them out in the reverse order).
 SPECS = {
-    "claude": Spec("PreToolUse", "Bash", (("type", "command"), ("command", None), ("timeout", TIMEOUT_S)), False),
-    "codex": Spec("PreToolUse", "Bash", (("type", "command"), ("command", None), ("timeout", TIMEOUT_S)), False),
-    "gemini": Spec("BeforeTool", "^run_shell_command$",
-                   (("type", "command"), ("name", "res gate"), ("command", None), ("timeout", TIMEOUT_S * 1000)), True),
+    "claude": (Spec("PreToolUse", "Bash", _plain(TIMEOUT_S), False),
+               Spec("SessionStart", None, _plain(SESSION_TIMEOUT_S), False)),
+    "codex": (Spec("PreToolUse", "Bash", _plain(TIMEOUT_S), False, CODEX_EVENT),
+              Spec("SessionStart", None, _plain(SESSION_TIMEOUT_S), False, "session_start")),
+    "gemini": (Spec("BeforeTool", "^run_shell_command$", _named(TIMEOUT_S * 1000), True),
+               Spec("SessionStart", None, _named(SESSION_TIMEOUT_S * 1000), True)),
 }
 
 
@@ -61,10 +82,23 @@ def hook_command(res: str, cli: str) -> str:
     return f"{shlex.quote(res)} hook --agent {cli}"
 
 
-def entry(cli: str, command: str) -> dict:
-    """The matcher group install adds."""
-    spec = SPECS[cli]
-    return {"matcher": spec.matcher, "hooks": [{k: (command if k == "command" else v) for k, v in spec.handler}]}
+def _event_spec(cli: str, event: str | None) -> Spec:
+    """`cli`'s entry for `event` (a key under "hooks"); None: the gate's (its first)."""
+    specs = SPECS[cli]
+    if event is None:
+        return specs[0]
+    found = [s for s in specs if s.event == event]
+    if not found:
+        raise ValueError(f"{cli} has no entry of res's for {event}")
+    return found[0]
+
+
+def entry(cli: str, command: str, event: str | None = None) -> dict:
+    """The matcher group install adds for `event` (None: the gate's)."""
+    spec = _event_spec(cli, event)
+    group: dict = {} if spec.matcher is None else {"matcher": spec.matcher}
+    group["hooks"] = [{k: (command if k == "command" else v) for k, v in spec.handler}]
+    return group
 
 
 def _words(command: object) -> list[str] | None:
@@ -78,15 +112,18 @@ def _words(command: object) -> list[str] | None:
         return None
 
 
-def is_ours(cli: str, group: object) -> bool:
-    """A group install writes, with any absolute res path: matcher and handler exactly as `entry`."""
-    if not isinstance(group, dict) or set(group) != {"matcher", "hooks"} or group["matcher"] != SPECS[cli].matcher:
+def is_ours(cli: str, group: object, event: str | None = None) -> bool:
+    """A group install writes for `event` (None: the gate's), with any absolute res path: matcher (or
+    none) and handler exactly as `entry`."""
+    want = _event_spec(cli, event)
+    keys = {"hooks"} if want.matcher is None else {"matcher", "hooks"}
+    if not isinstance(group, dict) or set(group) != keys or group.get("matcher") != want.matcher:
         return False
     hooks = group["hooks"]
     if not isinstance(hooks, list) or len(hooks) != 1 or not isinstance(hooks[0], dict):
         return False
     handler = hooks[0]
-    spec = dict(SPECS[cli].handler)
+    spec = dict(want.handler)
     if set(handler) != set(spec) or any(handler[k] != v for k, v in spec.items() if k != "command"):
         return False
     if any(type(handler[k]) is not type(v) for k, v in spec.items() if k != "command"):  # 30 is not 30.0 or True
@@ -364,9 +401,10 @@ def _replace(doc: _Doc, node: _Node, value: object) -> str:
 class Change(NamedTuple):
     text: str  # the file's new text (the old text: nothing to write)
     outcome: str  # "installed", "updated", "already", "removed", "absent"
-    ours: tuple[int, ...] = ()  # after the edit: the positions in the event's list of our groups with this command
-    removed: tuple[int, ...] = ()  # uninstall: the positions taken out, highest first (each as the list was then)
-    before: str | None = None  # "updated": the command it had
+    ours: dict | None = None  # after the edit, per event: the positions in its list of our groups with this command
+    removed: dict | None = None  # uninstall, per event: the positions taken out, highest first (each as the list was then)
+    before: str | None = None  # "updated": the command an entry of ours had, where it had another
+    added: tuple[str, ...] = ()  # "updated": the events whose entry was not there
     note: str = ""  # something the user should know about this file
 
 
@@ -386,46 +424,82 @@ def _groups(doc: _Doc, spec: Spec, name: str) -> tuple[_Item | None, _Item | Non
     return hooks, event, doc.data["hooks"][spec.event]
 
 
+def _ours(cli: str, spec: Spec, groups: list) -> list[int]:
+    return [i for i, g in enumerate(groups) if is_ours(cli, g, spec.event)]
+
+
 def edit_settings(cli: str, text: str | None, command: str, uninstall: bool = False, name: str = "settings") -> Change:
-    """The settings file's new text with res's hook added (or taken out). `text` None: no file yet.
+    """The settings file's new text with res's entries added (or taken out). `text` None: no file yet.
     `name` names the file in errors. SettingsError: the file is not what the CLI would read, has its
     own `res hook` entry (install), or the edit could not be made safely."""
-    spec = SPECS[cli]
+    specs = SPECS[cli]
     if cli == "gemini" and "$" in command:  # Gemini CLI expands $VAR in every settings string
         raise SettingsError(f"{name}: the res path in {command!r} has a '$', which Gemini CLI would expand; "
                             "nothing written")
     if text is None or not text.strip():
         if uninstall:
             return Change(text or "", "absent")
-        return Change(json.dumps({"hooks": {spec.event: [entry(cli, command)]}}, ensure_ascii=False, indent=2) + "\n",
-                      "installed", (0,))
-    doc = _parse(text, spec.comments, name)
-    hooks, event, groups = _groups(doc, spec, name)
-    ours = [i for i, g in enumerate(groups) if is_ours(cli, g)]
-    theirs = [h.get("command") for i, g in enumerate(groups) if i not in ours and isinstance(g, dict)
-              and isinstance(g.get("hooks"), list) for h in g["hooks"] if _runs_res_hook(h)]
+        data = {"hooks": {s.event: [entry(cli, command, s.event)] for s in specs}}
+        return Change(json.dumps(data, ensure_ascii=False, indent=2) + "\n", "installed", {s.event: (0,) for s in specs})
+    doc = _parse(text, specs[0].comments, name)
+    ours, theirs = {}, {}
+    for spec in specs:
+        groups = _groups(doc, spec, name)[2]
+        ours[spec.event] = _ours(cli, spec, groups)
+        theirs[spec.event] = [h.get("command") for i, g in enumerate(groups) if i not in ours[spec.event]
+                              and isinstance(g, dict) and isinstance(g.get("hooks"), list)
+                              for h in g["hooks"] if _runs_res_hook(h)]
     if uninstall:
-        if not ours:
-            note = f"it runs `res hook` from an entry of its own ({theirs[0]!r}), left as it is" if theirs else ""
+        if not any(ours.values()):
+            found = [c for s in specs for c in theirs[s.event]]
+            note = f"it runs `res hook` from an entry of its own ({found[0]!r}), left as it is" if found else ""
             return Change(text, "absent", note=note)
-        return _take_out(cli, doc, ours, name)
-    if not ours and theirs:
-        raise SettingsError(f"{name}: already runs `res hook` from an entry of its own ({theirs[0]!r} in "
-                            f"hooks.{spec.event}); remove that entry and run `res hook install` again, or keep it; "
-                            "nothing written")
+        removed = {}
+        for spec in reversed(specs):  # the reverse of install's order: the bytes come back as they were
+            at = _ours(cli, spec, _groups(doc, spec, name)[2])
+            if at:
+                doc = _take_out(cli, spec, doc, at, name)
+                removed[spec.event] = tuple(sorted(at, reverse=True))
+        return Change(doc.text, "removed", removed=removed)
+    for spec in specs:
+        if not ours[spec.event] and theirs[spec.event]:
+            raise SettingsError(f"{name}: already runs `res hook` from an entry of its own ({theirs[spec.event][0]!r} "
+                                f"in hooks.{spec.event}); remove that entry and run `res hook install` again, or keep "
+                                "it; nothing written")
     note = _disabled_note(cli, doc.data)
+    kinds, positions, before, added = [], {}, None, []
+    for spec in specs:
+        new, kind, at, was = _add(cli, spec, doc, command, name)
+        kinds.append(kind)
+        positions[spec.event] = at
+        before = before or was
+        if kind == "installed":
+            added.append(spec.event)
+        if new != doc.text:
+            doc = _parse(new, spec.comments, name)
+    outcome = kinds[0] if len(set(kinds)) == 1 else "updated"
+    if outcome != "updated":
+        added = []
+    return Change(doc.text, outcome, positions, before=before, added=tuple(added), note=note)
+
+
+def _add(cli: str, spec: Spec, doc: _Doc, command: str, name: str) -> tuple[str, str, tuple[int, ...], str | None]:
+    """(the text with our group for `spec.event` in it, "installed" | "updated" | "already", the
+    positions of ours with `command` in the event's list, the command an updated group had)."""
+    hooks, event, groups = _groups(doc, spec, name)
+    ours = _ours(cli, spec, groups)
     exact = tuple(i for i in ours if groups[i]["hooks"][0]["command"] == command)
     if exact:
-        return Change(text, "already", exact, note=note)
+        return doc.text, "already", exact, None
     want = json.loads(json.dumps(doc.data))
     if ours:  # ours, from a res at another path: the new command is written over the old one
         i = ours[0]
         node = _path(_path(event.value.items[i].value, "hooks").items[0].value, "command")
         new = _replace(doc, node, command)
         want["hooks"][spec.event][i]["hooks"][0]["command"] = command
-        _check(new, want, cli, name, command)
-        return Change(new, "updated", (i,), before=groups[i]["hooks"][0]["command"], note=note)
-    group = entry(cli, command)
+        _check(new, want, cli, spec, name, command)
+        return new, "updated", (i,), groups[i]["hooks"][0]["command"]
+    group = entry(cli, command, spec.event)
     if hooks is None:
         new = _append(doc, doc.root, "hooks", {spec.event: [group]})
         want["hooks"] = {spec.event: [group]}
@@ -435,8 +509,8 @@ def edit_settings(cli: str, text: str | None, command: str, uninstall: bool = Fa
     else:
         new = _append(doc, event.value, None, group)
         want["hooks"][spec.event].append(group)
-    _check(new, want, cli, name, command)
-    return Change(new, "installed", (len(groups),), note=note)
+    _check(new, want, cli, spec, name, command)
+    return new, "installed", (len(groups),), None
 
 
 def _path(node: _Node, key: str) -> _Node:
@@ -444,10 +518,9 @@ def _path(node: _Node, key: str) -> _Node:
     return [it for it in node.items if it.key == key][-1].value
 
 
-def _take_out(cli: str, doc: _Doc, ours: list[int], name: str) -> Change:
+def _take_out(cli: str, spec: Spec, doc: _Doc, ours: list[int], name: str) -> _Doc:
     """Our groups out of the event's list, highest first (the lower positions stay put); then the list,
     and "hooks", if that left them empty with no comment inside (install added them so)."""
-    spec = SPECS[cli]
     want = json.loads(json.dumps(doc.data))
     for i in sorted(ours, reverse=True):
         _, event, _ = _groups(doc, spec, name)
@@ -455,40 +528,39 @@ def _take_out(cli: str, doc: _Doc, ours: list[int], name: str) -> Change:
         if _has_comment(doc, group.start, group.value.end):
             raise SettingsError(f"{name}: res's entry in hooks.{spec.event} has a comment inside; remove it by hand; "
                                 "nothing written")
-        doc = _reparse(_remove(doc, event.value, i), cli, name)
+        doc = _reparse(_remove(doc, event.value, i), cli, spec, name)
         del want["hooks"][spec.event][i]
     hooks, event, groups = _groups(doc, spec, name)
     if not groups and not _has_comment(doc, event.start, event.value.end):
-        doc = _reparse(_remove(doc, hooks.value, hooks.value.items.index(event)), cli, name)
+        doc = _reparse(_remove(doc, hooks.value, hooks.value.items.index(event)), cli, spec, name)
         del want["hooks"][spec.event]
         hooks, _, _ = _groups(doc, spec, name)
         if not hooks.value.items and not _has_comment(doc, hooks.start, hooks.value.end):
-            doc = _reparse(_remove(doc, doc.root, doc.root.items.index(hooks)), cli, name)
+            doc = _reparse(_remove(doc, doc.root, doc.root.items.index(hooks)), cli, spec, name)
             del want["hooks"]
-    _check(doc.text, want, cli, name)
-    return Change(doc.text, "removed", removed=tuple(sorted(ours, reverse=True)))
+    _check(doc.text, want, cli, spec, name)
+    return doc
 
 
-def _reparse(text: str, cli: str, name: str) -> _Doc:
+def _reparse(text: str, cli: str, spec: Spec, name: str) -> _Doc:
     """A step of an edit read back; one that does not read is refused as in _check."""
     try:
-        return _parse(text, SPECS[cli].comments, name)
+        return _parse(text, spec.comments, name)
     except SettingsError:
-        _check(text, {}, cli, name)
+        _check(text, {}, cli, spec, name)
         raise
 
 
-def _check(text: str, want: dict, cli: str, name: str, command: str | None = None) -> None:
+def _check(text: str, want: dict, cli: str, spec: Spec, name: str, command: str | None = None) -> None:
     """The edited text must read back as exactly the intended data (in a file whose CLI allows no
     comments, as plain JSON), else nothing is written and the user is told what to do by hand."""
-    spec = SPECS[cli]
     try:
         got = _parse(text, spec.comments, name).data
     except SettingsError:
         got = None
     if got != want:
-        what = (f"add this to the list hooks.{spec.event} by hand: {json.dumps(entry(cli, command))}" if command
-                else f"take res's entry out of hooks.{spec.event} by hand")
+        what = (f"add this to the list hooks.{spec.event} by hand: {json.dumps(entry(cli, command, spec.event))}"
+                if command else f"take res's entry out of hooks.{spec.event} by hand")
         raise SettingsError(f"{name}: could not edit it safely; nothing written; {what}")
 
 
@@ -524,12 +596,18 @@ def hook_hash(event_label: str, matcher: str | None, command: str, timeout: int 
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def trust_key(hooks_path: str, group: int, handler: int = 0) -> str:
-    return f"{hooks_path}:{CODEX_EVENT}:{group}:{handler}"
+def trust_key(hooks_path: str, group: int, handler: int = 0, label: str = CODEX_EVENT) -> str:
+    return f"{hooks_path}:{label}:{group}:{handler}"
 
 
-def _key_position(key: str, hooks_path: str) -> tuple[int, int] | None:
-    path, sep, rest = key.rpartition(f":{CODEX_EVENT}:")
+def codex_hash(spec: Spec, command: str) -> str:
+    """The trusted_hash of our handler for `spec` (one of SPECS["codex"]) running `command`. Only
+    session_end has a timeout of its own (at most 3 s); session_start takes the handler's as it is."""
+    return hook_hash(spec.label, spec.matcher, command, dict(spec.handler)["timeout"])
+
+
+def _key_position(key: str, hooks_path: str, label: str = CODEX_EVENT) -> tuple[int, int] | None:
+    path, sep, rest = key.rpartition(f":{label}:")
     group, _, handler = rest.partition(":")
     if not sep or path != hooks_path or not group.isdigit() or not handler.isdigit():
         return None
@@ -537,9 +615,9 @@ def _key_position(key: str, hooks_path: str) -> tuple[int, int] | None:
 
 
 def codex_trust(config_text: str | None, hooks_path: str, trusted: dict[int, str], removed: tuple[int, ...] = (),
-                name: str = "config.toml") -> str:
-    """Codex's user config.toml with the trust entries of `hooks_path`'s PreToolUse groups brought in
-    line. The key is positional, so for each position in `removed` (highest first, as Change.removed)
+                name: str = "config.toml", label: str = CODEX_EVENT) -> str:
+    """Codex's user config.toml with the trust entries of `hooks_path`'s groups of one event (its
+    trust-key `label`: pre_tool_use, session_start) brought in line. The key is positional, so for each position in `removed` (highest first, as Change.removed)
     its entries go and those of the groups after it move down one; then `trusted` {group: hash} is
     written for handler 0. Everything else in the file stays, comments included (tomlkit); an edit
     that does not read back as intended is refused (SettingsError, one line)."""
@@ -559,16 +637,16 @@ def codex_trust(config_text: str | None, hooks_path: str, trusted: dict[int, str
     for r in removed:
         moved = {}
         for key in list(keys):
-            pos = _key_position(key, hooks_path)
+            pos = _key_position(key, hooks_path, label)
             if pos is not None and pos[0] >= r:
                 value = keys.pop(key)
                 steps.append((key, None))
                 if pos[0] > r:
-                    moved[trust_key(hooks_path, pos[0] - 1, pos[1])] = value
+                    moved[trust_key(hooks_path, pos[0] - 1, pos[1], label)] = value
         keys.update(moved)
         steps += list(moved.items())
     for group, digest in trusted.items():
-        key = trust_key(hooks_path, group)
+        key = trust_key(hooks_path, group, 0, label)
         old = keys.get(key) if isinstance(keys.get(key), dict) else {}
         if old.get("trusted_hash") != digest:
             keys[key] = {**old, "trusted_hash": digest}
@@ -583,7 +661,7 @@ def codex_trust(config_text: str | None, hooks_path: str, trusted: dict[int, str
     except tomllib.TOMLDecodeError:
         got = None
     if got is None or _no_empty_hooks(got) != _no_empty_hooks(want):
-        by_hand = "; ".join(f'[hooks.state."{trust_key(hooks_path, g)}"] trusted_hash = "{h}"'
+        by_hand = "; ".join(f'[hooks.state."{trust_key(hooks_path, g, 0, label)}"] trusted_hash = "{h}"'
                             for g, h in trusted.items())
         raise SettingsError(f"{name}: could not edit it safely; nothing written"
                             + (f"; add by hand: {by_hand}" if by_hand else ""))
@@ -785,8 +863,8 @@ def _write(path: str, text: str, mode: int | None) -> None:
 
 
 def _what(cli: str, command: str) -> str:
-    spec = SPECS[cli]
-    return f"{spec.event} {spec.matcher} -> {command}"
+    """`PreToolUse Bash, SessionStart -> C`: each event (with its matcher) and the command."""
+    return ", ".join(f"{s.event} {s.matcher}" if s.matcher else s.event for s in SPECS[cli]) + f" -> {command}"
 
 
 def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: str) -> list[str]:
@@ -800,17 +878,22 @@ def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: s
     if cli == "codex":  # read and edited before anything is written: a broken config.toml stops both files
         config = os.path.join(codex_home(environ), "config.toml")
         config_text, config_mode = _read(config)
-        digest = hook_hash(CODEX_EVENT, SPECS[cli].matcher, command, TIMEOUT_S)
-        new_config = codex_trust(config_text, path, {i: digest for i in change.ours}, change.removed, name=config)
+        new_config = config_text or ""
+        for spec in SPECS[cli]:  # each event's keys on their own: positions count within one event's list
+            digest = codex_hash(spec, command)
+            new_config = codex_trust(new_config, path, {i: digest for i in (change.ours or {}).get(spec.event, ())},
+                                     (change.removed or {}).get(spec.event, ()), name=config, label=spec.label)
         if new_config == (config_text or ""):
             new_config = None
     if change.text != (text or "") and change.outcome != "absent":
         _write(path, change.text, mode)
     if new_config is not None:
         _write(config, new_config, config_mode)
-    spec, what = SPECS[cli], _what(cli, command)
+    what = _what(cli, command)
+    how = ([f"was {change.before}"] if change.before else []) + ([f"added {', '.join(change.added)}"]
+                                                                 if change.added else [])
     line = {"installed": f"{cli}: installed in {path} ({what})",
-            "updated": f"{cli}: updated in {path} ({what}; was {change.before})",
+            "updated": f"{cli}: updated in {path} ({'; '.join([what, *how])})",
             "already": f"{cli}: already installed in {path} ({what})",
             "removed": f"{cli}: removed from {path}",
             "absent": f"{cli}: not installed in {path}"}[change.outcome]
@@ -852,31 +935,37 @@ def install(agent: str = "all", scope: str = "user", uninstall: bool = False, en
 
 
 def installed(agent: str, scope: str = "user", home_env=None, cwd: str | None = None) -> bool | None:
-    """Whether `agent`'s settings file has res's hook (from any res path) and, for Codex, its trust
-    entry in config.toml (an untrusted hook never runs): True or False; None when a file cannot be read."""
+    """Whether `agent`'s settings file has both of res's entries (from any res path: the gate's and
+    SessionStart's) and, for Codex, the trust entry of each in config.toml (an untrusted hook never
+    runs): True or False; None when a file cannot be read."""
     environ = os.environ if home_env is None else home_env
-    spec = SPECS[agent]
+    specs = SPECS[agent]
     try:
         path = settings_path(agent, scope, environ, cwd)
         text, _ = _read(path)
         if text is None or not text.strip():
             return False
-        doc = _parse(text, spec.comments, path)
-        groups = _groups(doc, spec, path)[2]
-        ours = [i for i, g in enumerate(groups) if is_ours(agent, g)]
-        if agent != "codex" or not ours:
-            return bool(ours)
+        doc = _parse(text, specs[0].comments, path)
+        found = []
+        for spec in specs:
+            groups = _groups(doc, spec, path)[2]
+            ours = _ours(agent, spec, groups)
+            if not ours:
+                return False
+            found.append((spec, [groups[i]["hooks"][0]["command"] for i in ours], ours))
+        if agent != "codex":
+            return True
         import tomllib
 
         config, _ = _read(os.path.join(codex_home(environ), "config.toml"))
         hooks = tomllib.loads(config or "").get("hooks")
         state = hooks.get("state") if isinstance(hooks, dict) else None
         state = state if isinstance(state, dict) else {}
-        for i in ours:
-            got = state.get(trust_key(path, i))
-            want = hook_hash(CODEX_EVENT, spec.matcher, groups[i]["hooks"][0]["command"], TIMEOUT_S)
-            if isinstance(got, dict) and got.get("trusted_hash") == want:
-                return True
-        return False
+
+        def trusted(spec: Spec, command: str, i: int) -> bool:
+            got = state.get(trust_key(path, i, 0, spec.label))
+            return isinstance(got, dict) and got.get("trusted_hash") == codex_hash(spec, command)
+
+        return all(any(trusted(spec, c, i) for c, i in zip(commands, ours)) for spec, commands, ours in found)
     except (SettingsError, OSError, ValueError):  # tomllib's errors are ValueErrors
         return None

@@ -86,7 +86,7 @@ def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a) -> int:
                          locate=(lambda: _log_of(paths, job_id)) if state == "queued" else None)
     throttle = ThrottleWatch(paths, job_id)
 
-    deadline = _start_deadline(data, state, a.start_within)
+    deadline = _start_deadline(state, a.start_within)
 
     def on_idle() -> None:
         follow.poll()
@@ -127,14 +127,11 @@ class _NotStarted(Exception):
     """--start-within passed and the job has not started."""
 
 
-def _start_deadline(data: dict, state: str, within: int | None) -> float | None:
-    """When `--start-within` gives up on a queued job (time.monotonic()); now if the plan already
-    expects it to start later than that; None without the flag or once the job runs."""
+def _start_deadline(state: str, within: int | None) -> float | None:
+    """When `--start-within` gives up on a queued job (time.monotonic()); None without the flag or once
+    the job runs. Never sooner: the plan's est. start may rest on other jobs' guessed ends."""
     if within is None or state != "queued":
         return None
-    est = data.get("est_start")
-    if type(est) in (int, float) and est > time.time() + within:
-        return time.monotonic()
     return time.monotonic() + within
 
 
