@@ -1,25 +1,28 @@
-"""`res hook`: a Claude Code PreToolUse hook for the Bash tool (DESIGN §5.6).
+"""`res hook`: the gate (DESIGN §5.8) and game mode's display guard (§5.6), as a shell-command hook of
+Claude Code (PreToolUse, Bash), Codex (PreToolUse, Bash) and Gemini CLI (BeforeTool,
+run_shell_command). One JSON event on stdin; the CLI is told by `--agent` or by the event's shape
+(core/hooks.py).
 
-While game mode is on, every Bash command an agent runs is rewritten to start with
-`unset DISPLAY WAYLAND_DISPLAY; `, and the agent is told why GUI programs fail (run headless, or
-after game mode ends). Off, expired, another tool, a missing or broken game file, bad input, any
-error at all: no output and exit 0, so Claude Code runs the command unchanged.
+- A heavy command (core/gate.py: the table in gate.json, which the loop writes, else
+  policies/heavy.toml; what history learned) is rewritten to `res run --wait --queue --start-within
+  … --gated … -- bash -c LINE` when the loop says it can start within gate_wait_s (or no loop
+  answers), and only where the session would have run it unasked (core/hookrules.py); refused with
+  the busy line when it would wait longer.
+- In game mode every shell command is prefixed with `unset DISPLAY WAYLAND_DISPLAY; ` and the agent
+  is told why GUI programs fail.
+- A SessionStart event tells the loop a session started (it adopts it at once).
+Anything else, and any error at all: no output and exit 0, so the CLI runs the command unchanged.
 
-It reads only `desired/game.toml` under the state directory: no lock, no D-Bus, no state.db.
+HOT PATH: this runs before every agent shell command. A light command costs json, shlex, the gate's
+own small modules and one read of gate.json (bench r: 0.95× `python3 -c pass`); no pydantic,
+tomlkit, D-Bus, pathlib or state.db. The game file is read by `_parse_game` in the shape the writer
+leaves it, tomllib only for anything else. A heavy command adds one question to the loop over its
+socket and a read of the CLI's rules files.
 
-HOT PATH: this runs before every agent Bash command, so it imports only os, sys and time (built
-in) and, only when game mode is on, `json`. It does not import
-reconciler.config.paths (pathlib), pydantic, tomlkit or, for a file in the shape the writer leaves it,
-tomllib (~9 ms here): `_parse_game` reads that simple shape itself and hands anything else to
-tomllib, which stays the judge of what is valid TOML.
-
-The Claude Code hooks contract it relies on, what it emits and why (ONLY `hookEventName`,
-`updatedInput` and `additionalContext`: never a permission decision, so it can never grant what the
-session would not have had), with sources: docs/agent-output.md.
+What each CLI's protocol does, with sources: docs/agent-hooks.md and docs/agent-output.md.
 
 A game file that is a symlink (or whose `desired/` directory or state directory is one) is not
-followed: it counts as broken, so no output. This matches the reader in desired.py, which refuses
-symlinks in the state tree; the hook never reads a file the reconciler would not read.
+followed: it counts as broken (no game mode). Nor is a gate.json that is a symlink (the shipped table).
 """
 from __future__ import annotations
 
