@@ -1,12 +1,15 @@
 """`res hook install`: the gate's hook written into each agent CLI's own settings file, and taken out
 again (file tier: a temporary HOME, CLAUDE_CONFIG_DIR, CODEX_HOME and GEMINI_CLI_HOME; no agent CLI).
 
-What must hold: every other setting kept (comments too, where the format has them), a second run
-changes nothing and says so, uninstall gives back the original bytes, Codex's trust entry is the one
-Codex 0.171.0 checks (and moves with the groups after a removed one), and a file that is a symlink,
-does not parse or has its own `res hook` entry is left exactly as it was, with one line saying why."""
+What must hold: both entries written (the gate's, and SessionStart's that tells the loop of a new
+session), every other setting kept (comments too, where the format has them), a second run changes
+nothing and says so, a run over an older install that had only the gate's entry adds the other, uninstall
+gives back the original bytes, Codex's trust entries are the ones Codex 0.171.0 checks (and move with the
+groups after a removed one, each event on its own), and a file that is a symlink, does not parse or has
+its own `res hook` entry is left exactly as it was, with one line saying why."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -16,12 +19,34 @@ import tomllib
 
 import pytest
 
-from reconciler.commands.hookinstall import (SettingsError, codex_trust, edit_settings, entry, hook_command,
-                                             hook_hash, install, installed, is_ours, settings_path, trust_key)
+from reconciler.commands.hookinstall import (SPECS, SettingsError, codex_hash, codex_trust, edit_settings, entry,
+                                             hook_command, hook_hash, install, installed, is_ours, settings_path,
+                                             trust_key)
 
 RES = "/opt/res/bin/res"
 CMD = {cli: f"{RES} hook --agent {cli}" for cli in ("claude", "codex", "gemini")}
-EVENT = {"claude": "PreToolUse", "codex": "PreToolUse", "gemini": "BeforeTool"}
+EVENT = {"claude": "PreToolUse", "codex": "PreToolUse", "gemini": "BeforeTool"}  # the gate's
+WHAT = {"claude": "PreToolUse Bash, SessionStart", "codex": "PreToolUse Bash, SessionStart",
+        "gemini": "BeforeTool ^run_shell_command$, SessionStart"}
+GATE_HASH = hook_hash("pre_tool_use", "Bash", CMD["codex"], 30)
+SESSION_HASH = hook_hash("session_start", None, CMD["codex"], 10)
+
+
+def both(cli: str, command: str | None = None) -> dict:
+    """The "hooks" install writes into an empty file."""
+    command = command or CMD[cli]
+    return {EVENT[cli]: [entry(cli, command)], "SessionStart": [entry(cli, command, "SessionStart")]}
+
+
+def add_both(data: dict, cli: str, command: str | None = None) -> dict:
+    """`data` with our two groups added at the end of their lists, as install adds them."""
+    for event, groups in both(cli, command).items():
+        data.setdefault("hooks", {}).setdefault(event, []).extend(groups)
+    return data
+
+
+def trust(path, event: str = "pre_tool_use", group: int = 0) -> str:
+    return f"{path}:{event}:{group}:0"
 
 
 @pytest.fixture
@@ -75,8 +100,35 @@ def test_the_trust_hash_is_the_one_codex_checks():
         "sha256:4d2bf2df99de224f497548d536c2119279dc20a4c79d502c70519edd36360500"
 
 
+def test_the_session_start_trust_hash_has_no_matcher_and_the_handlers_own_timeout():
+    """SessionStart's group has no matcher: the hashed identity has none either (Codex drops a None
+    field); only session_end clamps the timeout, session_start hashes the handler's own."""
+    assert hook_hash("session_start", None, "res hook", 10) == \
+        "sha256:925b4fb4d468562f38a8c6d66e59a91dab2b5f897af35fa8d1b97c8f5877c912"
+    gate, session = SPECS["codex"]
+    assert (gate.label, session.label) == ("pre_tool_use", "session_start")
+    assert codex_hash(gate, CMD["codex"]) == GATE_HASH
+    assert codex_hash(session, CMD["codex"]) == SESSION_HASH != hook_hash("session_start", None, CMD["codex"], 600)
+
+
 def test_the_trust_key_names_the_file_event_group_and_handler():
     assert trust_key("/h/.codex/hooks.json", 2) == "/h/.codex/hooks.json:pre_tool_use:2:0"
+    assert trust_key("/h/.codex/hooks.json", 1, label="session_start") == "/h/.codex/hooks.json:session_start:1:0"
+
+
+def test_the_session_start_entry_of_each_cli():
+    assert entry("claude", CMD["claude"], "SessionStart") == {
+        "hooks": [{"type": "command", "command": CMD["claude"], "timeout": 10}]}
+    assert entry("codex", CMD["codex"], "SessionStart") == {
+        "hooks": [{"type": "command", "command": CMD["codex"], "timeout": 10}]}
+    assert entry("gemini", CMD["gemini"], "SessionStart") == {
+        "hooks": [{"type": "command", "name": "res gate", "command": CMD["gemini"], "timeout": 10000}]}
+    for cli in ("claude", "codex", "gemini"):
+        assert is_ours(cli, entry(cli, CMD[cli], "SessionStart"), "SessionStart")
+        assert not is_ours(cli, entry(cli, CMD[cli], "SessionStart"))  # not the gate's shape
+        assert not is_ours(cli, entry(cli, CMD[cli]), "SessionStart")
+        assert not is_ours(cli, {"matcher": "startup"} | entry(cli, CMD[cli], "SessionStart"), "SessionStart")
+        assert not is_ours(cli, {"matcher": None} | entry(cli, CMD[cli], "SessionStart"), "SessionStart")
 
 
 # ---------------------------------------------------------------- an empty home
@@ -87,22 +139,30 @@ def test_install_into_an_empty_home(home):
     p = paths(home)
     assert code == 0
     assert lines == [
-        f"claude: installed in {p['claude']} (PreToolUse Bash -> {CMD['claude']})",
-        f"codex: installed in {p['codex']} (PreToolUse Bash -> {CMD['codex']}); trusted in {home}/.codex/config.toml",
-        f"gemini: installed in {p['gemini']} (BeforeTool ^run_shell_command$ -> {CMD['gemini']})",
+        f"claude: installed in {p['claude']} (PreToolUse Bash, SessionStart -> {CMD['claude']})",
+        f"codex: installed in {p['codex']} (PreToolUse Bash, SessionStart -> {CMD['codex']}); "
+        f"trusted in {home}/.codex/config.toml",
+        f"gemini: installed in {p['gemini']} (BeforeTool ^run_shell_command$, SessionStart -> {CMD['gemini']})",
     ]
     for cli in ("claude", "codex", "gemini"):
         data = json.loads(p[cli].read_text())
-        assert data == {"hooks": {EVENT[cli]: [entry(cli, CMD[cli])]}}
+        assert data == {"hooks": both(cli)}
+        assert list(data["hooks"]) == [EVENT[cli], "SessionStart"]
         assert stat.S_IMODE(p[cli].stat().st_mode) == 0o600
         assert stat.S_IMODE(p[cli].parent.stat().st_mode) == 0o700
     assert json.loads(p["gemini"].read_text())["hooks"]["BeforeTool"][0]["hooks"][0] == {
         "type": "command", "name": "res gate", "command": CMD["gemini"], "timeout": 30000}
+    assert json.loads(p["gemini"].read_text())["hooks"]["SessionStart"] == [{"hooks": [{
+        "type": "command", "name": "res gate", "command": CMD["gemini"], "timeout": 10000}]}]
     assert json.loads(p["claude"].read_text())["hooks"]["PreToolUse"][0] == {
         "matcher": "Bash", "hooks": [{"type": "command", "command": CMD["claude"], "timeout": 30}]}
+    assert json.loads(p["claude"].read_text())["hooks"]["SessionStart"] == [{"hooks": [{
+        "type": "command", "command": CMD["claude"], "timeout": 10}]}]
+    assert json.loads(p["codex"].read_text())["hooks"]["SessionStart"] == [{"hooks": [{
+        "type": "command", "command": CMD["codex"], "timeout": 10}]}]
     config = tomllib.loads((home / ".codex" / "config.toml").read_text())
-    assert config == {"hooks": {"state": {f"{p['codex']}:pre_tool_use:0:0": {
-        "trusted_hash": hook_hash("pre_tool_use", "Bash", CMD["codex"], 30)}}}}
+    assert config == {"hooks": {"state": {trust(p["codex"]): {"trusted_hash": GATE_HASH},
+                                          trust(p["codex"], "session_start"): {"trusted_hash": SESSION_HASH}}}}
     assert stat.S_IMODE((home / ".codex" / "config.toml").stat().st_mode) == 0o600
     assert all(installed(cli) is True for cli in ("claude", "codex", "gemini"))
 
@@ -178,10 +238,9 @@ def test_other_settings_and_hooks_are_kept_and_come_back_byte_for_byte(home):
     code, lines = run("claude")
     assert code == 0, lines
     data = json.loads(p.read_text())
-    want = json.loads(CLAUDE_SETTINGS)
-    want["hooks"]["PreToolUse"].append(entry("claude", CMD["claude"]))
-    assert data == want
+    assert data == add_both(json.loads(CLAUDE_SETTINGS), "claude")
     assert list(data) == ["model", "permissions", "hooks", "env"]  # order kept
+    assert list(data["hooks"]) == ["PreToolUse", "Stop", "SessionStart"]
     assert p.read_text().startswith(CLAUDE_SETTINGS[:CLAUDE_SETTINGS.index('        "hooks": [{"type"')])
     assert stat.S_IMODE(p.stat().st_mode) == 0o644  # the file's own mode is kept
     code, lines = run("claude", uninstall=True)
@@ -209,18 +268,21 @@ def test_install_then_uninstall_gives_back_the_original_bytes(cli, original):
     command = CMD[cli]
     change = edit_settings(cli, original, command)
     assert change.outcome == "installed"
-    data, want = json.loads(change.text), json.loads(original)
-    want.setdefault("hooks", {}).setdefault(EVENT[cli], []).append(entry(cli, command))
-    assert data == want
-    assert edit_settings(cli, change.text, command).outcome == "already"
+    assert json.loads(change.text) == add_both(json.loads(original), cli)
+    again = edit_settings(cli, change.text, command)
+    assert again.outcome == "already" and again.text == change.text and again.ours == change.ours
     back = edit_settings(cli, change.text, command, uninstall=True)
     assert back.outcome == "removed" and back.text == original
+    assert set(back.removed) == {EVENT[cli], "SessionStart"}
 
 
 def test_an_empty_list_or_hooks_object_of_the_users_goes_with_ours():
-    """Install cannot tell an empty "hooks": {} or "PreToolUse": [] the user wrote from one it made, and
+    """Install cannot tell an empty "hooks": {} or "PreToolUse": [] (or "SessionStart": []) the user wrote
+    from one it made, and
     uninstall takes out what is left empty: the same to every CLI as none."""
-    for original, after in (('{"hooks": {}, "a": 1}', '{"a": 1}'), ('{"hooks": {"PreToolUse": []}}', '{}')):
+    for original, after in (('{"hooks": {}, "a": 1}', '{"a": 1}'), ('{"hooks": {"PreToolUse": []}}', '{}'),
+                            ('{"hooks": {"SessionStart": []}}', '{}'),
+                            ('{"hooks": {"SessionStart": [], "Stop": []}}', '{"hooks": {"Stop": []}}')):
         text = edit_settings("claude", original, CMD["claude"]).text
         assert edit_settings("claude", text, CMD["claude"], uninstall=True).text == after
 
@@ -246,17 +308,19 @@ def test_random_documents_come_back_byte_for_byte():
         if shape == "list":
             doc["hooks"]["PreToolUse"] = [{"matcher": "Read", "hooks": [{"type": "command", "command": "x"}]}
                                           for _ in range(rng.randint(1, 3))]
+            if rng.random() < 0.5:
+                doc["hooks"]["SessionStart"] = [{"hooks": [{"type": "command", "command": "y"}]}
+                                                for _ in range(rng.randint(1, 2))]  # an empty one: below
         indent = rng.choice([None, 2, 4, "\t"])
         text = json.dumps(doc, indent=indent, ensure_ascii=rng.random() < 0.5,
                           separators=rng.choice([(",", ":"), (", ", ": ")]) if indent is None else None)
         text += rng.choice(["", "\n"])
         cli = rng.choice(["claude", "codex"])
         change = edit_settings(cli, text, CMD[cli])
-        want = json.loads(text)
-        want.setdefault("hooks", {}).setdefault("PreToolUse", []).append(entry(cli, CMD[cli]))
-        assert json.loads(change.text) == want
+        assert json.loads(change.text) == add_both(json.loads(text), cli)
         if shape == "list":
-            assert change.ours == (len(doc["hooks"]["PreToolUse"]),)
+            assert change.ours == {"PreToolUse": (len(doc["hooks"]["PreToolUse"]),),
+                                   "SessionStart": (len(doc["hooks"].get("SessionStart", [])),)}
         back = edit_settings(cli, change.text, CMD[cli], uninstall=True).text
         if shape == "empty":  # the user's empty "hooks" goes too (above)
             assert json.loads(back) == {k: v for k, v in doc.items() if k != "hooks"}
@@ -265,13 +329,17 @@ def test_random_documents_come_back_byte_for_byte():
 
 
 def test_only_our_group_goes_when_others_were_added_after_it():
-    original = '{\n  "hooks": {\n    "PreToolUse": [\n      {"matcher": "Read", "hooks": []}\n    ]\n  }\n}\n'
+    original = ('{\n  "hooks": {\n    "PreToolUse": [\n      {"matcher": "Read", "hooks": []}\n    ],\n'
+                '    "SessionStart": [\n      {"matcher": "resume", "hooks": []}\n    ]\n  }\n}\n')
     text = edit_settings("claude", original, CMD["claude"]).text
-    later = text.replace("\n    ]\n  }\n}\n", ',\n      {"matcher": "Write", "hooks": []}\n    ]\n  }\n}\n')
+    later = text.replace("\n    ],\n", ',\n      {"matcher": "Write", "hooks": []}\n    ],\n')
+    later = later.replace("\n    ]\n  }\n}\n", ',\n      {"matcher": "clear", "hooks": []}\n    ]\n  }\n}\n')
     assert json.loads(later)["hooks"]["PreToolUse"][2] == {"matcher": "Write", "hooks": []}
+    assert json.loads(later)["hooks"]["SessionStart"][2] == {"matcher": "clear", "hooks": []}
     back = edit_settings("claude", later, CMD["claude"], uninstall=True)
-    assert back.removed == (1,)
-    assert back.text == original.replace('"hooks": []}\n', '"hooks": []},\n      {"matcher": "Write", "hooks": []}\n')
+    assert back.removed == {"SessionStart": (1,), "PreToolUse": (1,)}
+    assert back.text == original.replace('"Read", "hooks": []}\n', '"Read", "hooks": []},\n      {"matcher": "Write", "hooks": []}\n') \
+        .replace('"resume", "hooks": []}\n', '"resume", "hooks": []},\n      {"matcher": "clear", "hooks": []}\n')
     first = '{"hooks": {"PreToolUse": [' + json.dumps(entry("claude", CMD["claude"])) + ', {"matcher": "Read"}]}}'
     back = edit_settings("claude", first, CMD["claude"], uninstall=True)
     assert back.text == '{"hooks": {"PreToolUse": [{"matcher": "Read"}]}}'
@@ -305,6 +373,112 @@ def test_a_new_res_path_is_written_over_the_old_one():
     assert edit_settings("claude", change.text, CMD["claude"], uninstall=True).text == CLAUDE_SETTINGS
 
 
+# ---------------------------------------------------------------- over an older install (the gate's entry only)
+
+
+@contextlib.contextmanager
+def older_res():
+    """res as it was before its SessionStart entry: the gate's entry only (and, for Codex, its trust)."""
+    saved = dict(SPECS)
+    SPECS.update({cli: specs[:1] for cli, specs in saved.items()})
+    try:
+        yield
+    finally:
+        SPECS.update(saved)
+
+
+def test_an_older_install_gets_the_session_start_entry_added(home):
+    with older_res():
+        assert run()[0] == 0
+    p = paths(home)
+    config = home / ".codex" / "config.toml"
+    for cli in ("claude", "codex", "gemini"):
+        assert json.loads(p[cli].read_text()) == {"hooks": {EVENT[cli]: [entry(cli, CMD[cli])]}}
+        assert installed(cli) is False  # one entry of two: the loop would not hear of new sessions
+    assert list(tomllib.loads(config.read_text())["hooks"]["state"]) == [trust(p["codex"])]
+    code, lines = run()
+    assert code == 0
+    assert lines == [
+        f"claude: updated in {p['claude']} ({WHAT['claude']} -> {CMD['claude']}; added SessionStart)",
+        f"codex: updated in {p['codex']} ({WHAT['codex']} -> {CMD['codex']}; added SessionStart); trusted in {config}",
+        f"gemini: updated in {p['gemini']} ({WHAT['gemini']} -> {CMD['gemini']}; added SessionStart)",
+    ]
+    for cli in ("claude", "codex", "gemini"):
+        assert json.loads(p[cli].read_text()) == {"hooks": both(cli)}
+        assert installed(cli) is True
+    assert tomllib.loads(config.read_text())["hooks"]["state"] == {
+        trust(p["codex"]): {"trusted_hash": GATE_HASH}, trust(p["codex"], "session_start"): {"trusted_hash": SESSION_HASH}}
+    before = snapshot(home)
+    assert all(" already installed in " in line for line in run()[1])
+    assert snapshot(home) == before
+    code, lines = run(uninstall=True)
+    assert code == 0 and all(json.loads(p[cli].read_text()) == {} for cli in p)
+    assert tomllib.loads(config.read_text()) == {}
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex", "gemini"])
+@pytest.mark.parametrize("original", ORIGINALS)
+def test_an_older_install_updated_then_uninstalled_gives_back_the_original_bytes(cli, original):
+    with older_res():
+        old = edit_settings(cli, original, CMD[cli])
+    assert old.outcome == "installed" and list(old.ours) == [EVENT[cli]]
+    change = edit_settings(cli, old.text, CMD[cli])
+    assert change.outcome == "updated" and change.added == ("SessionStart",) and change.before is None
+    assert change.text == edit_settings(cli, original, CMD[cli]).text  # as if installed in one go
+    assert change.ours == edit_settings(cli, original, CMD[cli]).ours
+    assert edit_settings(cli, change.text, CMD[cli], uninstall=True).text == original
+    assert edit_settings(cli, old.text, CMD[cli], uninstall=True).text == original  # an older install, taken out
+
+
+def test_an_older_install_from_another_res_path_is_moved_and_completed(home):
+    with older_res():
+        run("claude", res="/old/res")
+    code, lines = run("claude")
+    assert code == 0 and lines == [f"claude: updated in {paths(home)['claude']} ({WHAT['claude']} -> {CMD['claude']}; "
+                                   "was /old/res hook --agent claude; added SessionStart)"]
+    assert json.loads(paths(home)["claude"].read_text()) == {"hooks": both("claude")}
+
+
+def test_a_missing_gate_entry_is_added_back_next_to_the_session_start_one(home):
+    """The user took the gate's entry out by hand and kept SessionStart's: install puts it back."""
+    run("gemini")
+    p = paths(home)["gemini"]
+    p.write_text(json.dumps({"hooks": {"SessionStart": both("gemini")["SessionStart"]}}, indent=2) + "\n")
+    assert installed("gemini") is False
+    code, lines = run("gemini")
+    assert code == 0 and lines == [f"gemini: updated in {p} ({WHAT['gemini']} -> {CMD['gemini']}; added BeforeTool)"]
+    assert json.loads(p.read_text())["hooks"] == {"SessionStart": both("gemini")["SessionStart"],
+                                                  "BeforeTool": both("gemini")["BeforeTool"]}
+    assert installed("gemini") is True
+
+
+@pytest.mark.parametrize("cli", ["claude", "codex", "gemini"])
+def test_installed_only_with_both_entries(home, cli):
+    run(cli)
+    assert installed(cli) is True
+    p = paths(home)[cli]
+    for event in (EVENT[cli], "SessionStart"):
+        p.write_text(json.dumps({"hooks": {event: both(cli)[event]}}))
+        assert installed(cli) is False, event
+    p.write_text(json.dumps({"hooks": both(cli, "/other/res hook --agent " + cli)}))  # another res path: still ours
+    assert installed(cli) is (cli != "codex")  # Codex: trusted for the other command only
+
+
+def test_codex_installed_only_with_both_trust_entries(home):
+    run("codex")
+    config = home / ".codex" / "config.toml"
+    hooks_json = home / ".codex" / "hooks.json"
+    full = config.read_text()
+    for label, digest in (("pre_tool_use", GATE_HASH), ("session_start", SESSION_HASH)):
+        config.write_text(f'[hooks.state."{trust(hooks_json, label)}"]\ntrusted_hash = "{digest}"\n')
+        assert installed("codex") is False, label  # the other one is untrusted: Codex skips it silently
+    config.write_text(full.replace(SESSION_HASH, GATE_HASH))  # SessionStart's key with the gate's hash: modified
+    assert installed("codex") is False
+    code, lines = run("codex")
+    assert code == 0 and lines[0].startswith("codex: already installed") and lines[0].endswith(f"trusted in {config}")
+    assert config.read_text() == full and installed("codex") is True
+
+
 # ---------------------------------------------------------------- refusals
 
 
@@ -321,6 +495,33 @@ def test_a_file_with_its_own_res_hook_entry_is_left_alone(home):
     assert code == 0 and lines == [f"claude: not installed in {p}; it runs `res hook` from an entry of its own "
                                    "('res hook'), left as it is"]
     assert p.read_text() == snippet
+
+
+def test_a_file_with_its_own_res_hook_at_session_start_is_left_alone(home):
+    p = paths(home)["claude"]
+    p.parent.mkdir()
+    own = '{"hooks": {"SessionStart": [{"matcher": "startup", "hooks": [{"type": "command", "command": "res hook"}]}]}}\n'
+    p.write_text(own)
+    code, lines = run("claude")
+    assert code == 1 and len(lines) == 1 and one_line(lines[0])
+    assert lines[0] == (f"res: claude: {p}: already runs `res hook` from an entry of its own ('res hook' in "
+                        "hooks.SessionStart); remove that entry and run `res hook install` again, or keep it; "
+                        "nothing written")
+    assert p.read_text() == own
+    code, lines = run("claude", uninstall=True)
+    assert code == 0 and lines[0].endswith("it runs `res hook` from an entry of its own ('res hook'), left as it is")
+    assert p.read_text() == own
+
+
+def test_other_session_start_hooks_are_kept(home):
+    p = paths(home)["claude"]
+    p.parent.mkdir()
+    theirs = {"matcher": "startup", "hooks": [{"type": "command", "command": "echo hi", "timeout": 10}]}
+    original = json.dumps({"hooks": {"SessionStart": [theirs]}}, indent=2) + "\n"
+    p.write_text(original)
+    assert run("claude")[0] == 0
+    assert json.loads(p.read_text())["hooks"]["SessionStart"] == [theirs, entry("claude", CMD["claude"], "SessionStart")]
+    assert run("claude", uninstall=True)[0] == 0 and p.read_text() == original
 
 
 def test_a_symlinked_settings_file_is_refused(home, tmp_path):
@@ -449,6 +650,8 @@ def test_gemini_comments_are_kept(home):
     data = json.loads(_blank(text, _comments(text)))
     assert data["hooks"]["BeforeTool"] == [{"matcher": "^read_file$", "hooks": [{"type": "command", "command": "audit"}]},
                                            entry("gemini", CMD["gemini"])]
+    assert data["hooks"]["SessionStart"] == [entry("gemini", CMD["gemini"], "SessionStart")]
+    assert list(data["hooks"]) == ["BeforeTool", "SessionStart"]
     assert data["general"] == {"vimMode": True}
     code, lines = run("gemini", uninstall=True)
     assert code == 0 and p.read_text() == GEMINI_JSONC
@@ -512,8 +715,8 @@ def test_codex_config_comments_and_keys_are_kept(home):
         assert line in text
     data = tomllib.loads(text)
     want = tomllib.loads(CODEX_CONFIG)
-    want["hooks"]["state"][f"{home}/.codex/hooks.json:pre_tool_use:0:0"] = {
-        "trusted_hash": hook_hash("pre_tool_use", "Bash", CMD["codex"], 30)}
+    want["hooks"]["state"][trust(f"{home}/.codex/hooks.json")] = {"trusted_hash": GATE_HASH}
+    want["hooks"]["state"][trust(f"{home}/.codex/hooks.json", "session_start")] = {"trusted_hash": SESSION_HASH}
     assert data == want
     assert stat.S_IMODE(config.stat().st_mode) == 0o640
     code, lines = run("codex", uninstall=True)
@@ -535,6 +738,51 @@ def test_codex_trust_moves_with_the_groups_after_a_removed_one():
         f"{path}:pre_tool_use:1:1": {"trusted_hash": "sha256:B1"},
         "/other/hooks.json:pre_tool_use:2:0": {"trusted_hash": "sha256:O"},
     }
+
+
+def test_codex_trust_moves_only_the_keys_of_its_own_event():
+    path = "/h/.codex/hooks.json"
+    config = (f'[hooks.state."{path}:pre_tool_use:1:0"]\ntrusted_hash = "sha256:P"\n\n'
+              f'[hooks.state."{path}:session_start:0:0"]\ntrusted_hash = "sha256:S0"\n\n'
+              f'[hooks.state."{path}:session_start:1:0"]\ntrusted_hash = "sha256:S1"\n')
+    new = codex_trust(config, path, {}, (0,), label="session_start")
+    assert tomllib.loads(new)["hooks"]["state"] == {f"{path}:pre_tool_use:1:0": {"trusted_hash": "sha256:P"},
+                                                    f"{path}:session_start:0:0": {"trusted_hash": "sha256:S1"}}
+    new = codex_trust(config, path, {2: "sha256:N"}, label="session_start")
+    assert tomllib.loads(new)["hooks"]["state"][f"{path}:session_start:2:0"] == {"trusted_hash": "sha256:N"}
+    assert codex_trust(config, path, {}, ()) == config
+
+
+def test_codex_session_start_trust_follows_the_groups_on_install_and_uninstall(home):
+    """The user's own SessionStart group before ours and one after it: ours is trusted at its position,
+    and after uninstall the later group's trust moves down one (the gate's keys on their own)."""
+    codex = home / ".codex"
+    codex.mkdir()
+    hooks_json = codex / "hooks.json"
+    first = {"hooks": [{"type": "command", "command": "first", "timeout": 5}]}
+    last = {"matcher": "resume", "hooks": [{"type": "command", "command": "last"}]}
+    hash_first, hash_last = hook_hash("session_start", None, "first", 5), hook_hash("session_start", "resume", "last")
+    hooks_json.write_text(json.dumps({"hooks": {"SessionStart": [first]}}, indent=2) + "\n")
+    (codex / "config.toml").write_text(f'[hooks.state."{trust(hooks_json, "session_start")}"]\n'
+                                       f'trusted_hash = "{hash_first}"\n')
+    assert run("codex")[0] == 0
+    state = tomllib.loads((codex / "config.toml").read_text())["hooks"]["state"]
+    assert state == {trust(hooks_json, "session_start"): {"trusted_hash": hash_first},
+                     trust(hooks_json, "session_start", 1): {"trusted_hash": SESSION_HASH},
+                     trust(hooks_json): {"trusted_hash": GATE_HASH}}
+    data = json.loads(hooks_json.read_text())
+    assert data["hooks"]["SessionStart"] == [first, entry("codex", CMD["codex"], "SessionStart")]
+    data["hooks"]["SessionStart"].append(last)
+    hooks_json.write_text(json.dumps(data, indent=2))
+    with open(codex / "config.toml", "a") as f:
+        f.write(f'\n[hooks.state."{trust(hooks_json, "session_start", 2)}"]\ntrusted_hash = "{hash_last}"\n')
+    assert installed("codex") is True
+    code, lines = run("codex", uninstall=True)
+    assert code == 0, lines
+    assert json.loads(hooks_json.read_text()) == {"hooks": {"SessionStart": [first, last]}}
+    assert tomllib.loads((codex / "config.toml").read_text())["hooks"]["state"] == {
+        trust(hooks_json, "session_start"): {"trusted_hash": hash_first},
+        trust(hooks_json, "session_start", 1): {"trusted_hash": hash_last}}
 
 
 def test_codex_uninstall_from_the_middle_rekeys_the_later_groups_trust(home):
@@ -570,19 +818,21 @@ def test_codex_trust_is_written_again_where_it_went_missing(home):
     assert installed("codex") is False  # an untrusted hook never runs
     code, lines = run("codex")
     assert code == 0
-    assert lines == [f"codex: already installed in {home}/.codex/hooks.json (PreToolUse Bash -> {CMD['codex']}); "
-                     f"trusted in {config}"]
+    assert lines == [f"codex: already installed in {home}/.codex/hooks.json (PreToolUse Bash, SessionStart -> "
+                     f"{CMD['codex']}); trusted in {config}"]
     assert installed("codex") is True
+    assert len(tomllib.loads(config.read_text())["hooks"]["state"]) == 2
 
 
 def test_codex_trust_follows_a_new_res_path(home):
     run("codex", res="/old/res")
     code, lines = run("codex")
-    assert code == 0 and lines[0].startswith(f"codex: updated in {home}/.codex/hooks.json (PreToolUse Bash -> {CMD['codex']}; "
-                                             "was /old/res hook --agent codex); trusted in")
+    assert code == 0 and lines[0].startswith(f"codex: updated in {home}/.codex/hooks.json (PreToolUse Bash, SessionStart "
+                                             f"-> {CMD['codex']}; was /old/res hook --agent codex); trusted in")
     state = tomllib.loads((home / ".codex" / "config.toml").read_text())["hooks"]["state"]
-    assert state == {f"{home}/.codex/hooks.json:pre_tool_use:0:0": {
-        "trusted_hash": hook_hash("pre_tool_use", "Bash", CMD["codex"], 30)}}
+    assert state == {trust(f"{home}/.codex/hooks.json"): {"trusted_hash": GATE_HASH},
+                     trust(f"{home}/.codex/hooks.json", "session_start"): {"trusted_hash": SESSION_HASH}}
+    assert json.loads((home / ".codex" / "hooks.json").read_text()) == {"hooks": both("codex")}
 
 
 def test_codex_home_is_named_as_codex_resolves_it(home, tmp_path, monkeypatch):
@@ -594,7 +844,7 @@ def test_codex_home_is_named_as_codex_resolves_it(home, tmp_path, monkeypatch):
     assert code == 0
     assert (real / "hooks.json").exists()
     state = tomllib.loads((real / "config.toml").read_text())["hooks"]["state"]
-    assert list(state) == [f"{real}/hooks.json:pre_tool_use:0:0"]  # Codex canonicalizes $CODEX_HOME
+    assert list(state) == [trust(f"{real}/hooks.json"), trust(f"{real}/hooks.json", "session_start")]  # canonical
 
 
 def test_codex_config_with_inline_hooks_keeps_them(home):
@@ -606,7 +856,7 @@ def test_codex_config_with_inline_hooks_keeps_them(home):
     assert run("codex")[0] == 0
     data = tomllib.loads(config.read_text())
     assert data["hooks"]["PreToolUse"] == tomllib.loads(original)["hooks"]["PreToolUse"]
-    assert len(data["hooks"]["state"]) == 2
+    assert len(data["hooks"]["state"]) == 3
     assert run("codex", uninstall=True)[0] == 0
     assert tomllib.loads(config.read_text()) == tomllib.loads(original)
 
@@ -636,13 +886,15 @@ def test_project_scope_writes_into_the_checkouts_root(home, tmp_path):
     assert code == 0, lines
     for cli, rel in (("claude", ".claude/settings.json"), ("codex", ".codex/hooks.json"),
                      ("gemini", ".gemini/settings.json")):
-        assert json.loads((root / rel).read_text()) == {"hooks": {EVENT[cli]: [entry(cli, CMD[cli])]}}
-    assert lines[0] == f"claude: installed in {root}/.claude/settings.json (PreToolUse Bash -> {CMD['claude']})"
+        assert json.loads((root / rel).read_text()) == {"hooks": both(cli)}
+    assert lines[0] == (f"claude: installed in {root}/.claude/settings.json (PreToolUse Bash, SessionStart -> "
+                        f"{CMD['claude']})")
     assert lines[2] == (f"codex: note: Codex reads {root}/.codex/hooks.json only in a trusted project (say yes when codex "
                         f'asks, or set [projects."{root}"] trust_level = "trusted" in {home}/.codex/config.toml)')
     assert lines[4] == f"gemini: note: Gemini CLI reads {root}/.gemini/settings.json only when started in {root}, in a trusted folder"
     state = tomllib.loads((home / ".codex" / "config.toml").read_text())["hooks"]["state"]
-    assert list(state) == [f"{root}/.codex/hooks.json:pre_tool_use:0:0"]  # the hook's trust is the user's to keep
+    assert list(state) == [trust(f"{root}/.codex/hooks.json"),  # the hook's trust is the user's to keep
+                           trust(f"{root}/.codex/hooks.json", "session_start")]
     assert installed("claude", "project", cwd=str(root)) is True and installed("claude") is False
     code, lines = run(scope="project", uninstall=True, cwd=str(root))
     assert code == 0 and len(lines) == 3
