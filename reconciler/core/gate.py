@@ -266,6 +266,9 @@ def match_tool(command: list[str], table: tuple[Tool, ...]) -> Tool | None:
 # ---------------------------------------------------------------- fingerprints
 
 _HEXCH = frozenset("0123456789abcdefABCDEF")
+# Short options that take the next word as their value in the common runners (pytest -n/-k/-p/-m,
+# make -j/-C/-f/-o, …): that word is not a target.
+_VALUED_SHORT = frozenset({"-n", "-k", "-p", "-m", "-j", "-C", "-f", "-o", "-c", "-r", "-t", "-W", "-X"})
 
 
 def _target_word(word: str) -> bool:
@@ -286,9 +289,16 @@ def fingerprint(command: list[str]) -> str:
     if not command:
         return ""
     words = [posixpath.basename(command[0])]
+    skip = False
     for w in command[1:]:
         if w == "--":
             break
+        if skip:  # the value of `-n auto`, `-k expr`, `-p plugin`, `-C dir`: not what to do
+            skip = False
+            continue
+        if w in _VALUED_SHORT:
+            skip = True
+            continue
         if _target_word(w):
             words.append(w)
             if len(words) == 3:
@@ -337,7 +347,7 @@ def judge(line: str, table: tuple[Tool, ...], learned: dict | None = None) -> He
             mem_gb, est_s, heavy, runs = seen
             if heavy or tool is not None:
                 found.append(Heavy(fp, float(mem_gb), tool.cpus if tool else DEFAULT_SIZE["cpus"], int(est_s),
-                                   f"history: {runs} runs of {fp}", False))
+                                   f"history: {runs} run{'s' if runs != 1 else ''} of {fp}", False))
             continue
         if tool is not None:
             found.append(Heavy(fp, tool.mem_gb, tool.cpus, tool.est_s, f"table: {tool.key}", True))

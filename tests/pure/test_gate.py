@@ -97,7 +97,9 @@ def test_wrappers_are_seen_through(words, command):
 
 @pytest.mark.parametrize("command, fp", [
     (["make", "-j8", "test"], "make test"),
-    (["pytest", "tests/unit", "-x", "-k", "slow"], "pytest slow"),
+    (["pytest", "tests/unit", "-x", "-k", "slow"], "pytest"),  # -k's expression is not a target
+    (["pytest", "-n", "auto", "-p", "no:cacheprovider", "tests"], "pytest tests"),
+    (["make", "-C", "build", "-j", "8", "install"], "make install"),
     (["pytest", "tests/test_x.py::test_a"], "pytest"),
     (["npm", "run", "test:unit", "--", "--watch=false"], "npm run test:unit"),
     (["/usr/bin/cargo", "test", "--release", "deadbeef12"], "cargo test"),

@@ -43,3 +43,16 @@ def test_a_guess_bigger_than_the_agents_will_ever_have_is_asked_at_the_most_ther
     assert got["fits"] == "now" and got["mem_gb"] == 12.0 and got["cpus"] == 12.0
     declared = ask([], size(50.0, guessed=False))
     assert declared["fits"] == "never"
+
+
+def test_behind_a_waiting_queue_head_the_start_is_the_queues_own_estimate():
+    """As the gate's rewrite asks (--queue): in line behind the head, not refused for the head's needs
+    (a request asked for now may not overtake it: that answer alone would say 'never known')."""
+    from tests.pure.test_plan import req
+
+    hog = running(1, mem=1.0, cpus=12, started=NOW - 300, est=600)  # every cpu until NOW + 300
+    head = req(2, mem=1.0, cpus=12, est=60, queue=True)  # then every cpu for a minute
+    d = Desired(requests=[hog.request, head])
+    got = ask([hog], size(1.0, cpus=12.0), desired=d)
+    assert got["fits"] == "later" and got["start"] == NOW + 360
+    assert got["detail"]["code"] == "busy" and got["detail"]["holders"][0]["id"] == "r-1"
