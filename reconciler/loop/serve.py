@@ -263,18 +263,21 @@ def _scheduled(engine, ticker: "Ticker", policy):
     def rearm() -> None:
         look.owners = set(engine.note_owners)
         at = engine.next_at
-        # With the kernel's events, what a look finds is told as it happens: the look is only the slow
-        # safety net (and finds agent sessions that did not announce themselves through a hook).
+        # With the kernel's events, what a look finds is told as it happens: no look at all (the
+        # safety-net pass every SAFETY_NET_S sees agent sessions that no SessionStart hook announced).
         # Without them, an idle loop (nothing due by the clock) looks less often than a busy one: a
         # wake-up costs CPU whatever it does, and nothing an agent does waits on a look (requests
         # come on the socket, unit ends as signals).
         if events.ok and events.owners(look.owners):
-            every = SAFETY_NET_S
+            every = None
         else:
             every = engine.policy.tick_s if at is not None or look.owners else max(engine.policy.tick_s, IDLE_LOOK_S)
         if every != looking_every[0]:
             looking_every[0] = every
-            scheduler.reschedule_job("look", trigger="interval", seconds=every)
+            if every is None:
+                scheduler.pause_job("look")
+            else:
+                scheduler.reschedule_job("look", trigger="interval", seconds=every)
         if at is None:
             try:
                 scheduler.remove_job("due")
