@@ -23,6 +23,24 @@ RUN_TAG = "t" + secrets.token_hex(3)  # unique per test run
 # loop of a test outlives it.
 os.environ["RES_LOOP_AUTOSTART"] = "false"
 
+
+@pytest.fixture(autouse=True)
+def _no_res_variable_leaks(request):
+    """A test that leaves a RES_* variable changed in this process changes the policy of every test
+    after it (environment beats file): named here, at the test that did it, not where it bites (a
+    fresh-clone run once saw a later test's reserve and headroom at 0)."""
+    before = {k: v for k, v in os.environ.items() if k.startswith("RES_")}
+    yield
+    after = {k: v for k, v in os.environ.items() if k.startswith("RES_")}
+    if after != before:
+        changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        for k in changed:  # put back, so that one leak fails one test
+            if k in before:
+                os.environ[k] = before[k]
+            else:
+                os.environ.pop(k, None)
+        pytest.fail(f"{request.node.nodeid} left RES_* variables changed in the test process: {changed}")
+
 # The tier of a test is its folder (DESIGN §9): `python3 -m pytest -q tests/pure` runs in seconds with
 # nothing booted; `-m "not systemd"` leaves out every test that needs a user manager.
 TIER_MARKS = {"pure": ("pure",), "files": ("files",), "systemd": ("systemd",), "fault": ("fault", "systemd"),
