@@ -224,17 +224,16 @@ def gate(call, environ, now: float, ask=None, res_path: str | None = None) -> tu
     from reconciler.core.gate import judge, make_table, rewritten, verdict
     from reconciler.core.hooks import may_rewrite
 
-    view = gatefile.read(os.path.join(state_dir(environ), "gate.json"))
-    if view is None:
-        view = {"table": gatefile.shipped_table_data(), "learned": {}, "wait_s": gatefile.DEFAULT_WAIT_S}
-    learned = view["learned"].get(_project(call.cwd)) if call.cwd else None
+    view = gatefile.load(state_dir(environ))
+    project = _project(call.cwd) if call.cwd else ""
+    learned = view["learned"].get(project) if project else None
     heavy = judge(call.command, make_table(view["table"]), learned if isinstance(learned, dict) else None)
     if heavy is None:
         return None
     wait_s = float(view["wait_s"])
     size = {"mem_gb": heavy.mem_gb, "cpus": heavy.cpus, "est_s": heavy.est_s, "guessed": heavy.guessed,
-            "title": heavy.fingerprint, "project": _project(call.cwd) if call.cwd else "", "cwd": call.cwd or "/"}
-    answer = (ask or _ask_loop)(environ, size)
+            "title": heavy.fingerprint, "project": project, "cwd": call.cwd or "/"}
+    answer = (ask or _would_fit)(environ, size)
     kind, line = verdict(answer, wait_s, now)
     if kind == "deny":
         return "deny", (f"res: not run: `{_short(call.command)}` is heavy work ({heavy.source}) and would wait "
@@ -286,30 +285,25 @@ def res_program() -> list[str]:
 
 
 ASK_TIMEOUT_S = 5.0  # the loop answers in a pass (tens of ms); past this the job's own guard decides
+ANNOUNCE_TIMEOUT_S = 1.0
 
 
-def _ask_loop(environ, size: dict) -> dict | None:
-    """The loop's answer to "would this fit?", or None (no loop, an error, no answer in time)."""
+def _ask_loop(environ, request: dict, timeout: float) -> dict | None:
+    """The loop's answer, or None: no loop, an old one, an error, no answer in time (the gate then
+    leaves it to `res run --start-within`; a session is found by the loop's own look)."""
     from reconciler.loop.client import ask
 
     try:
-        answer = ask(os.path.join(state_dir(environ), "serve.sock"), {"op": "gate", "size": size},
-                     timeout=ASK_TIMEOUT_S)
-    except Exception:  # no loop, an old loop, a timeout: `res run --start-within` keeps the promise
+        answer = ask(os.path.join(state_dir(environ), "serve.sock"), request, timeout=timeout)
+    except Exception:  # noqa: BLE001 - the hook never gets in the way
         return None
-    got = answer.get("answer") if isinstance(answer, dict) and answer.get("code") == 0 else None
+    return answer if isinstance(answer, dict) and answer.get("code") == 0 else None
+
+
+def _would_fit(environ, size: dict) -> dict | None:
+    """The loop's answer to "would a job of this size start now, or when?" (loop op `gate`)."""
+    got = (_ask_loop(environ, {"op": "gate", "size": size}, ASK_TIMEOUT_S) or {}).get("answer")
     return got if isinstance(got, dict) else None
-
-
-def _announce(environ) -> None:
-    """A new agent session (its CLI's SessionStart hook): tell the loop, which adopts it in a pass now
-    (the loop's own look for new sessions runs only once a minute). Nothing if no loop listens."""
-    from reconciler.loop.client import ask
-
-    try:
-        ask(os.path.join(state_dir(environ), "serve.sock"), {"op": "session"}, timeout=1.0)
-    except Exception:  # noqa: BLE001 - no loop, a slow one: the look finds the session later
-        pass
 
 
 def main(stdin_text: str, environ, now: float | None = None, told: str | None = None, ask=None,
@@ -330,7 +324,8 @@ def main(stdin_text: str, environ, now: float | None = None, told: str | None = 
         from reconciler.core.hooks import deny_output, may_rewrite, read_call, rewrite_output
 
         if isinstance(event, dict) and event.get("hook_event_name") == "SessionStart":
-            _announce(environ)
+            # a new agent session: the loop adopts it in a pass now (its own look runs once a minute)
+            _ask_loop(environ, {"op": "session"}, ANNOUNCE_TIMEOUT_S)
             return "", 0
         call = read_call(event, told)
         if call is None:

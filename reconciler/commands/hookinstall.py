@@ -37,6 +37,8 @@ import os
 import re  # json imports it already: free
 from typing import NamedTuple
 
+from reconciler.config.jsonc import blanked, comment_spans
+
 AGENTS = ("claude", "codex", "gemini")
 TIMEOUT_S = 30  # the gate's: a shell command waits for it
 SESSION_TIMEOUT_S = 10  # SessionStart's: one note to the loop (a 1 s wait at most, commands/hook.py)
@@ -167,46 +169,6 @@ class _Doc(NamedTuple):
     comments: list  # [(start, end)] of every comment
 
 
-def _comments(text: str) -> list[tuple[int, int]]:
-    """The spans of `//` (to the end of the line, the newline not included) and `/* */` comments outside
-    strings: what strip-json-comments, which Gemini CLI reads its settings with, takes out."""
-    found, i, n = [], 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            i += 1
-            while i < n and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-            i += 1
-        elif c == "/" and text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            found.append((i, j))
-            i = j
-        elif c == "/" and text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            if j < 0:
-                raise ValueError(f"line {text.count(chr(10), 0, i) + 1}: a /* comment that is never closed")
-            found.append((i, j + 2))
-            i = j + 2
-        else:
-            i += 1
-    return found
-
-
-def _blank(text: str, comments: list[tuple[int, int]]) -> str:
-    """`text` with each comment's characters made spaces (newlines kept): same offsets, plain JSON."""
-    if not comments:
-        return text
-    out, at = [], 0
-    for s, e in comments:
-        out.append(text[at:s])
-        out.append("".join("\n" if ch == "\n" else " " for ch in text[s:e]))
-        at = e
-    out.append(text[at:])
-    return "".join(out)
-
-
 def _no_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
@@ -257,8 +219,8 @@ _SCALAR = re.compile(r"[-+0-9.eEa-z]+")  # a number, true, false, null
 def _parse(text: str, comments_ok: bool, name: str) -> _Doc:
     """The document, or SettingsError: not JSON (with comments where the CLI allows them), not an object."""
     try:
-        comments = _comments(text) if comments_ok else []
-        plain = _blank(text, comments)
+        comments = comment_spans(text) if comments_ok else []
+        plain = blanked(text, comments)
         data = json.loads(plain, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise SettingsError(f"{name}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg}); "
@@ -767,12 +729,14 @@ def settings_path(cli: str, scope: str, environ, cwd: str | None = None) -> str:
 
 
 def res_program() -> str:
-    """The absolute path of the `res` to run: the one on PATH, else the one running."""
-    import shutil
+    """The absolute path of the `res` the hooks run: the gate's own rule (commands/hook.py), which may
+    only name an interpreter and the package when no console script is found: then the running one."""
     import sys
 
-    found = shutil.which("res")
-    return os.path.abspath(found or (sys.argv[0] if sys.argv and sys.argv[0] else "res"))
+    from reconciler.commands.hook import res_program as running
+
+    words = running()
+    return os.path.abspath(words[0] if len(words) == 1 else (sys.argv[0] if sys.argv and sys.argv[0] else "res"))
 
 
 # ---------------------------------------------------------------- files

@@ -55,12 +55,10 @@ def run(argv: list[str], environ=os.environ) -> int:
     if real is None:
         print(f"res: shim: {name}: command not found (besides the shim in {here})", file=sys.stderr)
         return 127
-    decided = None
-    if not environ.get("RES_ID"):
-        try:
-            decided = _decide(real, args, environ)
-        except Exception:  # noqa: BLE001 - the gate never gets in the way
-            decided = None
+    try:
+        decided = _decide(real, args, environ)  # (inside a job, RES_ID: no opinion)
+    except Exception:  # noqa: BLE001 - the gate never gets in the way
+        decided = None
     if decided is not None and decided[0] == "deny":
         print(decided[1], file=sys.stderr)
         return EXIT_BUSY
@@ -118,8 +116,6 @@ def shell_init_shims(environ, res: list[str]) -> str:
 
     from reconciler.config import gatefile
 
-    view = gatefile.read(os.path.join(os.path.dirname(shim_dir(environ)), "gate.json"))
-    table = view["table"] if view else gatefile.shipped_table_data()
-    here, names = install(environ, res, table.keys())
+    here, names = install(environ, res, gatefile.load(os.path.dirname(shim_dir(environ)))["table"].keys())
     return (f"# res: shims for {len(names)} heavy tools ({', '.join(names[:6])}, …) first on PATH\n"
             f"export PATH={shlex.quote(here)}:\"$PATH\"")

@@ -33,55 +33,14 @@ class _Unreadable(Exception):
 
 def _read(path: str) -> str | None:
     """A file's text, None if it does not exist; _Unreadable if it exists and cannot be read whole."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
-        return None
-    except OSError as e:
-        raise _Unreadable(str(e)) from None
-    try:
-        st = os.fstat(fd)
-        if (st.st_mode & 0o170000) != 0o100000 or st.st_size > MAX_FILE:
-            raise _Unreadable(path)
-        return os.read(fd, MAX_FILE + 1).decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise _Unreadable(str(e)) from None
-    finally:
-        os.close(fd)
+    from reconciler.config.files import FileProblem, read_text
 
-
-def strip_json_comments(text: str) -> str:
-    """JSON with `//` and `/* */` comments (Gemini's settings files) as plain JSON: comments outside
-    strings become spaces."""
-    out, i, n, in_str = [], 0, len(text), False
-    while i < n:
-        c = text[i]
-        if in_str:
-            out.append(c)
-            if c == "\\" and i + 1 < n:
-                out.append(text[i + 1])
-                i += 2
-                continue
-            if c == '"':
-                in_str = False
-            i += 1
-        elif c == '"':
-            in_str = True
-            out.append(c)
-            i += 1
-        elif text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            i = n if j < 0 else j + 2
-            out.append(" ")
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+    try:
+        return read_text(path, MAX_FILE)
+    except FileProblem as e:
+        if not os.path.isdir(os.path.dirname(path) or "."):
+            return None  # a directory on the way is a file: there is no such file
+        raise _Unreadable(str(e)) from None
 
 
 def _json(path: str, comments: bool = False) -> dict | None:
@@ -89,7 +48,11 @@ def _json(path: str, comments: bool = False) -> dict | None:
     if text is None:
         return None
     try:
-        data = json.loads(strip_json_comments(text) if comments else text)
+        if comments:
+            from reconciler.config.jsonc import blanked, comment_spans
+
+            text = blanked(text, comment_spans(text))
+        data = json.loads(text)
     except ValueError:
         raise _Unreadable(path) from None
     if not isinstance(data, dict):

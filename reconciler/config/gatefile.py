@@ -53,6 +53,12 @@ def write(path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def load(state_dir: str) -> dict:
+    """What the gate goes by: gate.json in the state directory, else the shipped table and defaults."""
+    return read(os.path.join(state_dir, "gate.json")) or {
+        "v": 1, "table": shipped_table_data(), "learned": {}, "wait_s": DEFAULT_WAIT_S}
+
+
 def read(path: str) -> dict | None:
     """gate.json as the loop wrote it, or None (missing, a symlink, not a regular file, too big, not
     JSON of the loop's shape)."""

@@ -645,7 +645,7 @@ def test_gemini_comments_are_kept(home):
     assert "http://example.com/*not a comment*/" in text
     change = edit_settings("gemini", text, CMD["gemini"])
     assert change.outcome == "already"
-    from reconciler.commands.hookinstall import _blank, _comments
+    from reconciler.config.jsonc import blanked as _blank, comment_spans as _comments
 
     data = json.loads(_blank(text, _comments(text)))
     assert data["hooks"]["BeforeTool"] == [{"matcher": "^read_file$", "hooks": [{"type": "command", "command": "audit"}]},
@@ -673,7 +673,7 @@ def test_gemini_comments_in_odd_places(original):
     assert edit_settings("gemini", change.text, CMD["gemini"]).outcome == "already"
     back = edit_settings("gemini", change.text, CMD["gemini"], uninstall=True)
     assert comments_of(back.text) == comments_of(original)
-    from reconciler.commands.hookinstall import _blank, _comments
+    from reconciler.config.jsonc import blanked as _blank, comment_spans as _comments
 
     assert json.loads(_blank(back.text, _comments(back.text))) == json.loads(_blank(original, _comments(original)))
 
