@@ -277,10 +277,13 @@ def _drop_if_empty(path) -> None:
 
 
 def job_env(req: Request) -> dict[str, str]:
-    """The caller's environment as recorded, and who the job is: RES_ID (a `res run` its command makes
+    """The caller's environment as recorded, the job's share in the variables tools read (core/share.py:
+    never one the caller set), and who the job is: RES_ID (a `res run` its command makes
     is recorded as part of it: `batch r-N`), RES_BY and RES_TASK (its requests are asked by the same
     one, for the same task)."""
-    env = {**req.env, "RES_ID": req.id}
+    from reconciler.core.share import share_env
+
+    env = {**req.env, **share_env(req.cpus, req.mem_gb, req.env), "RES_ID": req.id}
     for name, value in (("RES_BY", req.by), ("RES_TASK", req.task)):
         if value:
             env[name] = value

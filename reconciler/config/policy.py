@@ -104,6 +104,10 @@ class Policy(BaseSettings):
     gate_wait_s: float = Field(ge=0, le=3600)
     gate_heavy_add: dict[str, dict[str, float]] = Field(max_length=1000)
     gate_heavy_remove: list[Annotated[str, Field(max_length=200)]] = Field(max_length=1000)
+    auto_mem_gb: float = Field(gt=0, le=65536)
+    auto_cpus: float = Field(gt=0, le=4096)
+    auto_minutes: float = Field(gt=0, le=24 * 60 * 365)
+    pressure_full_pct: float = Field(ge=0, le=100)
     max_concurrent_sessions: int = Field(ge=0, le=10000)
     max_starts_per_tick: int = Field(ge=1, le=10000)
     cpu_quota: bool

@@ -101,6 +101,13 @@ class Request:
     # Put through `res run` by the gate (`res hook`, DESIGN §5.8): its size is the gate's guess, booked
     # in the ledger but not enforced (no MemoryMax at it: the command would not have had one).
     gated: Annotated[bool, _typed()] = False
+    # Sized by res (`--mem/--cpus/--for auto`, DESIGN §5.9): which of the three res chose, and where the
+    # numbers came from ("12 earlier runs of make test", "table: pytest", "the policy's default").
+    auto: list[Literal["mem", "cpus", "for"]] = field(default_factory=list)
+    sized_from: Annotated[str | None, _typed(max_length=300)] = None
+    # An auto-sized job killed at its memory limit is started again once, bigger: the limit it was
+    # killed at (None: not retried).
+    grown_from_gb: Annotated[float | None, _typed(ge=MIN_GB, le=65536)] = None
     # jobs
     cmd: Annotated[list[str], _typed(max_length=65536)] = field(default_factory=list)
     cwd: Annotated[str, _typed(max_length=4096)] = ""
@@ -142,7 +149,7 @@ class Request:
         return self.kind == "job" and self.agent != "none"
 
 
-FLOAT_FIELDS = ("mem_gb", "cpus", "created")  # of Request: written as floats (`cpus = 1.0`, not `1`)
+FLOAT_FIELDS = ("mem_gb", "cpus", "created", "grown_from_gb")  # of Request: written as floats (`cpus = 1.0`, not `1`)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -217,6 +224,7 @@ class JobRecord:
     ended: float | None = None
     rc: int | None = None
     peak_gb: float | None = None
+    cpu_s: float | None = None  # CPU time the job used (its cgroup's, at its end): what `--cpus auto` learns
     why: str | None = None
     stop_reason: str | None = None  # set by a stop action, used when the exit is settled
     stop_code: str | None = None  # its stable code: released, budget, attach_failed
@@ -285,6 +293,7 @@ class ExitObs:
     code: str  # EXIT_CODE: exited, killed, dumped
     status: str  # EXIT_STATUS: a number, or a signal name (KILL, TERM)
     peak_gb: float | None = None
+    cpu_s: float | None = None  # CPU time of the unit's cgroup at its end
     oom_kills: int = 0
     at: float = 0
     invocation: str | None = None  # the run that wrote it (systemd's INVOCATION_ID of the unit)
@@ -362,6 +371,10 @@ class World:
     sessions: list[SessionObs] | None = None
     tmp_tmpfs_used_gb: float | None = None  # /tmp in use when it is a tmpfs (it is RAM)
     stray_services: list[str] = field(default_factory=list)  # transient services outside the agents slices
+    # Memory pressure (PSI `full avg10`, %, DESIGN §5.9): the machine's (/proc/pressure/memory) and the
+    # agents slice's own (cgroup v2 memory.pressure). None: not observed (then it blocks nothing).
+    pressure_full_pct: float | None = None
+    slice_pressure_full_pct: float | None = None
 
 
 # ---------------------------------------------------------------- plan

@@ -938,7 +938,7 @@ class Writer:
         return written
 
 
-_KEY_ORDER = ("title", "project", "mem_gb", "cpus", "est_s", "created", "queue", "lock", "force", "on", "gated", "cmd", "cwd", "agent", "env", "owner_pid", "owner_name", "by", "task", "batch", "reply_to")
+_KEY_ORDER = ("title", "project", "mem_gb", "cpus", "est_s", "created", "queue", "lock", "force", "on", "gated", "auto", "sized_from", "grown_from_gb", "cmd", "cwd", "agent", "env", "owner_pid", "owner_name", "by", "task", "batch", "reply_to")
 
 
 def _entry_dict(req: "Request") -> dict[str, Any]:
@@ -961,7 +961,7 @@ def _entry_dict(req: "Request") -> dict[str, Any]:
             continue
         if req.kind == "note" and name in job_only and value == job_only[name]:
             continue
-        if name in ("on", "gated") and not value:
+        if name in ("on", "gated", "auto") and not value:
             continue  # the default: not written
         if isinstance(value, list):
             value = list(value)
