@@ -56,6 +56,15 @@ def _arg(parse, what):
     return conv
 
 
+def _or_auto(conv):
+    """A value, or `auto`: res sizes it (core/sizing.py, DESIGN §5.9)."""
+    def either(text):
+        return "auto" if text.strip() == "auto" else conv(text)
+
+    either.__name__ = conv.__name__
+    return either
+
+
 def _asker_args(p) -> None:
     p.add_argument("--by", metavar="NAME", help="who asks (default: RES_BY, else the agent session and its pid, "
                                                 "else the user); status and busy lines name it")
@@ -76,10 +85,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def _run_args(run: argparse.ArgumentParser) -> None:
-    run.add_argument("--mem", required=True, type=_arg(parse_size_gb, "--mem"), help="memory, e.g. 512M, 10G")
-    run.add_argument("--cpus", type=_arg(parse_cpus, "--cpus"), default=None,
-                     help="CPUs it keeps busy (default 0.5); its share when CPUs are contended")
-    run.add_argument("--for", dest="est", required=True, type=_arg(parse_duration_s, "--for"), help="estimate, e.g. 40m")
+    run.add_argument("--mem", required=True, type=_or_auto(_arg(parse_size_gb, "--mem")),
+                     help="memory, e.g. 512M, 10G; auto: what earlier runs of this command here needed (else the "
+                          "gate's table, else the policy's auto_mem_gb), and once more, bigger, if killed at it")
+    run.add_argument("--cpus", type=_or_auto(_arg(parse_cpus, "--cpus")), default=None,
+                     help="CPUs it keeps busy (default 0.5); its share when CPUs are contended; auto: as --mem auto")
+    run.add_argument("--for", dest="est", required=True, type=_or_auto(_arg(parse_duration_s, "--for")),
+                     help="estimate, e.g. 40m; auto: as --mem auto")
     run.add_argument("--title")
     run.add_argument("--project")
     run.add_argument("--queue", action="store_true", help="wait in the queue instead of being refused")

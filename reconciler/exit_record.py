@@ -8,7 +8,8 @@ writes the record itself, the exit is known even when no reconciler runs when th
 
 Writes, atomically (a temporary file in the same directory, then os.replace) and mode 0600:
 
-    {"result": "exit-code", "code": "exited", "status": "3", "peak_bytes": 123, "oom_kills": 0, "at": 1.7e9}
+    {"result": "exit-code", "code": "exited", "status": "3", "peak_bytes": 123, "oom_kills": 0, "at": 1.7e9,
+     "invocation": "…", "cpu_usec": 4567}
 
 Stdlib only; of the package it loads only observed/mounts.py, by its path (it runs isolated, -I -S:
 the package is not on sys.path). It runs between a job's end and the moment its unit is seen ended, so
@@ -152,6 +153,36 @@ def measure(status):
     return peak, ooms or 0, limit
 
 
+def cpu_usec():
+    """CPU time of this process's cgroup in microseconds (the unit's, everything in it), or None:
+    cgroup v2's cpu.stat `usage_usec` (on a hybrid machine too: the unified hierarchy has it for
+    every cgroup), else v1's cpuacct.usage (nanoseconds)."""
+    try:
+        v1_path = v2_path = None
+        for line in (_read("/proc/self/cgroup") or "").splitlines():
+            parts = line.split(":", 2)
+            if len(parts) != 3:
+                continue
+            if parts[0] == "0" and parts[1] == "":
+                v2_path = parts[2]
+            elif "cpuacct" in parts[1].split(","):
+                v1_path = parts[2]
+        mounts = _mounts()
+        v1, v2 = mounts.cgroup_mounts(mounts.parse_mountinfo(_read("/proc/self/mountinfo") or ""))
+        if v2_path is not None:
+            for m in v2 or []:
+                used = _keyed(_read(os.path.join(_join(m.path, m.root, v2_path), "cpu.stat")), "usage_usec")
+                if used is not None:
+                    return used
+        if v1_path is not None and "cpuacct" in v1:
+            ns = _int(_read(os.path.join(_join(v1["cpuacct"].path, v1["cpuacct"].root, v1_path), "cpuacct.usage")))
+            if ns is not None:
+                return ns // 1000
+    except Exception:
+        pass
+    return None
+
+
 def _mb(n):
     return "%d MB" % round(n / 1048576) if n < 1 << 30 else "%.1f GB" % (n / (1 << 30))
 
@@ -206,6 +237,7 @@ def main(argv):
         record = {"result": env.get("SERVICE_RESULT"), "code": env.get("EXIT_CODE"), "status": status,
                   "peak_bytes": None, "oom_kills": 0, "at": time.time(), "invocation": env.get("INVOCATION_ID")}
         record["peak_bytes"], record["oom_kills"], limit = measure(status)
+        record["cpu_usec"] = cpu_usec()
         tell_the_log(record, limit)
         try:
             write_atomic(path, record)

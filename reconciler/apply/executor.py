@@ -12,7 +12,7 @@ import stat
 
 from reconciler.config.environ import resolve_program
 from reconciler.core.lifecycle import transition
-from reconciler.core.models import Action, JobRecord, Phase, Request
+from reconciler.core.models import Action, JobRecord, Phase, Request, copy
 from reconciler.core.plan import agent_outcome
 from reconciler.config.paths import Paths
 from reconciler.runtime import JobSpec, Runtime, RuntimeUnavailable
@@ -191,7 +191,9 @@ class Executor:
         from reconciler.runtime.slurm import RuntimeBusy
 
         try:
-            self._fresh_log(self.paths.log(req.id, log_dir), attempt)
+            # A job started again bigger after a kill (DESIGN §5.9) writes on in the same log: the one
+            # who waits for it reads one job's output.
+            self._fresh_log(self.paths.log(req.id, log_dir), attempt, keep=req.grown_from_gb is not None)
             invocation = await runtime.start(spec)
         except RuntimeUnavailable as e:
             log.warning("start of %s: %s", req.id, e)
@@ -237,9 +239,25 @@ class Executor:
 
                 why, outcome = outcome_why(verdict), verdict
         done = transition(rec, "settle", now, rc=a.rc, peak_gb=a.peak_gb, why=why, detail={"code": outcome["code"]},
-                          at=a.at)
+                          at=a.at, cpu_s=(a.detail or {}).get("cpu_s"))
         if self.store.put(done, expect_phase=rec.phase, expect_holder=rec.attached_by):
             await self._forget(rec.id, rec.where)
+
+    async def _retry(self, a, req, rec, now):
+        """An auto-sized job killed at its memory limit goes back in the queue once, at the size the
+        plan chose (DESIGN §5.9). The queue entry first, then the record: both edits are idempotent,
+        and a reconciler that dies between them decides the same retry again."""
+        d = a.detail or {}
+        grown, killed_at = float(d["mem_gb"]), rec.request.mem_gb
+        await asyncio.to_thread(self.writer.update, rec.id, {"mem_gb": grown, "grown_from_gb": killed_at, "queue": True})
+        bigger = copy(rec.request, mem_gb=grown, grown_from_gb=killed_at, queue=True)
+        again = transition(rec, "retry", now, request=bigger, peak_gb=a.peak_gb, detail=d)
+        if not self.store.put(again, expect_phase=rec.phase, expect_holder=rec.attached_by):
+            return
+        from reconciler.render.lines import retry_line
+
+        _append_line(self.paths.log(rec.id, rec.log_dir), f"res: {retry_line(rec.id, d)}")
+        await self._forget(rec.id, rec.where)
 
     async def _forget(self, job_id: str, where: str = "local") -> None:
         try:
@@ -247,11 +265,12 @@ class Executor:
         except Exception as e:  # only housekeeping; the record is already settled
             log.warning("forget %s: %s", job_id, e)
 
-    def _fresh_log(self, path: Path, attempt: int) -> None:
-        """A new attempt of an id moves the old attempt's log aside; the log is created 0600. A log
-        that is not a regular file of ours (a symlink planted there) fails the start, in one line."""
+    def _fresh_log(self, path: Path, attempt: int, keep: bool = False) -> None:
+        """A new attempt of an id moves the old attempt's log aside (unless `keep`); the log is created
+        0600. A log that is not a regular file of ours (a symlink planted there) fails the start, in
+        one line."""
         job_id = path.name[:-len(".log")]
-        if attempt > 1 and path.exists():
+        if attempt > 1 and path.exists() and not keep:
             os.replace(path, path.with_name(f"{job_id}.attempt{attempt - 1}.log"))
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
@@ -266,6 +285,22 @@ class Executor:
                 raise RuntimeError(f"its log {path} is not a regular file")
         finally:
             os.close(fd)
+
+
+def _append_line(path: Path, line: str) -> None:
+    """One line of res's own at the end of a job's log (never through a symlink); bookkeeping: a log
+    that cannot take it is left as it is."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.write(fd, (line + "\n").encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _drop_if_empty(path) -> None:

@@ -2,6 +2,7 @@
 `res serve` (answering a CLI call over the socket) and in a CLI call with no loop running."""
 from __future__ import annotations
 
+import os
 import time
 from typing import Awaitable, Callable
 
@@ -50,10 +51,10 @@ def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | N
             partition = engine.policy.cluster.partition
             return 0, (f"{job_id} submitted to slurm job {rec.invocation or '?'}" + (f" (partition {partition})" if partition else "")
                        + f"; log {engine.paths.log(job_id, rec.log_dir)}; ETA ~{fmt_clock(rec.eta(), zone)}"), data
-        return 0, f"{job_id} started; log {engine.paths.log(job_id, rec.log_dir)}; ETA ~{fmt_clock(rec.eta(), zone)}", data
+        return 0, f"{job_id} started{sized_words(req)}; log {engine.paths.log(job_id, rec.log_dir)}; ETA ~{fmt_clock(rec.eta(), zone)}", data
     if rec.phase == Phase.queued:
         reason = queued_line(detail, zone) if detail else "waiting"
-        return 0, f"{job_id} queued, {reason}; cancel: res release {job_id}", data
+        return 0, f"{job_id} queued, {reason}; cancel: res release {job_id}{sized_words(req)}", data
     if rec.phase == Phase.done:
         from reconciler.render.status import done_line
 
@@ -61,6 +62,17 @@ def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | N
             return 1, f"res: {job_id} {rec.why}", data
         return 0, done_line(rec), data
     return 1, f"res: {job_id} {rec.phase.value}", data
+
+
+def sized_words(req) -> str:
+    """`; 1.4 GB, 1 cpu, 5 min from 12 earlier runs of make test`: what res chose of the size, and from
+    what (empty when the caller gave every number)."""
+    if not req.auto:
+        return ""
+    from reconciler.core.quantities import fmt_span
+
+    said = {"mem": fmt_gb(req.mem_gb), "cpus": f"{req.cpus:g} cpu{'s' if req.cpus != 1 else ''}", "for": fmt_span(req.est_s)}
+    return "; " + ", ".join(said[n] for n in ("mem", "cpus", "for") if n in req.auto) + f" from {req.sized_from or 'the policy'}"
 
 
 def _owner(req) -> str:
@@ -113,6 +125,26 @@ def scoped_lock(fields: dict, policy) -> dict:
     return {**fields, "lock": lock_scope(key, main_tree(fields.get("cwd") or "/"))}
 
 
+def auto_sized(fields: dict, engine, policy) -> dict:
+    """The fields with the sizes asked for as `auto` filled in (core/sizing.py: this project's history
+    of the command as the loop last published it in gate.json, else the gate's table, else the
+    policy's auto_* keys), and where they came from (`sized_from`)."""
+    auto = fields.get("auto")
+    if not auto:
+        return fields
+    from reconciler.config import gatefile
+    from reconciler.core.gate import make_table
+    from reconciler.core.sizing import policy_default, size_for
+
+    learned = ((gatefile.read(str(engine.paths.gate)) or {}).get("learned") or {}).get(fields.get("project") or "")
+    table = make_table(gatefile.shipped_table_data(), policy.gate_heavy_add, policy.gate_heavy_remove)
+    size = size_for(list(fields.get("cmd") or []), learned if isinstance(learned, dict) else None, table,
+                    policy_default(policy))
+    chosen = {"mem": ("mem_gb", size.mem_gb), "cpus": ("cpus", min(size.cpus, float(os.cpu_count() or 1))),
+              "for": ("est_s", size.est_s)}
+    return {**fields, **dict(chosen[name] for name in auto if name in chosen), "sized_from": size.source}
+
+
 async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = False,
                  on_accept=None, who: str | None = None) -> tuple[int, str, dict | None]:
     """`resume`: a loop took this request and ended before answering; decide the request it
@@ -122,8 +154,8 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
 
     policy = engine.policy
 
-    def prepare(given: dict) -> dict:  # on a worker thread: it stats the caller's cwd
-        return scoped_lock(given, policy) if kind == "job" else given
+    def prepare(given: dict) -> dict:  # on a worker thread: it stats the caller's cwd, reads gate.json
+        return scoped_lock(auto_sized(given, engine, policy), policy) if kind == "job" else given
 
     req = find_submitted(engine, kind, fields) if resume else None
     if req is None:

@@ -43,12 +43,16 @@ def cmd_run(a, paths: Paths) -> int:
     repo = checkout(cwd)
     if a.start_within is not None and not (a.wait and a.queue):
         raise Fail("res: --start-within goes with --wait --queue", 2)
+    auto = [name for name, value in (("mem", a.mem), ("cpus", a.cpus), ("for", a.est)) if value == "auto"]
+    if auto and a.agent != "none":
+        raise Fail("res: an agent session is not sized automatically: give --mem, --cpus and --for", 2)
+    sizes = _given(mem_gb=a.mem, cpus=a.cpus, est_s=a.est)
     fields = dict(title=title,
-                  project=a.project or _project(cwd, repo), mem_gb=a.mem, est_s=a.est,
+                  project=a.project or _project(cwd, repo), **{k: v for k, v in sizes.items() if v != "auto"},
                   created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
                   agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
-                  max_iterations=a.max_iterations, **_given(cpus=a.cpus, on="local" if a.gated else a.on),
-                  **({"gated": True} if a.gated else {}), **_asker(a, caller, repo))
+                  max_iterations=a.max_iterations, **_given(on="local" if a.gated else a.on),
+                  **({"gated": True} if a.gated else {}), **({"auto": auto} if auto else {}), **_asker(a, caller, repo))
     fields.update(_agent_session(a.agent, cmd, cwd, caller))
     if a.agent != "none" and not a.json:
         from reconciler.core.agents import unread_output

@@ -75,9 +75,17 @@ def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
             rows = recorded_and_pending(paths, store)
         day = lambda at: f"{fmt_day(at, system_zone)} {fmt_clock(at, system_zone)}"  # noqa: E731
         return 0, [change_line(*row, clock=day) for row in rows[-200:]] or ["no changes recorded"]
+    from reconciler.commands.base import the_policy
+    from reconciler.core.gate import line_fingerprint
+    from reconciler.core.hist import learned
+    from reconciler.render.hist import render_learned
+
     with Store.open(paths, readonly=True) as store:
         records = finished_runs(store)
-    return 0, [render_hist(hist_rows(records, a.project))]
+    policy = the_policy()
+    by_command = learned(records, policy.heavy_mem_gb, policy.heavy_minutes, line_fingerprint)
+    return 0, [render_hist(hist_rows(records, a.project)), "",
+               "by command (what --mem/--cpus/--for auto take, and the gate books):", render_learned(by_command, a.project)]
 
 
 def cmd_clean(a, paths: Paths, policy) -> tuple[int, list[str]]:

@@ -289,8 +289,13 @@ def fingerprint(command: list[str]) -> str:
     if not command:
         return ""
     words = [posixpath.basename(command[0])]
+    rest = command[1:]
+    script = _script_of(words[0], rest)
+    if script is not None:  # `python3 tools/gen.py all`: the script is the program ("python3 gen.py all")
+        words.append(posixpath.basename(rest[script]))
+        rest = rest[script + 1:]
     skip = False
-    for w in command[1:]:
+    for w in rest:
         if w == "--":
             break
         if skip:  # the value of `-n auto`, `-k expr`, `-p plugin`, `-C dir`: not what to do
@@ -304,6 +309,22 @@ def fingerprint(command: list[str]) -> str:
             if len(words) == 3:
                 break
     return " ".join(words)
+
+
+_INTERPRETERS = frozenset({"node", "deno", "ruby", "perl", "php", "Rscript", "julia", "lua", *_SHELLS})
+
+
+def _script_of(name: str, args: list[str]) -> int | None:
+    """Where the script an interpreter runs is in `args` (its first word that is not an option), or
+    None: not an interpreter, or it runs code given inline (`-c`, `-e`) or none."""
+    if not (_python_name(name) or name in _INTERPRETERS):
+        return None
+    for i, w in enumerate(args):
+        if w in ("-c", "-e", "--eval", "-"):
+            return None
+        if not w.startswith("-"):
+            return i if not _is_assignment(w) else None
+    return None
 
 
 # ---------------------------------------------------------------- judging a line
@@ -329,7 +350,9 @@ def judge(line: str, table: tuple[Tool, ...], learned: dict | None = None) -> He
         commands = [program_of(words) for words in simple_commands(line)]
     except Unreadable:
         return None
-    found: list[Heavy] = []
+    from reconciler.core.sizing import Size, combined, command_size
+
+    found: list[tuple[Size, str]] = []  # (size, fingerprint) of each heavy command
     for command in commands:
         if not command:
             continue
@@ -340,44 +363,29 @@ def judge(line: str, table: tuple[Tool, ...], learned: dict | None = None) -> He
             return None  # `bash -c '…'`: its own line, not read twice over
         if command[1:] and set(command[1:]) <= _ASKS_ONLY:
             continue  # `make --version`, `cargo help`: a question to the tool, not work
-        fp = fingerprint(command)
-        seen = (learned or {}).get(fp)
-        tool = match_tool(command, table)
-        if seen is not None and _learned_ok(seen):
-            mem_gb, est_s, heavy, runs = seen
-            if heavy or tool is not None:
-                found.append(Heavy(fp, float(mem_gb), tool.cpus if tool else DEFAULT_SIZE["cpus"], int(est_s),
-                                   f"history: {runs} run{'s' if runs != 1 else ''} of {fp}", False))
-            continue
-        if tool is not None:
-            found.append(Heavy(fp, tool.mem_gb, tool.cpus, tool.est_s, f"table: {tool.key}", True))
+        known = command_size(command, learned, table)
+        if known is not None and known[1]:
+            found.append((known[0], fingerprint(command)))
     if not found:
         return None
-    top = max(found, key=lambda h: h.mem_gb)
-    return Heavy(top.fingerprint, top.mem_gb, max(h.cpus for h in found), min(sum(h.est_s for h in found), 365 * 86400),
-                 top.source, any(h.guessed for h in found))
-
-
-def _learned_ok(seen: object) -> bool:
-    return (isinstance(seen, (list, tuple)) and len(seen) == 4 and type(seen[0]) in (int, float) and 0 < seen[0] <= 65536
-            and type(seen[1]) in (int, float) and 0 < seen[1] <= 365 * 86400 and type(seen[2]) is bool
-            and type(seen[3]) is int)
+    size = combined([s for s, _ in found], Size(0.0, DEFAULT_SIZE["cpus"], 0, ""))
+    top_size, top_fp = max(found, key=lambda f: f[0].mem_gb)
+    source = (f"history: {top_size.runs} run{'s' if top_size.runs != 1 else ''} of {top_size.key}" if top_size.runs
+              else f"table: {top_size.key}")
+    return Heavy(top_fp, size.mem_gb, size.cpus, size.est_s, source, any(not s.runs for s, _ in found))
 
 
 def line_fingerprint(cmd: list[str]) -> str | None:
-    """The fingerprint history files a finished job under: a gated job's line (`bash -c LINE`) read
-    as the gate read it, else its own argv. None when nothing in it can be read."""
-    if len(cmd) >= 3 and posixpath.basename(cmd[0]) in _SHELLS and cmd[1] == "-c":
-        try:
-            commands = [program_of(w) for w in simple_commands(cmd[2])]
-        except Unreadable:
-            return None
-        commands = [c for c in commands if c and posixpath.basename(c[0]) not in ("cd", "echo", "true", "export")]
-        return fingerprint(commands[0]) if len(commands) == 1 else None
+    """The fingerprint history files a finished job under: its one command (a gated job's line,
+    `bash -c LINE`, read as the gate reads it; else its own argv). None when nothing in it can be
+    read, or a line runs several commands (which one needed the memory is not known)."""
+    from reconciler.core.sizing import commands_of
+
     try:
-        return fingerprint(program_of(list(cmd))) or None
+        commands = commands_of(list(cmd))
     except Unreadable:
         return None
+    return (fingerprint(commands[0]) or None) if len(commands) == 1 else None
 
 
 # ---------------------------------------------------------------- the decision

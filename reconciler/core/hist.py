@@ -45,6 +45,7 @@ MEM_FACTOR = 1.15  # over a peak seen whole
 KILLED_FACTOR = 1.5  # over a limit a run was killed at
 FOR_FACTOR = 1.5
 HINT_FACTOR = 2.0
+MIN_CPU_RUN_S = 1.0  # a shorter run's CPU time ÷ duration is mostly start-up noise
 _NOT_COUNTED = frozenset({"exec_failed", "start_failed", "stopped_outside", "lost"})  # JobRecord.outcome
 _HEX = frozenset("0123456789abcdefABCDEF")
 _SEPARATORS = " \t-:,;/#@"
@@ -246,12 +247,24 @@ def oversized(request_mem_gb: float, request_est_s: float, suggestion: Suggestio
 # ---------------------------------------------------------------- what the gate learns
 
 
+def cpus_used(recs: list["JobRecord"]) -> float | None:
+    """The CPUs these runs kept busy: the p90 of CPU time ÷ duration over runs that recorded their CPU
+    time and lasted at least MIN_CPU_RUN_S, rounded up to half a CPU (at least half). No margin: a CPU
+    guessed low is shared a little slower, never a kill. None when no run says."""
+    rates = [r.cpu_s / (r.ended - r.started) for r in recs
+             if getattr(r, "cpu_s", None) is not None and r.ended - r.started >= MIN_CPU_RUN_S]
+    p90 = percentile(rates, 90)
+    return None if p90 is None else max(0.5, math.ceil(round(p90 * 2, 6)) / 2)
+
+
 def learned(records: Iterable["JobRecord"], heavy_mem_gb: float, heavy_minutes: float, fingerprint_of) -> dict[str, dict[str, list]]:
-    """project -> command fingerprint (core.gate) -> [mem_gb to book, est_s, heavy, runs], for the gate
-    (DESIGN §5.8): what this project's finished runs of that command needed. Heavy: a run peaked over
-    `heavy_mem_gb` or ran over `heavy_minutes`. The size to book is the suggestion's rule (p95 peak ×
-    1.15, p90 duration × 1.5) over every counted run, even fewer than MIN_RUNS: a gated job's size is
-    booked, not enforced, so one run is better than the table's guess."""
+    """project -> command fingerprint (core.gate) -> [mem_gb to book, est_s, heavy, runs, cpus or None],
+    for the gate (DESIGN §5.8) and `--mem/--cpus/--for auto` (core/sizing.py, §5.9): what this
+    project's finished runs of that command needed. Heavy: a run peaked over `heavy_mem_gb` or ran
+    over `heavy_minutes`. The size is the suggestion's rule (p95 peak × 1.15, × 1.5 over a limit a run
+    was killed at; p90 duration × 1.5; `cpus_used`) over every counted run, even fewer than MIN_RUNS:
+    one run of this very command says more than the table's guess, and an auto-sized job killed at
+    its limit is started again once, bigger (never low twice)."""
     groups: dict[tuple[str, str], list] = {}
     for rec in records:
         if not counted(rec):
@@ -269,5 +282,5 @@ def learned(records: Iterable["JobRecord"], heavy_mem_gb: float, heavy_minutes: 
         heavy = max(peaks) > heavy_mem_gb or max(durs) > heavy_minutes * 60
         mem = suggest_mem_gb(percentile(peaks, 95), killed)
         est = round_for_s(percentile(durs, 90) * FOR_FACTOR)
-        out.setdefault(project, {})[fp] = [mem, est, heavy, len(recs)]
+        out.setdefault(project, {})[fp] = [mem, est, heavy, len(recs), cpus_used(recs)]
     return out

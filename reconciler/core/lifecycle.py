@@ -9,7 +9,8 @@ leads to from which; `_changes` says what else it writes.
 
     queued ──start──► starting ──started / unit_seen──► running ──settle──► done
       │  ▲               │ └──start_failed──► done          │ └──expire (a note)──► done
-      │  └───requeue─────┘                                  └─ stop, claim, hand_over, stream,
+      │  ├───requeue─────┘                                  ├─ stop, claim, hand_over, stream,
+      │  └───retry (auto-sized, killed at its limit: once, bigger)◄─┘
       ├──cancel──► cancelled                                   read_failed, attach_failed, release
       └──refuse──► refused     (none) ──enqueue / grant / refuse / start / recover_*──► …
 """
@@ -31,6 +32,7 @@ TABLE: dict[str, dict[Phase | None, Phase | str]] = {
     "unit_seen": {S: R},  # a pass saw the unit of a `starting` record alive (its starter died)
     "start_failed": {S: D},
     "requeue": {S: Q},  # the unit never appeared and its starter is gone: same id, no retry spent
+    "retry": {p: Q for p in _LIVE},  # auto-sized, killed at its memory limit: same id, once, bigger
     "cancel": {Q: Phase.cancelled},
     "expire": {R: D},  # a note's time is up, its owner is gone, or it was released
     "recover_unit": {None: R},  # state.db lost it, its unit is there: taken back
@@ -60,7 +62,7 @@ def transition(rec: JobRecord | None, event: str, now: float, **facts) -> JobRec
     """The record after `event`. Facts by event: enqueue/grant/refuse/start/recover_*: `request`
     (when there is no record yet); refuse, expire, start_failed, recover_lost: `why`, `detail`;
     start: `unit`, `holder`, `lease_s`, `where`, `log_dir`; started: `invocation`; recover_unit: `unit`; stop:
-    `reason`, `code`; settle: `rc`, `peak_gb`, `why`, `detail`, `at`; claim: `holder`, `lease_s`;
+    `reason`, `code`; retry: `request` (resized), `peak_gb`, `detail`; settle: `rc`, `peak_gb`, `cpu_s`, `why`, `detail`, `at`; claim: `holder`, `lease_s`;
     stream: `read` (the record with the new offset and digest), `lease_s` (None: not renewed);
     read_failed / attach_failed: `error`."""
     phase = rec.phase if rec is not None else None
@@ -98,6 +100,11 @@ def _changes(rec: JobRecord, event: str, now: float, f: dict) -> dict:
         # This attempt never ran and is not counted: the next start is the same attempt again.
         return {"started": None, "lease_until": None, "attached_by": None, "attempt": max(rec.attempt - 1, 0),
                 "log_dir": None}  # where the next start puts its log is decided then
+    if event == "retry":
+        # The killed run is over; the next start is a new attempt (its own unit run, its own exit
+        # record) of the same request, made bigger (`request`), its output appended to the same log.
+        return {"request": f["request"], "started": None, "lease_until": None, "attached_by": None, "invocation": None,
+                "peak_gb": f["peak_gb"], "detail": f["detail"], "log_offset": 0}
     if event == "cancel":
         return {"why": "released before it started", "detail": {"code": "cancelled"}, "ended": now}
     if event == "recover_unit":
@@ -107,7 +114,7 @@ def _changes(rec: JobRecord, event: str, now: float, f: dict) -> dict:
     if event == "stop":
         return {"stop_reason": f["reason"], "stop_code": f["code"]}
     if event == "settle":
-        return {"rc": f["rc"], "peak_gb": f["peak_gb"], "why": f["why"], "detail": f["detail"],
+        return {"rc": f["rc"], "peak_gb": f["peak_gb"], "cpu_s": f.get("cpu_s"), "why": f["why"], "detail": f["detail"],
                 "ended": f["at"] or now, "attached_by": None, "lease_until": None}
     if event == "claim":
         return {"attached_by": f["holder"], "lease_until": now + f["lease_s"]}

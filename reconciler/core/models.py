@@ -390,6 +390,7 @@ ActionKind = Literal[
     "settle",
     "reattach",  # claim the attachment of a live job whose holder's lease lapsed (or who gave it up)
     "requeue",
+    "retry",  # an auto-sized job killed at its memory limit: back in the queue once, bigger (DESIGN §5.9)
     "expire",
     "cancel",
     "retire",  # remove a finished entry from desired/queue.toml

@@ -50,7 +50,7 @@ def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
     for rec in sorted(records.values(), key=lambda r: r.request.number):
         for action in _lifecycle(rec, desired, wanted, world, now, policy, me):
             out.actions.append(action)
-            if action.kind in ("settle", "expire", "requeue"):
+            if action.kind in ("settle", "expire", "requeue", "retry"):
                 ended.add(rec.id)
 
     holding = [r for r in records.values() if r.phase in HOLDING and r.id not in ended]
@@ -132,8 +132,15 @@ def _live_job(rec: JobRecord, gone: bool, world: World, now: float, policy, me: 
     if ex is not None:
         rc, peak, outcome = settle_outcome(rec, ex)
         took = ex.at - rec.started if rec.started and ex.at else None
+        if outcome["code"] == "memory_limit" and may_retry(rec.request):
+            grown = suggest_mem_gb(rec.request.mem_gb, killed=True)
+            acts.append(Action(kind="retry", id=rec.id, peak_gb=peak, at=ex.at or None, rc=rc,
+                               detail={"code": "retry", "killed_at_gb": rec.request.mem_gb, "mem_gb": grown,
+                                       "peak_gb": peak, "took_s": took}, **tag))
+            return acts
         acts.append(Action(kind="settle", id=rec.id, rc=rc, peak_gb=peak, at=ex.at or None,
-                           detail={**outcome, "rc": rc, "peak_gb": peak, "took_s": took}, **tag))
+                           detail={**outcome, "rc": rc, "peak_gb": peak, "took_s": took,
+                                   **({"cpu_s": ex.cpu_s} if ex.cpu_s is not None else {})}, **tag))
     elif not alive:
         acts.append(Action(kind="settle", id=rec.id, rc=None, peak_gb=None,
                            detail={"code": "lost", "lost": "foreign_exit" if foreign else "vanished"}, **tag))
@@ -144,6 +151,14 @@ def _live_job(rec: JobRecord, gone: bool, world: World, now: float, policy, me: 
         elif (trip := budget_trip(rec, policy, now, obs.log_bytes if obs is not None else None)) is not None:
             acts.append(Action(kind="stop", id=rec.id, detail=trip, **tag))
     return acts
+
+
+def may_retry(req: Request) -> bool:
+    """An auto-sized job killed at its memory limit is started again once, bigger (DESIGN §5.9): res
+    guessed, so res tries again; a size the caller gave is the caller's (its line suggests one), a
+    gated job has no limit to be killed at, and an agent session would run its whole turn again."""
+    return ("mem" in req.auto and req.grown_from_gb is None and req.kind == "job" and not req.gated
+            and req.agent == "none")
 
 
 def _starting(rec: JobRecord, alive: bool, world: World, now: float, tag: dict) -> list[Action]:

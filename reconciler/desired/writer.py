@@ -797,6 +797,41 @@ class Writer:
         self._verify(new_text, expected)
         return new_text
 
+    # ---------------------------------------------------------- update
+
+    def update(self, job_id: str, changes: dict[str, Any]) -> bool:
+        """Set keys of one entry, as res itself changes a request (an auto-sized job killed at its
+        limit, started again bigger: DESIGN §5.9), with tomlkit (comments and layout kept). True if
+        the file changed; False when the entry is not there or already says so."""
+        def edit(dfd: int) -> bool:
+            q = self._full(dfd, self._load_queue(dfd))
+            if not q.exists or q.data is None:
+                return False
+            where = next(((kind, i) for kind in KINDS for i, raw in enumerate(q.data.get(kind, []))
+                          if raw.get("id") == job_id), None)
+            if where is None:
+                return False
+            kind, i = where
+            entry = {**q.data[kind][i], **changes}
+            if entry == q.data[kind][i]:
+                return False
+            expected: dict[str, Any] = {**q.data, kind: [*q.data[kind][:i], entry, *q.data[kind][i + 1:]]}
+            import tomlkit
+
+            try:
+                doc = tomlkit.parse(q.text)
+                for key, value in changes.items():
+                    doc[kind][i][key] = value
+                new_text = tomlkit.dumps(doc)
+            except Exception as e:
+                raise DesiredError(f"{self.paths.queue}: could not edit it ({' '.join(str(e).split())}); nothing was changed") from None
+            self._verify(new_text, expected)
+            q.plain = _plain(new_text, q.counts)
+            self._commit_queue(dfd, q, new_text, None, "update", [job_id])
+            return True
+
+        return self._retrying(edit)
+
     # ---------------------------------------------------------- restore
 
     def restore(self, requests: Iterable["Request"]) -> list[str]:

@@ -62,3 +62,28 @@ def render_hist(rows: list[HistRow]) -> str:
         cells = [c.rjust(w) if i in _RIGHT else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths))]
         out.append("  ".join(cells).rstrip())
     return "\n".join(out)
+
+
+_AUTO_HEADER = ("project", "command", "runs", "--mem", "--cpus", "--for", "")
+
+
+def render_learned(learned: dict[str, dict[str, list]], project: str | None = None) -> str:
+    """What `--mem/--cpus/--for auto` take for each command fingerprint history knows (core/hist.learned;
+    `-`: not learned, the table's or the policy's then), by project then command."""
+    from reconciler.core.sizing import seen_entry
+
+    lines = [_AUTO_HEADER]
+    for proj in sorted(learned):
+        if project is not None and proj != project:
+            continue
+        for fp in sorted(learned[proj]):
+            seen = seen_entry(learned[proj][fp])
+            if seen is None:
+                continue
+            lines.append((one_line(proj)[:24] or "-", quoted(fp, 40), str(seen.runs), mem_flag(seen.mem_gb),
+                          "-" if seen.cpus is None else f"{seen.cpus:g}", for_flag(seen.est_s), "heavy" if seen.heavy else ""))
+    if len(lines) == 1:
+        return "no command learned yet (auto sizes come from the gate's table or the policy)"
+    widths = [max(len(line[i]) for line in lines) for i in range(len(_AUTO_HEADER))]
+    return "\n".join("  ".join(c.rjust(w) if i in (2, 3, 4, 5) else c.ljust(w)
+                               for i, (c, w) in enumerate(zip(line, widths))).rstrip() for line in lines)

@@ -18,6 +18,7 @@ _SYMBOL = {
     "stop": "- stop",
     "settle": "✓ settle",
     "requeue": "⟲ requeue",
+    "retry": "⟲ retry",
     "reattach": "↻ reattach",
     "expire": "- expire",
     "cancel": "- cancel",
@@ -33,8 +34,21 @@ _SYMBOL = {
     "prune": "· prune",
 }
 _SUMMARY = [("start", "to start"), ("grant", "to note"), ("refuse", "to refuse"), ("stop", "to stop"),
-            ("set", "to change"), ("adopt", "to adopt"), ("end_game", "to end game mode"), ("restore", "to write back"), ("recover", "to recover"), ("hold", "held (not written by res)"), ("reattach", "to reattach"), ("requeue", "to requeue"), ("settle", "to settle"),
+            ("set", "to change"), ("adopt", "to adopt"), ("end_game", "to end game mode"), ("restore", "to write back"), ("recover", "to recover"), ("hold", "held (not written by res)"), ("reattach", "to reattach"), ("requeue", "to requeue"), ("retry", "to start again bigger"), ("settle", "to settle"),
             ("expire", "to expire"), ("cancel", "to cancel")]
+
+
+def retry_text(d: dict) -> str:
+    """Why an auto-sized job goes back in the queue (core.plan.may_retry): `killed at its memory limit
+    (256 MB, peak 250 MB); res sized it, so it starts again once, at 384 MB`."""
+    peak = f", peak {fmt_gb(d['peak_gb'])}" if d.get("peak_gb") is not None else ""
+    return (f"killed at its memory limit ({fmt_gb(d['killed_at_gb'])}{peak}); res sized it, so it starts again "
+            f"once, at {fmt_gb(d['mem_gb'])}")
+
+
+def retry_line(job_id: str, d: dict) -> str:
+    """The line res writes at the end of the killed run's output, in the job's log."""
+    return f"{job_id} {retry_text(d)}"
 
 
 def _unheld(a: Action) -> bool:

@@ -145,12 +145,13 @@ def read_exit_record(path: Path) -> ExitObs | None:
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read())
-        peak = data.get("peak_bytes")
+        peak, cpu = data.get("peak_bytes"), data.get("cpu_usec")
         return ExitObs(
             result=str(data.get("result") or ""),
             code=str(data.get("code") or ""),
             status=str(data.get("status") if data.get("status") is not None else ""),
             peak_gb=None if peak is None else int(peak) / 1024**3,
+            cpu_s=None if cpu is None else max(0, int(cpu)) / 1e6,
             oom_kills=int(data.get("oom_kills") or 0),
             at=float(data.get("at") or 0),
             invocation=str(data.get("invocation") or "") or None,

@@ -89,7 +89,7 @@ def test_exit_record_script_never_fails(tmp_path):
     assert r.returncode == 0 and r.stderr == ""
     rec = json.loads(out.read_text())
     assert rec["result"] is None and rec["code"] is None and rec["status"] is None
-    assert set(rec) == {"result", "code", "status", "peak_bytes", "oom_kills", "at", "invocation"}
+    assert set(rec) == {"result", "code", "status", "peak_bytes", "oom_kills", "at", "invocation", "cpu_usec"}
     assert abs(rec["at"] - time.time()) < 30 and rec["oom_kills"] >= 0
     assert mode(out) == 0o600
     # RES_EXIT_RECORD (the unit's environment) wins over argv[1]

@@ -104,6 +104,11 @@ def test_wrappers_are_seen_through(words, command):
     (["npm", "run", "test:unit", "--", "--watch=false"], "npm run test:unit"),
     (["/usr/bin/cargo", "test", "--release", "deadbeef12"], "cargo test"),
     (["make", "build", "4096"], "make build"),
+    # an interpreter's script is the program: its name (not its path) and its targets
+    (["python3", "tools/gen_docs.py", "all", "--out", "x"], "python3 gen_docs.py all"),
+    (["/usr/bin/node", "--max-old-space-size=4096", "scripts/build.js"], "node build.js"),
+    (["bash", "ci/run-tests.sh", "unit"], "bash run-tests.sh unit"),
+    (["python3", "-c", "print(1)"], "python3"),
 ])
 def test_fingerprints_keep_the_program_and_target_words(command, fp):
     assert fingerprint(command) == fp

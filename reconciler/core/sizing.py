@@ -1,0 +1,115 @@
+"""The sizes res chooses (DESIGN §5.9): `res run --mem auto --cpus auto --for auto`, and what the gate
+books for a heavy line (core/gate.py). Pure.
+
+For each command a job runs (its argv; each command of a `bash -c LINE`), in this order:
+
+1. history: this project's finished runs of the same command fingerprint (core/gate.fingerprint),
+   as core/hist.learned sums them up: p95 peak × 1.15 (× 1.5 over a limit a run was killed at), p90
+   duration × 1.5, the CPUs the runs kept busy (p90);
+2. the gate's table (policies/heavy.toml and the policy's gate_heavy_add): that tool's default;
+3. the policy's auto_mem_gb, auto_cpus, auto_minutes.
+
+A line of several commands gets the most memory and CPUs any of them needs and their durations one
+after the other. Every size says where it came from (`source`), and `res run` prints it.
+
+Import-light (the gate's hot path): the gate's own text reading, nothing else.
+"""
+from __future__ import annotations
+
+import posixpath
+from typing import NamedTuple
+
+from reconciler.core.gate import Tool, Unreadable, fingerprint, match_tool, program_of, simple_commands
+
+MAX_EST_S = 365 * 86400
+_SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
+_NOT_WORK = frozenset({"cd", "echo", "true", "export", "set", "source", ".", "pwd", "printf"})
+
+
+class Size(NamedTuple):
+    mem_gb: float
+    cpus: float
+    est_s: int
+    source: str  # "12 earlier runs of make test", "the table's entry for pytest", "the policy's default"
+    runs: int = 0  # earlier runs it was learned from (0: not from history)
+    key: str = ""  # the fingerprint history knows it by, or the table's key
+
+
+class Seen(NamedTuple):
+    """One fingerprint's entry in what history learned (core/hist.learned, gate.json)."""
+    mem_gb: float
+    est_s: int
+    heavy: bool
+    runs: int
+    cpus: float | None
+
+
+def seen_entry(value: object) -> Seen | None:
+    """A learned entry as the loop publishes it ([mem_gb, est_s, heavy, runs] and, since CPUs are
+    learned, cpus or null), or None when it is not one (a hand-edited or older gate.json)."""
+    if not isinstance(value, (list, tuple)) or len(value) not in (4, 5):
+        return None
+    mem, est, heavy, runs = value[:4]
+    cpus = value[4] if len(value) == 5 else None
+    if not (type(mem) in (int, float) and 0 < mem <= 65536 and type(est) in (int, float) and 0 < est <= MAX_EST_S
+            and type(heavy) is bool and type(runs) is int and runs >= 0):
+        return None
+    if cpus is not None and not (type(cpus) in (int, float) and 0 < cpus <= 4096):
+        return None
+    return Seen(float(mem), int(est), heavy, runs, None if cpus is None else float(cpus))
+
+
+def commands_of(cmd: list[str]) -> list[list[str]]:
+    """What a job's argv runs: the commands of a `bash -c LINE` (less `cd`, `echo` and the like), else
+    the argv itself; wrappers taken off (core/gate.program_of). Unreadable when it cannot be told."""
+    if len(cmd) >= 3 and posixpath.basename(cmd[0]) in _SHELLS and cmd[1] == "-c":
+        found = [program_of(w) for w in simple_commands(cmd[2])]
+        return [c for c in found if c and posixpath.basename(c[0]) not in _NOT_WORK]
+    command = program_of(list(cmd))
+    return [command] if command else []
+
+
+def _runs(n: int) -> str:
+    return f"{n} earlier run{'s' if n != 1 else ''}"
+
+
+def command_size(command: list[str], learned: dict | None, table: tuple[Tool, ...]) -> tuple[Size, bool] | None:
+    """(the size of one command, heavy?) from history or the table; None when neither knows it.
+    Heavy (for the gate): in the table, or history saw it pass heavy_mem_gb / heavy_minutes."""
+    fp = fingerprint(command)
+    seen = seen_entry((learned or {}).get(fp))
+    tool = match_tool(command, table)
+    if seen is not None:
+        cpus = seen.cpus if seen.cpus is not None else (tool.cpus if tool else None)
+        size = Size(seen.mem_gb, cpus if cpus is not None else 0.0, seen.est_s, f"{_runs(seen.runs)} of {fp}", seen.runs, fp)
+        return size, seen.heavy or tool is not None
+    if tool is not None:
+        return Size(tool.mem_gb, tool.cpus, tool.est_s, f"the table's entry for {tool.key}", 0, tool.key), True
+    return None
+
+
+def combined(sizes: list[Size], default: Size) -> Size:
+    """One size for a line of several commands: the most memory and CPUs, the durations in a row; the
+    source of the one that needs the most memory. A CPU count history did not learn (0) is the default's."""
+    if not sizes:
+        return default
+    top = max(sizes, key=lambda s: s.mem_gb)
+    cpus = max(s.cpus for s in sizes) or default.cpus
+    return Size(top.mem_gb, cpus, min(sum(s.est_s for s in sizes), MAX_EST_S), top.source, top.runs, top.key)
+
+
+def size_for(cmd: list[str], learned: dict | None, table: tuple[Tool, ...], default: Size) -> Size:
+    """The size of a job running `cmd` in a project whose history is `learned` (fingerprint -> entry):
+    history, else the table, else `default` (the policy's auto_* keys)."""
+    try:
+        commands = commands_of(cmd)
+    except Unreadable:
+        return default
+    sizes = [known[0] for known in (command_size(c, learned, table) for c in commands) if known is not None]
+    return combined(sizes, default)
+
+
+def policy_default(policy) -> Size:
+    """The size of a command neither history nor the table knows: the policy's auto_* keys."""
+    return Size(float(policy.auto_mem_gb), float(policy.auto_cpus), max(1, int(round(policy.auto_minutes * 60))),
+                "the policy's default")
