@@ -18,7 +18,8 @@ def agent_rules(policy) -> list[str]:
         "",
         f"- Heavy work (over ~{gb} GB of memory, ~{cores} cores or ~{minutes} minutes: builds, test suites, e2e, "
         "training) runs through `res run --mem SIZE --for TIME -- COMMAND` (`--wait` streams its output and "
-        "exits with its code); never bare `systemd-run`, never a long command in the foreground.",
+        "exits with its code); never bare `systemd-run`, never a long command in the foreground. Not sure of "
+        "the size? `--mem auto --cpus auto --for auto` takes what earlier runs of that command here needed.",
         "- A big step that must run in the foreground takes a note first: `res note --mem SIZE --for TIME \"what\"`.",
         "- Exit 3 means busy: the line says who holds what and until when. Do other work and retry after the "
         "time it prints (or add `--queue` to wait in line); never poll in a tight loop.",
