@@ -50,6 +50,7 @@ def policy_files_key() -> tuple:
     return tuple(out)
 
 
+HISTORY_LEARNED = 2000  # the latest pruned records the gate and `--mem auto` learn from, besides state.db's own
 WRITER_WAIT_S = 2.0  # how long a pass waits for a writer at work before it tracks changes next pass
 
 
@@ -303,13 +304,14 @@ class Engine:
         Bookkeeping: a failure is logged, and the gate then reads what it read before."""
         from reconciler.core.hist import counted
 
-        key = (self._policy_key, sum(1 for r in records.values() if counted(r)))
+        key = (self._policy_key, sum(1 for r in records.values() if counted(r)), self.store.history_count())
         if key == self._gate_key:
             return
         from reconciler.config import gatefile
 
         try:
-            gatefile.write(self.paths.gate, gatefile.build(self.policy, records.values()))
+            # The pruned history too: what a command needed is not forgotten a day after it ran.
+            gatefile.write(self.paths.gate, gatefile.build(self.policy, [*records.values(), *self.store.history(HISTORY_LEARNED)]))
             self._gate_key = key
         except Exception as e:  # noqa: BLE001 - bookkeeping: the pass goes on
             log.warning("writing %s: %s", self.paths.gate, e)

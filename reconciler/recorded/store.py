@@ -427,6 +427,10 @@ class Store:
             conn.executemany("DELETE FROM jobs WHERE id = ?", [(r[0],) for r in rows])
         return [r[0] for r in rows]
 
+    def history_count(self) -> int:
+        rows = self._rows("SELECT COUNT(*) FROM history")
+        return int(rows[0][0]) if rows else 0
+
     def history(self, limit: int | None = None) -> list["JobRecord"]:
         """Pruned records, the latest ended first."""
         sql = "SELECT id, record FROM history ORDER BY ended DESC, num DESC"
