@@ -318,7 +318,7 @@ def job_env(req: Request) -> dict[str, str]:
     one, for the same task)."""
     from reconciler.core.share import share_env
 
-    env = {**req.env, **share_env(req.cpus, req.mem_gb, req.env), "RES_ID": req.id}
+    env = {**req.env, **share_env(req.cpus, req.mem_gb, req.env, mem_enforced=not req.gated), "RES_ID": req.id}
     for name, value in (("RES_BY", req.by), ("RES_TASK", req.task)):
         if value:
             env[name] = value
