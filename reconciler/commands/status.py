@@ -141,6 +141,7 @@ def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord
     from reconciler.core.models import World
     from reconciler.render.game import game_lines
     from reconciler.render.lines import agents_memory_line, status_warnings
+    from reconciler.render.status import pressure_line
 
     world = parse(World, world_data) if world_data else None
     live = [r for r in records.values() if r.phase in LIVE]
@@ -149,6 +150,9 @@ def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord
                  "left_s": round(game.until - now) if game.active(now) and game.until else None,
                  "lines": game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now, zone)},
         "agents_memory": agents_memory_line(world) if world else None,
+        "pressure": {"full_avg10_pct": world.pressure_full_pct if world else None,
+                     "slice_full_avg10_pct": world.slice_pressure_full_pct if world else None,
+                     "limit_pct": policy.pressure_full_pct, "line": pressure_line(world, policy)},
         "agents_slice": dump(world.agents_slice) if world and world.agents_slice else None,
         "warnings": (status_warnings(world, live, policy) if world else []) + reserve_warnings(policy),
     }
@@ -217,6 +221,8 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
         lines += side["game"]["lines"]
     if side["agents_memory"]:
         lines.append(side["agents_memory"])
+    if side["pressure"]["line"]:
+        lines.append(side["pressure"]["line"])
     lines += [f"warning: {w}" for w in side["warnings"]]
     lines += [f"held: {h['id']} {quoted(h['title'], 40)} {one_line(h['reason'], 160)}" for h in snap.get("held", [])]
     lines += [change_line(*row, clock=lambda at: fmt_clock(at, zone)) for row in recent]

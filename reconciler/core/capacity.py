@@ -36,8 +36,13 @@ class Capacity:
     force_cpus: float
     game: bool
     holders: list[Holder] = field(default_factory=list)
+    # Memory pressure over the policy's threshold (DESIGN §5.9), as data (pressure_of): while it is
+    # set nothing new fits, --force or not; None: under the threshold, not observed, or PSI ignored.
+    pressure: dict | None = None
 
     def fits(self, req: Request) -> bool:
+        if self.pressure is not None:
+            return False
         if req.force:
             return self.fits_past_ledger(req)
         return req.mem_gb <= self.mem_gb and req.cpus <= self.cpus
@@ -112,6 +117,30 @@ def holder_of(rec: JobRecord, used_gb: float, now: float) -> Holder:
     )
 
 
+PRESSURE_WINDOW_S = 10  # PSI's avg10: the window the threshold is compared with
+
+
+def pressure_of(policy, world: World) -> dict | None:
+    """Memory pressure that holds back new work (DESIGN §5.9): the machine's or the agents slice's
+    `full avg10` above the policy's `pressure_full_pct`, the higher of the two; None when neither
+    is, when neither was observed, or when the policy says 0 (PSI ignored).
+
+    `full` is the share of time in which every non-idle task waited for memory at once (thrashing,
+    reclaim storms); avg10 is its average over the last 10 s (docs/pressure.md)."""
+    limit = getattr(policy, "pressure_full_pct", 0) or 0
+    if limit <= 0:
+        return None
+    seen = [(pct, where) for pct, where in ((world.pressure_full_pct, "system"), (world.slice_pressure_full_pct, "slice"))
+            if pct is not None and pct > limit]
+    if not seen:
+        return None
+    pct, where = max(seen, key=lambda s: s[0])
+    d = {"pct": pct, "kind": "full", "window_s": PRESSURE_WINDOW_S, "limit": limit, "where": where}
+    if where == "slice":
+        d["slice"] = getattr(policy, "agents_slice", None)
+    return d
+
+
 def capacity(policy, game: Game, world: World, holding: list[JobRecord], now: float) -> Capacity:
     """`holding`: the records that claim resources now (running or starting jobs, granted notes)."""
     reserve_gb, reserve_cpus, on = reserves(policy, game, now, world.nproc)
@@ -148,6 +177,7 @@ def capacity(policy, game: Game, world: World, holding: list[JobRecord], now: fl
         force_cpus=world.nproc - reserve_cpus,
         game=on,
         holders=holders,
+        pressure=pressure_of(policy, world),
     )
 
 
@@ -187,7 +217,9 @@ class QueueForecast:
         # (time it ends, gb, cpus); an overdue holder is expected to end "now"
         self.ends = [(max(h.eta or now, now), h.held_gb, h.cpus) for h in cap.holders]
         heapq.heapify(self.ends)
-        self.stuck = False
+        # Under memory pressure nobody can tell when anything starts: it waits for the pressure to
+        # fall, which no holder's end promises.
+        self.stuck = cap.pressure is not None
         # When each held lock is expected free; None: its holder is overdue, so nobody can tell.
         self.lock_free: dict[str, float | None] = {
             h.lock: (None if h.overdue or h.eta is None else max(h.eta, now)) for h in cap.holders if h.lock}
@@ -234,8 +266,9 @@ class QueueForecast:
 
 
 def short_of(cap: Capacity, mem_gb: float, cpus: float) -> list[str]:
-    """Which resources are short for this much: "memory", "cpus" (in that order)."""
-    out = []
+    """Which resources are short for this much: "pressure" (memory pressure holds back everything new),
+    "memory", "cpus" (in that order)."""
+    out = ["pressure"] if cap.pressure is not None else []
     if mem_gb > cap.mem_gb + 1e-9:
         out.append("memory")
     if cpus > cap.cpus + 1e-9:
@@ -258,7 +291,10 @@ def _retry(when: float | None, holders: list[Holder], now: float) -> dict:
 
 def busy_detail(req: Request, cap: Capacity, now: float, head: Request | None = None) -> dict:
     """A request that does not fit now (or would overtake a waiting queue head): which resources are
-    short, who holds them (earliest end first), what is free, when to retry."""
+    short, who holds them (earliest end first), what is free, when to retry. Memory pressure comes
+    first: while it lasts nothing starts, whatever else is short or whoever is ahead."""
+    if cap.pressure is not None:
+        return pressure_detail(req, cap)
     need_gb = req.mem_gb + (head.mem_gb if head else 0.0)
     need_cpus = req.cpus + (head.cpus if head else 0.0)
     short = short_of(cap, need_gb, need_cpus) or ["memory"]
@@ -278,6 +314,15 @@ def busy_detail(req: Request, cap: Capacity, now: float, head: Request | None = 
         d["head"] = {"id": head.id, "title": head.title, "gb": head.mem_gb, "cpus": head.cpus,
                      "waits_for": "+".join(short_of(cap, head.mem_gb, head.cpus) or short)}
     return d
+
+
+def pressure_detail(req: Request, cap: Capacity) -> dict:
+    """Memory pressure holds back every new start (DESIGN §5.9): how much, where, against what
+    threshold. Nobody's end is promised to relieve it: retry soon. --force does not start past it."""
+    return {"code": "busy", "resource": "pressure", "short": short_of(cap, req.mem_gb, req.cpus), "holders": [],
+            "pressure": dict(cap.pressure or {}), "free_gb": round(cap.mem_gb, 3), "free_cpus": round(cap.cpus, 3),
+            "asked_gb": req.mem_gb, "asked_cpus": req.cpus, "retry": "soon", "retry_at": None,
+            **({"force": "pressure"} if req.force else {})}
 
 
 def lock_detail(lock: str, holder: Holder, forced: bool = False) -> dict:

@@ -57,7 +57,10 @@ def _ask(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
         return {**out, "fits": "never" if d.get("code") == "never_fits" else "unknown", "detail": d}
     est = d.get("est_start")
     if est is None:
-        return {**out, "fits": "unknown" if d.get("waits_for") in ("memory", "cpus", "memory+cpus") else "later"}
+        waits = str(d.get("waits_for") or "").split("+")
+        # waiting for memory or CPUs that no holder's end promises, or for memory pressure to fall
+        return {**out, "fits": "unknown" if d.get("waits_for") in ("memory", "cpus", "memory+cpus") or "pressure" in waits
+                else "later"}
     return {**out, "fits": "later", "start": None if _gated_ahead(desired, records) else est}
 
 

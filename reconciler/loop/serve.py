@@ -261,6 +261,9 @@ def _scheduled(engine, ticker: "Ticker", policy):
     looking_every = [policy.tick_s]
 
     def rearm() -> None:
+        # A PSI trigger wakes a pass when memory pressure rises past the policy's threshold (re-armed
+        # only when the threshold changes; loop/events.py).
+        events.watch_pressure(engine.policy.pressure_full_pct, ticker.kick)
         look.owners = set(engine.note_owners)
         at = engine.next_at
         # With the kernel's events, what a look finds is told as it happens: no look at all (the

@@ -1,4 +1,5 @@
-"""Observe the live machine (DESIGN §2 step 3): memory, CPUs, note owners, and jobs via the runtime."""
+"""Observe the live machine (DESIGN §2 step 3): memory, memory pressure, CPUs, note owners, and jobs via
+the runtime."""
 from __future__ import annotations
 
 import os
@@ -55,6 +56,7 @@ async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], 
     a cluster job is live or `ask_cluster` (a cluster request waits to be decided)."""
     import socket
 
+    from reconciler.observed import pressure
     from reconciler.observed.procs import alive
 
     total, available = meminfo()
@@ -63,7 +65,8 @@ async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], 
     world = World(mem_total_gb=round(total, 3), mem_available_gb=round(available, 3), nproc=cpu_count(),
                   live_pids=sorted(p for p in owners if alive(p)),
                   gone_holders=gone_holders({r.attached_by for r in records.values()
-                                             if r.phase in LIVE and r.attached_by}, socket.gethostname()))
+                                             if r.phase in LIVE and r.attached_by}, socket.gethostname()),
+                  pressure_full_pct=pressure.system_full_pct())  # (the agents slice's: observe_user_side)
     live = [r for r in records.values() if r.phase in LIVE and r.request.kind == "job"]
     wanted = [r.id for r in live if r.where != "cluster"]
     remote = [r.id for r in live if r.where == "cluster"]
@@ -177,7 +180,7 @@ def unit_of_cgroup(cgroup_path: str, manager_cgroup: str) -> str:
 async def observe_user_side(runtime, world: World, policy) -> list[str]:
     """The agents slice, the agent sessions, /tmp and stray transient services, into `world`. What
     cannot be observed stays None, and nothing is then changed for it; returns what went wrong."""
-    from reconciler.observed import cgroup
+    from reconciler.observed import cgroup, pressure
     from reconciler.core.models import SessionObs, SliceObs
     from reconciler.core.sessions import SESSION_NAME
     from reconciler.observed.procs import cgroup_of, descendants, has_ancestor_named, processes
@@ -190,9 +193,13 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
                                               (policy.agents_slice, policy.jobs_slice),
                                               loop_unit_stem(policy.unit_prefix))
     side = runtime.user_side() if runtime is not None else None
+    slice_cg = cgroup.slice_cgroup(side.manager_cgroup, policy.agents_slice) if side is not None else None
+    # The agents slice's own memory pressure (DESIGN §5.9): its memory.pressure in the unified
+    # hierarchy (RES_SLICE_PRESSURE_FILE replaces it), read before anything that can fail.
+    if slice_cg is not None or os.environ.get(pressure.SLICE_ENV):
+        world.slice_pressure_full_pct = pressure.slice_full_pct(slice_cg or "")
     if side is None:
         return []
-    slice_cg = cgroup.slice_cgroup(side.manager_cgroup, policy.agents_slice)
     try:
         props = await side.unit_properties(policy.agents_slice, "Slice")
     except Exception as e:  # noqa: BLE001 - unobserved: nothing is set this pass

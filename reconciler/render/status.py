@@ -62,6 +62,19 @@ def status_line(v: dict, zone: Zone) -> str:
             f"{started:>5}  {one_line(tail.strip(), 160)} {who}").rstrip()
 
 
+def pressure_line(world, policy) -> str | None:
+    """`memory pressure 25 % (full, 10 s) is over pressure_full_pct (10 %): nothing new starts until it
+    falls; running jobs go on`: the line `res status` shows while memory pressure holds back new work
+    (DESIGN §5.9), from the last pass's World; None when it does not (or nothing was observed)."""
+    from reconciler.core.capacity import pressure_of
+    from reconciler.render.reasons import pressure_over
+
+    p = pressure_of(policy, world) if world is not None else None
+    if p is None:
+        return None
+    return f"{pressure_over(p)}: nothing new starts until it falls; running jobs go on"
+
+
 def asker_data(req) -> dict:
     """Who asked, as `--json` carries it: name, task, batch, message (the keys known)."""
     pairs = (("name", req.by), ("task", req.task), ("batch", req.batch), ("message", req.reply_to))
@@ -100,4 +113,7 @@ def done_line(rec: JobRecord) -> str:
     peak = f" peak {fmt_gb(rec.peak_gb)}" if rec.peak_gb is not None else ""
     took = f" in {fmt_span(rec.ended - rec.started)}" if rec.ended and rec.started else ""
     tail = "" if why in ("", "exited 0") else f" ({why})"
-    return f"{rec.id} done rc={rec.rc if rec.rc is not None else '?'}{peak}{took}{tail}"
+    grown = rec.request.grown_from_gb
+    again = (f"; started again at {fmt_gb(rec.request.mem_gb)} after a kill at its {fmt_gb(grown)} limit"
+             if grown is not None else "")
+    return f"{rec.id} done rc={rec.rc if rec.rc is not None else '?'}{peak}{took}{tail}{again}"
