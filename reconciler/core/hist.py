@@ -278,9 +278,10 @@ def learned(records: Iterable["JobRecord"], heavy_mem_gb: float, heavy_minutes: 
         durs = [r.ended - r.started for r in recs]
         if not peaks or not durs:
             continue
-        killed = any(killed_at_limit(r) for r in recs)
+        p95 = percentile(peaks, 95)
+        killed = any(killed_at_limit(r) and r.request.mem_gb >= p95 for r in recs)  # the p95 is a limit it died at
         heavy = max(peaks) > heavy_mem_gb or max(durs) > heavy_minutes * 60
-        mem = suggest_mem_gb(percentile(peaks, 95), killed)
+        mem = suggest_mem_gb(p95, killed)
         est = round_for_s(percentile(durs, 90) * FOR_FACTOR)
         out.setdefault(project, {})[fp] = [mem, est, heavy, len(recs), cpus_used(recs)]
     return out

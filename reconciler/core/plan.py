@@ -240,12 +240,17 @@ def settle_outcome(rec: JobRecord, ex: ExitObs) -> tuple[int | None, float | Non
         except KeyError:
             rc = None
     oom = ex.result == "oom-kill" or (ex.oom_kills > 0 and ex.code != "exited")
+    # Processes of it killed at the limit (test workers, compiler jobs) and it failed: its memory was
+    # the trouble, even though its main process exited by itself (`pytest -n 16` in 256 MB: rc 3).
+    workers_killed = not oom and ex.oom_kills > 0 and ex.code == "exited" and rc not in (0, None)
     if rec.stop_reason:
         outcome = {"code": rec.stop_code or "stopped", "stop_reason": rec.stop_reason}
     elif rec.attach_failures >= ATTACH_FAILURES_MAX:
         outcome = budget_trip(rec, None, 0)
-    elif oom:
+    elif oom or workers_killed:
         outcome = {"code": "memory_limit", "mem_gb": req.mem_gb, "peak_gb": peak, "try_mem": mem_flag(suggest_mem_gb(req.mem_gb, killed=True))}
+        if workers_killed:
+            outcome.update(rc=rc, oom_kills=ex.oom_kills)
     elif ex.result == "timeout":  # a cluster's time limit (Slurm's TIMEOUT): --for, in whole minutes
         outcome = {"code": "time_limit", "limit_s": -(-req.est_s // 60) * 60}
     elif ex.result == "node-fail":
@@ -526,6 +531,8 @@ class _Admission:
         if self.head is req:
             waits = "+".join(short_of(cap, req.mem_gb, req.cpus)) or "starts_per_pass"
             detail = {"code": "queued", "position": self.position, "est_start": est, "waits_for": waits}
+            if cap.pressure is not None:  # how much, where, against what (the words: render.reasons.queued_line)
+                detail["pressure"] = cap.pressure
         else:
             detail = {"code": "queued", "position": self.position, "est_start": est, "waits_for": "queue_head",
                       "head": self.head.id}

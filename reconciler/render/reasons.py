@@ -62,7 +62,27 @@ def reason_line(d: dict, zone: Zone) -> str:
     if resource == "daily_cost":
         return (f"busy: agent sessions spent ${d['spent_usd']:.2f} today, daily_cost_usd is ${d['limit_usd']:.2f}; "
                 "new sessions start again tomorrow, or raise daily_cost_usd")
+    if resource == "pressure":
+        forced = "--force never starts past memory pressure; " if d.get("force") == "pressure" else ""
+        return f"busy: {pressure_over(d['pressure'])}: nothing new starts until it falls; {forced}{_retry_text(d, zone)}"
     return busy_line(d, zone)
+
+
+def _pct(value: float) -> str:
+    """`25`, `12`, `9.5`, `3`: a PSI percentage as people read it (whole from 10 % up, else one decimal)."""
+    tenths = round(float(value), 1)
+    return f"{value:.0f}" if tenths >= 10 or tenths.is_integer() else f"{tenths:.1f}"
+
+
+def pressure_text(p: dict) -> str:
+    """`memory pressure 25 % (full, 10 s)`, and where when it is the agents slice's own (core.capacity.pressure_of)."""
+    where = f" in {p.get('slice') or 'the agents slice'}" if p.get("where") == "slice" else ""
+    return f"memory pressure {_pct(p['pct'])} % ({p.get('kind', 'full')}, {p.get('window_s', 10)} s){where}"
+
+
+def pressure_over(p: dict) -> str:
+    """`memory pressure 25 % (full, 10 s) is over pressure_full_pct (10 %)`."""
+    return f"{pressure_text(p)} is over pressure_full_pct ({p['limit']:g} %)"
 
 
 def busy_line(d: dict, zone: Zone) -> str:
@@ -107,6 +127,10 @@ def queued_line(d: dict, zone: Zone) -> str:
         return f"position {d['position']}; {why}"
     eta = f"est. start ~{fmt_clock(d['est_start'], zone)}" if d["est_start"] is not None else "est. start unknown"
     text = f"position {d['position']}; {eta}"
+    if "pressure" in d["waits_for"].split("+"):
+        p = d.get("pressure")
+        return text + (f"; waits for {pressure_text(p)} to fall under {p['limit']:g} % (pressure_full_pct)" if p
+                       else "; waits for memory pressure to fall (pressure_full_pct)")
     if d["waits_for"] == "lock":
         text += f"; lock {lock_text(d['lock'], quote=chr(39))} held by {d['lock_holder']}"
     elif d["waits_for"] == "queue_head":
@@ -155,8 +179,10 @@ def stop_text(d: dict) -> str:
     return f"budget: iterations {used} > {limit}"
 
 
-def memory_limit_why(mem_gb: float, peak: float | None, try_mem: str) -> str:
-    return (f"killed at its memory limit ({fmt_gb(mem_gb)}" + (f", peak {fmt_gb(peak)}" if peak is not None else "")
+def memory_limit_why(mem_gb: float, peak: float | None, try_mem: str, oom_kills: int = 0, rc: int | None = None) -> str:
+    what = (f"exit code {rc}: {oom_kills} of its processes killed at its memory limit" if oom_kills
+            else "killed at its memory limit")
+    return (f"{what} ({fmt_gb(mem_gb)}" + (f", peak {fmt_gb(peak)}" if peak is not None else "")
             + f"); raise --mem (try --mem {try_mem})")
 
 
@@ -179,7 +205,7 @@ def outcome_why(d: dict) -> str:
     if code in ("attach_failed", "log_limit", "budget", "released"):
         return stop_text(d)
     if code == "memory_limit":
-        return memory_limit_why(d["mem_gb"], d["peak_gb"], d["try_mem"])
+        return memory_limit_why(d["mem_gb"], d["peak_gb"], d["try_mem"], d.get("oom_kills", 0), d.get("rc"))
     if code == "exec_failed":
         return "could not execute the command (not found or not executable)"
     if code == "time_limit":
@@ -266,6 +292,10 @@ def action_reason(a: Action, zone: Zone) -> str:
     if kind == "restore":
         return ("gone from queue.toml without res release: written back "
                 f"(res release {a.id}{' --stop' if d['stop'] else ''} ends it)")
+    if kind == "retry":
+        from reconciler.render.lines import retry_text
+
+        return retry_text(d)
     if kind == "requeue":
         return f"never started; {d['holder']} is gone" if code == "holder_gone" else "never started; lease expired"
     if kind == "reattach":

@@ -641,3 +641,43 @@ def test_attaching_a_job_given_up_cleanly_is_bookkeeping_a_lapsed_lease_is_a_cha
         "  · attach   r-3" + " " * 47 + "nobody attached",
         "No changes to jobs; 1 bookkeeping step (·)."]
     assert render_plan(Plan(actions=[clean, lapsed])).splitlines()[-1] == "Plan: 1 to reattach."
+
+
+# ---------------------------------------------------------------- a kill that teaches (DESIGN §5.9)
+
+
+def _ended(ex, **kw):
+    rec = running(1, **kw)
+    return run_plan([req(1, **kw)], records=[rec], w=world(jobs={"r-1": JobObs(exit=ex)})).actions
+
+
+KILLED = ExitObs(result="oom-kill", code="killed", status="KILL", oom_kills=1, at=NOW, peak_gb=1.0)
+WORKERS = ExitObs(result="exit-code", code="exited", status="3", oom_kills=20, at=NOW, peak_gb=1.0)
+
+
+def test_an_auto_sized_job_killed_at_its_limit_goes_back_once_bigger():
+    (retry,) = _ended(KILLED, auto=["mem", "for"])
+    assert (retry.kind, retry.detail["code"], retry.detail["killed_at_gb"], retry.detail["mem_gb"]) == ("retry", "retry", 1.0, 1.5)
+    assert retry.reason == "killed at its memory limit (1.0 GB, peak 1.0 GB); res sized it, so it starts again once, at 1.5 GB"
+    # its workers killed and the run failed: the same lesson
+    assert [a.kind for a in _ended(WORKERS, auto=["mem"])] == ["retry"]
+
+
+@pytest.mark.parametrize("kw", [
+    {"auto": ["mem"], "grown_from_gb": 0.5},  # already started again once: never low twice, but never a third run
+    {},  # the caller's size: the caller decides (its line says what to try)
+    {"auto": ["cpus", "for"]},  # res chose the CPUs and the time, not the memory
+    {"auto": ["mem"], "gated": True},  # no limit to be killed at: the kernel's OOM, not res's guess
+    {"auto": ["mem"], "agent": "claude"},  # a session's turn (and its spend) would run again
+])
+def test_only_res_own_memory_guess_is_tried_again(kw):
+    (settle,) = _ended(KILLED, **kw)
+    assert (settle.kind, settle.detail["code"], settle.detail["try_mem"]) == ("settle", "memory_limit", "1.5G")
+
+
+def test_workers_killed_at_the_limit_is_a_memory_limit_only_when_the_run_failed():
+    (failed,) = _ended(WORKERS)
+    assert (failed.rc, failed.detail["code"], failed.detail["oom_kills"]) == (3, "memory_limit", 20)
+    ok = dataclasses.replace(WORKERS, status="0")
+    (passed,) = _ended(ok)
+    assert (passed.rc, passed.detail["code"]) == (0, "exited")  # a worker killed and retried by its runner: it passed

@@ -87,7 +87,7 @@ def test_an_auto_sized_job_killed_at_its_limit_runs_again_once_bigger(auto):
     job = started_id(r)
     retry = f"res: {job} killed at its memory limit (256 MB"
     assert retry in r.out and "res sized it, so it starts again once, at 512 MB" in r.out, str(r)
-    assert re.search(rf"{job} done rc=0 ", r.err), str(r)
+    assert re.search(rf"{job} done rc=0 .*; started again at 512 MB after a kill at its 256 MB limit$", r.err_lines[-1]), str(r)
     st = res.status(job)
     assert (st["state"], st["rc"], st["mem_gb"], st["grown_from_gb"], st["attempt"]) == ("done", 0, 0.5, 0.25, 2), st
     jobs = [j for j in res.status_all()["jobs"] if j["kind"] == "job"]
