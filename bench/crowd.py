@@ -32,6 +32,14 @@ The arms (the same workload, back to back):
                    Claude Code session with `res hook` installed does: the hook first, then the command
                    as the hook rewrote it (sizes from the heavy table, then from what history learned),
                    or, refused with the busy line, the same ask again GATE_RETRY_S later
+    res-learned    learned sizes (issue 25): a warm-up round, not measured, runs the whole workload once
+                   with `res run --wait --queue --mem auto --cpus auto --for auto` from an empty history
+                   (the policy's auto_* sizes; a job killed at its limit is started again once by res,
+                   bigger), then the measured round runs it again the same way against the same state
+                   directory: sizes from what the warm-up's runs of the same command in the same project
+                   used. History is kept per project: a test suite's own, an agent's own for its builds
+                   and e2e runs (as res-gated's). Kills res answered by starting a job again count as
+                   OOM-killed attempts too (the agent saw one run); the warm-up's are reported apart
 
 Per arm: makespan and makespan ÷ the lower bound max(Σ peak·t / W, Σ cpu·t / cores, the longest
 agent's own chain) (t: each job's time alone, from set-up; the same bound with the declared sizes is
@@ -58,14 +66,13 @@ import secrets
 import shlex
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from common import terminate
@@ -96,11 +103,15 @@ SMOKE_TESTS = [
 ]
 CACHE = Path(os.environ.get("CROWD_CACHE", "/tmp/res-crowd-cache"))
 
-ARMS = ["free-for-all", "slots-2", "slots-3", "cgroup-only", "res", "res-flat", "res-gated"]
+ARMS = ["free-for-all", "slots-2", "slots-3", "cgroup-only", "res", "res-flat", "res-gated", "res-learned"]
 GATE_RETRY_S = 5.0  # a refused agent does other work and asks again this much later
 MARGIN = 1.25  # honest declaration: true peak × 1.25
 PROBE_MB, PROBE_PERIOD = 50, 0.2
 ASK_SKEW = 0.25  # s: two asks closer than this may reach an arm in either order (a client's start-up)
+# What res writes into a job's log when it starts an auto-sized job again after a kill at its memory
+# limit (render/lines.retry_text: "… killed at its memory limit (…); res sized it, so it starts again
+# once, at 3 GB"): how res-learned counts those kills when state.db cannot be read.
+RETRY_MARK = "so it starts again once"
 
 # What a mix is made of: the odds of each kind, and each kind's shape.
 MIXES = {
@@ -112,7 +123,10 @@ MIXES = {
 }
 FULL = dict(mem_gb=6.0, agents=8, jobs=(3, 4), build_gb=(1.2, 1.6), e2e_gb=(2.2, 2.8), idle_s=30.0)  # idle: 150 probes
 SMOKE = dict(mem_gb=1.0, agents=2, jobs=(2, 2), build_gb=(0.35, 0.45), e2e_gb=(0.55, 0.65), idle_s=2.0,
-             build_cpu=(0.8, 1.2), e2e_hold=(1.5, 2.5))
+             build_cpu=(0.8, 1.2), e2e_hold=(1.5, 2.5),
+             # res-learned's first guess (the policy's auto_mem_gb, 2 GB, would never fit 1 GB): as in a
+             # full run, the builds fit it and every e2e run is killed at it once and started again by res
+             auto_mem_gb=0.5)
 
 
 # ------------------------------------------------------------------ cleanup of all we started
@@ -444,9 +458,11 @@ class Arm:
     def launch(self, argv: list[str], log: Path, env: dict | None = None, cwd: str | None = None) -> int:
         with open(log, "ab") as f:
             p = STARTED.popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+            self.ctx.procs.add(p)  # this run's own, to stop by pid if its deadline passes
             try:
                 return p.wait()
             finally:
+                self.ctx.procs.discard(p)
                 STARTED.done(p)
 
     def scope(self, job: Job, attempt: int, props: list[str]) -> list[str]:
@@ -481,6 +497,12 @@ class Res(Arm):
         self.flat = flat
         self.serve: subprocess.Popen | None = None
 
+    def state_dir(self) -> Path:
+        return self.dir / "state"
+
+    def more_env(self) -> dict:
+        return {}
+
     def setup(self):
         c = self.ctx
         self.dir = Path(tempfile.mkdtemp(prefix=f"res-crowd-{c.tag}-"))
@@ -490,7 +512,7 @@ class Res(Arm):
         STARTED.unit_files += [agents, jobs]
         self.env = dict(os.environ)
         self.env.update({
-            "RES_STATE_DIR": str(self.dir / "state"),
+            "RES_STATE_DIR": str(self.state_dir()),
             "RES_POLICY_FILE": str(self.dir / "policy.toml"),  # absent: the shipped defaults, less what follows
             "RES_AGENTS_SLICE": agents,
             "RES_JOBS_SLICE": jobs,
@@ -504,9 +526,10 @@ class Res(Arm):
             "CROWD_RES_MEM_GB": str(c.mem_gb),
             "CROWD_RES_CGROUP": str(c.cg),
         })
+        self.env.update(self.more_env())
         self.serve = STARTED.popen([PY, RES_SHIM, "serve"], env=self.env, cwd=str(self.dir),
                                    stdout=open(self.dir / "serve.log", "wb"), stderr=subprocess.STDOUT)
-        sock = self.dir / "state" / "serve.sock"
+        sock = self.state_dir() / "serve.sock"
         deadline = time.monotonic() + 30
         while not sock.exists():
             if self.serve.poll() is not None or time.monotonic() > deadline:
@@ -598,6 +621,97 @@ class Gated(Res):
         return -15
 
 
+def project_of(job: Job) -> str:
+    """The project a job's history is kept in, the same as res-gated's (where its agent runs it): a test
+    suite's own (its directory's name), else its agent's own (builds and e2e runs of one project)."""
+    return Path(job.argv[3]).name if job.kind == "test" else f"a{job.agent}"
+
+
+def learned_keys(plan: list[list[Job]]) -> dict[str, set[str]]:
+    """Kind -> the command fingerprints history files the jobs under (core/gate.line_fingerprint, as
+    the loop learns them). Raises when two kinds would share one in a project: the arm would then learn
+    one size for different work, which a real project's distinct commands never are."""
+    from reconciler.core.gate import line_fingerprint
+
+    keys: dict[str, set[str]] = {}
+    owner: dict[tuple[str, str], str] = {}
+    for j in (j for a in plan for j in a):
+        fp = line_fingerprint(j.argv[:3] + [os.path.join(tempfile.gettempdir(), "stamp")] + j.argv[3:]) or ""
+        if not fp or owner.setdefault((project_of(j), fp), j.kind) != j.kind:
+            raise RuntimeError(f"res-learned: {j.label} would be learned as {fp!r}, like other work in its "
+                               f"project: history could not tell the jobs apart")
+        keys.setdefault(j.kind, set()).add(fp)
+    return keys
+
+
+def res_records(state: Path) -> list | None:
+    """Every record in a res state directory's state.db (the live ones, then the pruned history; each
+    id once), or None when it cannot be read."""
+    try:
+        from reconciler.config.paths import Paths
+        from reconciler.recorded.store import Store
+
+        with Store.open(Paths(state), readonly=True) as store:
+            live = list(store.records().values())
+            ids = {r.request.id for r in live}
+            return live + [r for r in store.history() if r.request.id not in ids]
+    except Exception:  # noqa: BLE001 - the figures then come from the logs
+        return None
+
+
+class Learned(Res):
+    """`res run --wait --queue --mem auto --cpus auto --for auto` for every job, its project named as
+    res-gated's agents' are (project_of). Both rounds of the arm share one state directory (ctx.state):
+    each round gets its own container, slices and loop, and the loop of the measured round starts from
+    the warm-up's finished runs."""
+
+    def __init__(self, name: str, ctx: "ArmRun"):
+        super().__init__(name, ctx, flat=False)
+
+    def state_dir(self) -> Path:
+        return self.ctx.state
+
+    def more_env(self) -> dict:
+        # the policy's first guess, scaled with the machine (the smoke's 1 GB, --mem-gb): else shipped
+        return {} if self.ctx.auto_mem_gb is None else {"RES_AUTO_MEM_GB": f"{self.ctx.auto_mem_gb:.3f}"}
+
+    def setup(self):
+        sock = self.state_dir() / "serve.sock"
+        if sock.exists() or sock.is_symlink():
+            sock.unlink()  # the warm-up's loop, stopped (by pid): not to be mistaken for this one's
+        since = time.time()
+        super().setup()
+        # this loop's first pass publishes what history learned (gate.json, read by `res run --mem
+        # auto`): the first ask must not find the last round's file, or none
+        gate = self.state_dir() / "gate.json"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if gate.stat().st_mtime >= since:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        else:
+            self.ctx.errors.append(f"{gate} was not written within 30 s of the loop's start")
+
+    def run(self, job, attempt, argv, log):
+        cmd = [PY, RES_SHIM, "run", "--wait", "--queue", "--mem", "auto", "--cpus", "auto", "--for", "auto",
+               "--project", project_of(job), "--title", f"a{job.agent} {job.label}", "--"] + argv
+        return self.launch(cmd, log, env=self.env)
+
+    def teardown(self):
+        # every run settled in state.db before its loop stops: what the next round learns from (not
+        # when the run was stopped at its deadline: what it waited on is stopped with the loop)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not self.ctx.halted.is_set():
+            recs = res_records(self.state_dir())
+            if recs is None or all(getattr(r.phase, "value", r.phase) in ("done", "refused", "cancelled") for r in recs):
+                break
+            time.sleep(0.2)
+        super().teardown()
+
+
 def make_arm(name: str, ctx: "ArmRun") -> Arm:
     if name == "free-for-all":
         return Arm(name, ctx)
@@ -609,6 +723,8 @@ def make_arm(name: str, ctx: "ArmRun") -> Arm:
         return Res(name, ctx, flat=name == "res-flat")
     if name == "res-gated":
         return Gated(name, ctx)
+    if name == "res-learned":
+        return Learned(name, ctx)
     raise SystemExit(f"crowd: unknown arm {name!r} (known: {', '.join(ARMS)})")
 
 
@@ -625,6 +741,9 @@ class Attempt:
     finished: float | None  # its process ended (its own stamp; none when killed)
     ended: float  # its agent was told
     rc: int
+    # 1: res started this job again itself after a kill at its memory limit (res-learned; the agent saw
+    # one run: this attempt is asked when the run before it was killed, and the agent is told at its end)
+    restart: int = 0
 
     @property
     def out(self) -> float:
@@ -647,11 +766,62 @@ class Sampler(threading.Thread):
     """Every 0.25 s: the container's memory and CPU time, each running job's memory (its process's
     own cgroup, by the pid its stamp names) by agent, and the kernel's memory pressure."""
 
-    def __init__(self, cg: Path, live: dict):
+    def __init__(self, cg: Path, live: dict, follow: bool = False):
         super().__init__(daemon=True)
         self.cg, self.cpu_cgs, self.live = cg, cpu_dirs(cg), live
         self.samples, self.halt = [], threading.Event()
         self.job_cg: dict[Path, str] = {}  # stamp file -> the cgroup of its process
+        # follow (res-learned): res may start a job again after a kill at its limit; the new process
+        # stamps the same file and keeps the killed one's .pid: each process of a stamp file is found
+        # by its command line, and when each was first seen gone is noted (the kill, to 0.25 s)
+        self.follow = follow
+        self.pid_of: dict[Path, int] = {}
+        self.seen_pids: dict[Path, set[int]] = {}
+        self.deaths: dict[Path, list[float]] = {}
+
+    @staticmethod
+    def runs_job(pid: int, stampf: Path) -> bool:
+        """Whether `pid` is alive and is a crowd job process of this stamp file (crowd_job.py KIND STAMP …)."""
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return len(args) > 3 and args[1].endswith(b"crowd_job.py") and args[3] == os.fsencode(str(stampf))
+
+    def find_job(self, stampf: Path, seen: set[int]) -> int | None:
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) not in seen and self.runs_job(int(name), stampf):
+                return int(name)
+        return None
+
+    def followed_cgroup(self, stampf: Path) -> str | None:
+        """The cgroup of the process now running the job of `stampf` (follow mode), or None."""
+        from reconciler.observed.procs import cgroup_of
+
+        pid = self.pid_of.get(stampf)
+        if pid is not None and not self.runs_job(pid, stampf):
+            self.deaths.setdefault(stampf, []).append(time.monotonic())
+            del self.pid_of[stampf]
+            self.job_cg.pop(stampf, None)
+            pid = None
+        if pid is None:
+            seen = self.seen_pids.setdefault(stampf, set())
+            try:
+                pid = int(Path(f"{stampf}.pid").read_text())
+            except (OSError, ValueError):
+                return None  # not started yet: it waits
+            if pid in seen or not self.runs_job(pid, stampf):
+                pid = self.find_job(stampf, seen)
+                if pid is None:
+                    return None
+            seen.add(pid)
+            self.pid_of[stampf] = pid
+        if stampf not in self.job_cg:
+            cg = cgroup_of(pid)
+            if cg is None:
+                return None
+            self.job_cg[stampf] = cg
+        return self.job_cg[stampf]
 
     def cpu_used(self) -> float | None:
         for d in self.cpu_cgs:
@@ -667,7 +837,9 @@ class Sampler(threading.Thread):
 
         out = {}
         for agent, stampf in list(self.live.items()):
-            cg = self.job_cg.get(stampf)
+            cg = self.followed_cgroup(stampf) if self.follow else self.job_cg.get(stampf)
+            if cg is None and self.follow:
+                continue  # not started yet, or between a kill and res's start of it again
             if cg is None:
                 try:
                     cg = cgroup_of(int(Path(f"{stampf}.pid").read_text()))
@@ -740,23 +912,36 @@ def container_weight(arm: str) -> int | None:
 
 
 class ArmRun:
-    def __init__(self, arm_name: str, plan: list[list[Job]], mem_gb: float, workdir: Path):
+    def __init__(self, arm_name: str, plan: list[list[Job]], mem_gb: float, workdir: Path, *, round_: str = "",
+                 state: Path | None = None, auto_mem_gb: float | None = None, deadline_s: float | None = None):
+        """`round_`: res-learned's "warm-up" or "measured" (its logs apart); `state`: the res state
+        directory both rounds share; `auto_mem_gb`: the policy's first guess for them (None: shipped);
+        `deadline_s`: past this since the first ask, the run is stopped and said broken (a job that
+        could never start must not hang the bench)."""
         self.name = arm_name
         self.plan = plan
         self.mem_gb = mem_gb
+        self.round, self.state, self.auto_mem_gb, self.deadline_s = round_, state, auto_mem_gb, deadline_s
         self.tag = f"cw{secrets.token_hex(3)}"
         self.container = f"{self.tag}.slice"
-        self.logdir = workdir / arm_name
+        self.logdir = workdir / arm_name / round_ if round_ else workdir / arm_name
         self.logdir.mkdir(parents=True)
         self.attempts: list[Attempt] = []
         self.lock = threading.Lock()
         self.errors: list[str] = []
         self.live: dict[int, Path] = {}  # agent -> the stamp file of its attempt now asked or running
+        self.procs: set[subprocess.Popen] = set()  # what this run's jobs are waited on by (Arm.launch)
+        self.halted = threading.Event()
+        # res-learned: (agent, job, attempt) -> (stamp file, its raw stamps, log), to tell a run res
+        # started again apart; (agent, job, attempt, restart) -> (GB, CPUs, --for s) res chose
+        self.raw: dict[tuple, tuple] = {}
+        self.booked: dict[tuple, tuple[float, float, float]] = {}
+        self.sizes: list[dict] = []
 
     def agent(self, jobs: list[Job], arm: Arm, t0: float) -> None:
         for job in jobs:
             for attempt in range(3):
-                if STARTED.stopping.is_set():
+                if STARTED.stopping.is_set() or self.halted.is_set():
                     return
                 stampf = self.logdir / f"a{job.agent}j{job.idx}t{attempt}.start"
                 argv = job.argv[:2] + [job.argv[2], str(stampf)] + job.argv[3:]
@@ -775,6 +960,7 @@ class ArmRun:
                     stamps = []
                 started = stamps[0] if stamps else None
                 finished = stamps[1] if len(stamps) > 1 else None
+                self.raw[(job.agent, job.idx, attempt)] = (str(stampf), stamps, self.logdir / f"a{job.agent}j{job.idx}t{attempt}.log")
                 with self.lock:
                     self.attempts.append(Attempt(job.agent, job.idx, job.kind, attempt, asked - t0,
                                                  None if started is None else started - t0,
@@ -790,7 +976,8 @@ class ArmRun:
         self.cg = make_container(self.container, self.mem_gb, container_weight(self.name))
         arm = make_arm(self.name, self)
         arm.setup()
-        sampler = Sampler(self.cg, self.live)
+        learned = isinstance(arm, Learned)
+        sampler = Sampler(self.cg, self.live, follow=learned)
         psi0 = Sampler.psi_full()
         probe = Probe(self.logdir / "probe.txt")
         sampler.start()
@@ -802,6 +989,8 @@ class ArmRun:
         for t in threads:
             while t.is_alive():
                 t.join(0.5)
+                if self.deadline_s is not None and time.monotonic() - t0 > self.deadline_s and not self.halted.is_set():
+                    self.halt()
         makespan = time.monotonic() - t0
         probe_ms = probe.stop()
         sampler.halt.set()
@@ -810,10 +999,85 @@ class ArmRun:
         peak = container_peak(self.cg)
         arm.teardown()
         STARTED.stop_units(self.tag)
+        if learned:
+            self.split_restarts(sampler.deaths)
         row = self.figures(makespan, probe_ms, sampler.samples, psi0, psi1, peak)
         if isinstance(arm, Gated):
             row["gate_refusals"] = arm.denied  # asks the hook refused (the agent asked again later)
+        if learned:
+            row["res_restarts"] = sum(a.restart for a in self.attempts)  # kills res answered itself
+            row["sizes"] = self.sizes
         return row
+
+    def halt(self) -> None:
+        """Past the deadline: no agent asks again, and what they wait on is stopped (ours, by pid)."""
+        self.halted.set()
+        with self.lock:
+            self.errors.append(f"still running {self.deadline_s:.0f} s after the first ask (a job that could "
+                               f"never start?): stopped; logs in {self.logdir}")
+        procs = list(self.procs)
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGTERM)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + 10
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def split_restarts(self, deaths: dict) -> None:
+        """res-learned: each agent's attempt that res started again after a kill at its limit becomes
+        the two runs it was: the killed one (rc 137, ended when its process was first seen gone, else
+        when the next run started) and the run res started again (asked then; the agent told at its
+        end). Whether res did: the job's record in state.db (`grown_from_gb`), else res's line in the
+        log (RETRY_MARK). The sizes res chose go to `booked` (what admission knew) and `sizes`."""
+        recs = res_records(self.state) if self.state is not None else None
+        deaths = {str(k): v for k, v in deaths.items()}  # the sampler's keys are the stamp files' Paths
+        by_stamp: dict[str, object] = {}
+        wanted = {raw[0] for raw in self.raw.values()}
+        for rec in recs or []:
+            for w in rec.request.cmd or []:
+                if w in wanted:
+                    by_stamp[w] = rec
+        jobs = {(j.agent, j.idx): j for a in self.plan for j in a}
+        out = []
+        for a in self.attempts:
+            stampf, stamps, logf = self.raw.get((a.agent, a.job, a.attempt), (None, [], None))
+            rec = by_stamp.get(stampf)
+            req = getattr(rec, "request", None)
+            if req is not None:
+                again = req.grown_from_gb is not None
+            else:
+                try:
+                    again = RETRY_MARK in Path(logf).read_text(errors="replace")
+                except (OSError, TypeError):
+                    again = False
+            j = jobs[(a.agent, a.job)]
+            if req is not None:
+                cpus = req.cpus if req.cpus is not None else 0.5
+                self.booked[(a.agent, a.job, a.attempt, 0)] = (req.grown_from_gb if again else req.mem_gb, cpus, req.est_s)
+                if again:
+                    self.booked[(a.agent, a.job, a.attempt, 1)] = (req.mem_gb, cpus, req.est_s)
+            self.sizes.append(dict(
+                agent=a.agent, job=a.job, attempt=a.attempt, kind=a.kind, project=project_of(j),
+                true_peak_gb=j.peak_gb, time_s=j.time_s, true_cpus=j.cpus, started_again=again,
+                mem_gb=getattr(req, "mem_gb", None), cpus=getattr(req, "cpus", None), est_s=getattr(req, "est_s", None),
+                grown_from_gb=getattr(req, "grown_from_gb", None), sized_from=getattr(req, "sized_from", None)))
+            if not again:
+                out.append(a)
+                continue
+            rel = [x - self.t0 for x in stamps]
+            first, second = (rel[0] if rel else None), (rel[1] if len(rel) > 1 else None)
+            gone = [d - self.t0 for d in deaths.get(stampf, []) if first is None or d - self.t0 >= first]
+            kill = min(x for x in (gone[0] if gone else None, second, a.ended) if x is not None)
+            kill = max(kill, first if first is not None else a.asked)
+            out.append(replace(a, started=first, finished=None, ended=kill, rc=137))
+            out.append(replace(a, asked=kill, started=second, finished=rel[2] if len(rel) > 2 else None, restart=1))
+        self.attempts = out
 
     def _intervals(self, more=()):
         """(t0, t1, running, waiting) between consecutive events (asks, starts, ends, and `more`)."""
@@ -829,15 +1093,21 @@ class ArmRun:
         if self.name.startswith("slots-"):
             n = int(self.name.split("-")[1])
             return lambda running, a: len(running) < n
-        if self.name not in ("res", "res-flat"):
+        if self.name not in ("res", "res-flat", "res-learned"):
             return None
         jobs = {(j.agent, j.idx): j for a in self.plan for j in a}
         flat = self.name == "res-flat"
         cores = len(os.sched_getaffinity(0))
+        if self.name == "res-learned":  # the sizes res chose (state.db), run by run
+            if any((a.agent, a.job, a.attempt, a.restart) not in self.booked for a in self.attempts):
+                return None
 
-        def size(a):
-            j = jobs[(a.agent, a.job)]
-            return (1.0, 0.5) if flat else (int(j.peak_gb * MARGIN * 1024) / 1024, j.cpus)
+            def size(a):
+                return self.booked[(a.agent, a.job, a.attempt, a.restart)][:2]
+        else:
+            def size(a):
+                j = jobs[(a.agent, a.job)]
+                return (1.0, 0.5) if flat else (int(j.peak_gb * MARGIN * 1024) / 1024, j.cpus)
 
         def fits(running, a):
             return (size(a)[0] <= self.mem_gb - sum(size(r)[0] for r in running) + 1e-6 and
@@ -861,9 +1131,14 @@ class ArmRun:
         fits = self._fits()
         if fits is None:
             return None
-        est = {(j.agent, j.idx): max(1, round(j.time_s)) for a in self.plan for j in a}
+        told = {(j.agent, j.idx): max(1, round(j.time_s)) for a in self.plan for j in a}
+
+        def est(a):  # its --for: what the arm told res (res-learned: what res chose)
+            if self.name == "res-learned":
+                return self.booked[(a.agent, a.job, a.attempt, a.restart)][2]
+            return told[(a.agent, a.job)]
         total = past = 0.0
-        overran = [a.started + est[(a.agent, a.job)] for a in self.attempts if a.started is not None]
+        overran = [a.started + est(a) for a in self.attempts if a.started is not None]
         for t0, t1, running, waiting in self._intervals(overran):
             mid = (t0 + t1) / 2
             for w in waiting:
@@ -872,7 +1147,7 @@ class ArmRun:
                 later = [r for r in running if r.asked > w.asked + ASK_SKEW]
                 if later and not fits(running, w) and fits([r for r in running if r not in later], w):
                     total += t1 - t0
-                    if all(mid > r.started + est[(r.agent, r.job)] for r in later):
+                    if all(mid > r.started + est(r) for r in later):
                         past += t1 - t0
         return total, past
 
@@ -968,7 +1243,73 @@ def notes(rows: list[dict]) -> str:
     gate = ", ".join(f"{r['arm']} {r['gate_refusals']}" for r in rows if r.get("gate_refusals") is not None)
     if gate:
         out.append(f"refused by the gate (the agent asked again {GATE_RETRY_S:g} s later; each counts once): {gate}")
+    for r in rows:
+        if r.get("warmup") is not None:
+            out += learned_notes(r, next((x for x in rows if x["arm"] == "res"), None))
     return "\n".join(out)
+
+
+def learned_notes(r: dict, honest: dict | None) -> list[str]:
+    """res-learned's lines: its warm-up, the sizes res chose against the truth, issue 25's target."""
+    w = r["warmup"]
+
+    def kills(x):
+        return (f"{x['oom_killed']} OOM-killed attempt{'s' if x['oom_killed'] != 1 else ''} ({x['res_restarts']} "
+                f"answered by res starting the job again, bigger; {x['oom_killed'] - x['res_restarts']} retried by "
+                f"their agents), {x['failed']} failed")
+    out = [f"{r['arm']}: warm-up round (not measured; the same workload, --mem/--cpus/--for auto from an empty "
+           f"history): {w['makespan_s']:.1f} s, {kills(w)}; measured round: {kills(r)}"]
+    chose = []
+    for kind in ("test", "build", "e2e"):
+        got = [x for x in r.get("sizes", []) if x["kind"] == kind and None not in (x["mem_gb"], x["cpus"], x["est_s"])]
+        if got:
+            mem = median_of([x["mem_gb"] / x["true_peak_gb"] for x in got])
+            est = median_of([x["est_s"] / x["time_s"] for x in got])
+            cpus = median_of([x["cpus"] - x["true_cpus"] for x in got])
+            chose.append(f"{kind} ×{mem:.2f} peak, ×{est:.1f} time, {cpus:+.2f} CPUs")
+    if chose:
+        out.append(f"{r['arm']}: sizes res chose in the measured round, median against the truth (honest sizes: "
+                   f"×{MARGIN:g} peak, ×1 time, +0 CPUs): {'; '.join(chose)}")
+    if honest is not None:
+        ratio = r["makespan_s"] / honest["makespan_s"]
+        ok_oom, ok_time = r["oom_killed"] == 0 and r["failed"] == 0, ratio <= 1.10
+        out.append(f"{r['arm']} against honest sizes (issue 25): OOM-killed after the warm-up {r['oom_killed']}, "
+                   f"failed {r['failed']} (target 0): {'met' if ok_oom else 'not met'}; makespan {ratio:.2f}× "
+                   f"the res arm's (target ≤ 1.10×): {'met' if ok_time else 'not met'}")
+    return out
+
+
+def median_of(values: list[float]) -> float:
+    """The middle value (the mean of the two middle ones for an even count)."""
+    s = sorted(values)
+    return (s[(len(s) - 1) // 2] + s[len(s) // 2]) / 2
+
+
+def shipped_auto_mem_gb() -> float:
+    """The shipped policy's auto_mem_gb (policies/default.toml)."""
+    import tomllib
+
+    return float(tomllib.loads((REPO / "policies" / "default.toml").read_text())["auto_mem_gb"])
+
+
+def run_arm(name: str, plan: list[list[Job]], mem_gb: float, workdir: Path, size: dict, lb: dict, log) -> dict:
+    """One arm's row. res-learned is two rounds against one state directory: the warm-up (its figures
+    kept under `warmup`), then the measured one (the row)."""
+    if name != "res-learned":
+        return ArmRun(name, plan, mem_gb, workdir).go()
+    state = Path(tempfile.mkdtemp(prefix="res-crowd-learned-"))
+    STARTED.dirs.append(state)
+    kw = dict(state=state, auto_mem_gb=size.get("auto_mem_gb"), deadline_s=max(300.0, 10 * lb["declared"]))
+    t = time.monotonic()
+    warm = ArmRun(name, plan, mem_gb, workdir, round_="warm-up", **kw).go()
+    log(f"   {name}, warm-up round (not measured): {warm['makespan_s']:.1f} s, {warm['oom_killed']} OOM-killed "
+        f"({warm['res_restarts']} of them answered by res starting the job again), {warm['failed']} failed "
+        f"(took {time.monotonic() - t:.1f} s)")
+    row = ArmRun(name, plan, mem_gb, workdir, round_="measured", **kw).go()
+    row["warmup"] = {k: warm[k] for k in ("makespan_s", "oom_killed", "res_restarts", "failed", "wait_p50_s",
+                                          "wait_p95_s", "peak_gb", "attempts", "sizes")}
+    row["errors"] = [f"warm-up: {e}" for e in warm["errors"]] + row["errors"]
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1002,7 +1343,8 @@ def main(argv: list[str] | None = None) -> int:
     mem_gb = a.mem_gb or size["mem_gb"]
     if not a.smoke and mem_gb != FULL["mem_gb"]:  # the same crowd on a smaller or larger machine
         k = mem_gb / FULL["mem_gb"]
-        size.update(build_gb=tuple(x * k for x in FULL["build_gb"]), e2e_gb=tuple(x * k for x in FULL["e2e_gb"]))
+        size.update(build_gb=tuple(x * k for x in FULL["build_gb"]), e2e_gb=tuple(x * k for x in FULL["e2e_gb"]),
+                    auto_mem_gb=shipped_auto_mem_gb() * k)  # res-learned's first guess, scaled too
     arms = [x.strip() for x in a.arms.split(",") if x.strip()]
     for name in arms:
         if name not in ARMS:
@@ -1035,6 +1377,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{lb['bound']:.1f} s = max(Σ peak·t / W {lb['mem']:.1f}, Σ cpu·t / cores {lb['cpu']:.1f}, "
             f"longest chain {lb['chain']:.1f}); with the sizes res is told (×{MARGIN:g}): {lb['declared']:.1f} s "
             f"(Σ declared·t / W {lb['declared_mem']:.1f}, jobs declared over W/2 one at a time {lb['one_at_a_time']:.1f})")
+        if "res-learned" in arms:
+            keys = learned_keys(plan)
+            log("   res-learned: history keeps the jobs as " + "; ".join(
+                f"{k}: {', '.join(sorted(v))}" for k, v in keys.items()) + " (a test suite in its own project, "
+                f"an agent's builds and e2e runs in its own); first guess {size.get('auto_mem_gb') or shipped_auto_mem_gb():g} GB")
         probe = Probe(workdir / "probe-idle.txt")
         time.sleep(size["idle_s"])
         idle_ms = probe.stop()
@@ -1044,7 +1391,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for name in arms:
             t = time.monotonic()
-            r = ArmRun(name, plan, mem_gb, workdir).go()
+            r = run_arm(name, plan, mem_gb, workdir, size, lb, log)
             rows.append(r)
             log(f"   {name}: {r['makespan_s']:.1f} s, {r['oom_killed']} OOM-killed, {r['failed']} failed "
                 f"(arm took {time.monotonic() - t:.1f} s)")
