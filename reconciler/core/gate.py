@@ -181,7 +181,7 @@ _DIRECT = {"npx": _UV_VALUED, "bunx": frozenset(), "pnpx": frozenset(), "xvfb-ru
            "chrt": frozenset(), "taskset": frozenset(), "time": frozenset(), "caffeinate": frozenset(),
            "systemd-inhibit": frozenset(), "ccache": frozenset(), "dotenv": frozenset({"-f", "--file"})}
 _PYTHONS = ("python", "python3", "pypy", "pypy3")
-_SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
+SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
 
 
 def program_of(words: list[str]) -> list[str]:
@@ -282,6 +282,11 @@ def _target_word(word: str) -> bool:
     return True
 
 
+# Commands whose further words only choose files, directories, packages or test ids (paths, node
+# ids, `-timeout 9000s`): never a target.
+_SELECTS_ONLY = frozenset({"pytest", "py.test", "go test", "go vet"})
+
+
 def fingerprint(command: list[str]) -> str:
     """What identifies a command from run to run (DESIGN §5.9): the program's name and up to two target
     words, no paths, files, options or hashes. `make -j8 test` -> "make test"; `pytest tests/ -x` ->
@@ -294,10 +299,14 @@ def fingerprint(command: list[str]) -> str:
     if script is not None:  # `python3 tools/gen.py all`: the script is the program ("python3 gen.py all")
         words.append(posixpath.basename(rest[script]))
         rest = rest[script + 1:]
+    if words[0] in _SELECTS_ONLY:
+        return words[0]  # `pytest tests/unit -x`, `pytest test_a.py::test_b`: what it runs, not what it is
     skip = False
     for w in rest:
         if w == "--":
             break
+        if " ".join(words) in _SELECTS_ONLY:
+            break  # `go test ./... -timeout 9000s`: packages and options, not targets
         if skip:  # the value of `-n auto`, `-k expr`, `-p plugin`, `-C dir`: not what to do
             skip = False
             continue
@@ -311,7 +320,7 @@ def fingerprint(command: list[str]) -> str:
     return " ".join(words)
 
 
-_INTERPRETERS = frozenset({"node", "deno", "ruby", "perl", "php", "Rscript", "julia", "lua", *_SHELLS})
+_INTERPRETERS = frozenset({"node", "deno", "ruby", "perl", "php", "Rscript", "julia", "lua", *SHELLS})
 
 
 def _script_of(name: str, args: list[str]) -> int | None:
@@ -330,7 +339,9 @@ def _script_of(name: str, args: list[str]) -> int | None:
 # ---------------------------------------------------------------- judging a line
 
 
-_ASKS_ONLY = frozenset({"--version", "-V", "--help", "-h", "version", "help", "-v"})
+# Not `-v`: for pytest, tox and mocha it is --verbose (a whole run); a `make -v` sent through res costs
+# a tiny job, a test run let past the gate costs the crowd.
+_ASKS_ONLY = frozenset({"--version", "-V", "--help", "-h", "version", "help"})
 
 
 class Heavy(NamedTuple):
@@ -359,7 +370,7 @@ def judge(line: str, table: tuple[Tool, ...], learned: dict | None = None) -> He
         name = posixpath.basename(command[0])
         if name == "res":
             return None  # the agent asks res itself: never twice
-        if name in _SHELLS and "-c" in command[1:2]:
+        if name in SHELLS and "-c" in command[1:2]:
             return None  # `bash -c '…'`: its own line, not read twice over
         if command[1:] and set(command[1:]) <= _ASKS_ONLY:
             continue  # `make --version`, `cargo help`: a question to the tool, not work

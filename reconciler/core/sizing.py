@@ -19,10 +19,9 @@ from __future__ import annotations
 import posixpath
 from typing import NamedTuple
 
-from reconciler.core.gate import Tool, Unreadable, fingerprint, match_tool, program_of, simple_commands
+from reconciler.core.gate import SHELLS, Tool, Unreadable, fingerprint, match_tool, program_of, simple_commands
 
 MAX_EST_S = 365 * 86400
-_SHELLS = frozenset({"bash", "sh", "zsh", "dash"})
 _NOT_WORK = frozenset({"cd", "echo", "true", "export", "set", "source", ".", "pwd", "printf"})
 
 
@@ -62,7 +61,7 @@ def seen_entry(value: object) -> Seen | None:
 def commands_of(cmd: list[str]) -> list[list[str]]:
     """What a job's argv runs: the commands of a `bash -c LINE` (less `cd`, `echo` and the like), else
     the argv itself; wrappers taken off (core/gate.program_of). Unreadable when it cannot be told."""
-    if len(cmd) >= 3 and posixpath.basename(cmd[0]) in _SHELLS and cmd[1] == "-c":
+    if len(cmd) >= 3 and posixpath.basename(cmd[0]) in SHELLS and cmd[1] == "-c":
         found = [program_of(w) for w in simple_commands(cmd[2])]
         return [c for c in found if c and posixpath.basename(c[0]) not in _NOT_WORK]
     command = program_of(list(cmd))

@@ -98,7 +98,8 @@ def test_wrappers_are_seen_through(words, command):
 @pytest.mark.parametrize("command, fp", [
     (["make", "-j8", "test"], "make test"),
     (["pytest", "tests/unit", "-x", "-k", "slow"], "pytest"),  # -k's expression is not a target
-    (["pytest", "-n", "auto", "-p", "no:cacheprovider", "tests"], "pytest tests"),
+    (["pytest", "-n", "auto", "-p", "no:cacheprovider", "tests"], "pytest"),  # a directory: what it runs, not what it is
+    (["go", "test", "-timeout", "9000s", "./..."], "go test"),
     (["make", "-C", "build", "-j", "8", "install"], "make install"),
     (["pytest", "tests/test_x.py::test_a"], "pytest"),
     (["npm", "run", "test:unit", "--", "--watch=false"], "npm run test:unit"),
