@@ -121,8 +121,14 @@ def round_mem_gb(gb: float) -> float:
 
 
 def round_for_s(seconds: float) -> int:
-    """Up to a whole minute, at least one."""
+    """Up to a whole minute, at least one: the --for a person types."""
     return max(60, math.ceil(round(seconds / 60, 6)) * 60)
+
+
+def round_est_s(seconds: float) -> int:
+    """Up to ten seconds, at least ten: a learned estimate nobody types, kept close to the runs so
+    backfill can place a 3 s job in a 20 s gap (a job past its estimate is never stopped for it)."""
+    return max(10, math.ceil(round(seconds / 10, 6)) * 10)
 
 
 def suggest_mem_gb(peak_gb: float, killed: bool) -> float:
@@ -282,6 +288,6 @@ def learned(records: Iterable["JobRecord"], heavy_mem_gb: float, heavy_minutes: 
         killed = any(killed_at_limit(r) and r.request.mem_gb >= p95 for r in recs)  # the p95 is a limit it died at
         heavy = max(peaks) > heavy_mem_gb or max(durs) > heavy_minutes * 60
         mem = suggest_mem_gb(p95, killed)
-        est = round_for_s(percentile(durs, 90) * FOR_FACTOR)
+        est = round_est_s(percentile(durs, 90) * FOR_FACTOR)
         out.setdefault(project, {})[fp] = [mem, est, heavy, len(recs), cpus_used(recs)]
     return out

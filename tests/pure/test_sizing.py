@@ -363,12 +363,12 @@ def test_history_learns_p95_peak_p90_duration_and_the_cpus_kept_busy():
         run(bash("make build && make test"), peak=20.0, took=5000),  # two commands: which one is not known
         run(["pytest", "-x"], project="api", peak=0.3, took=10, cpu_s=None),
     ])
-    assert got["web"] == {"make test": [1.4, 480, False, 3, 3.5]}
-    assert got["api"] == {"pytest": [0.5, 60, False, 1, None]}  # 0.3 x 1.15 -> up to 256 MB steps; at least a minute
+    assert got["web"] == {"make test": [1.4, 450, False, 3, 3.5]}
+    assert got["api"] == {"pytest": [0.5, 20, False, 1, None]}  # 0.3 x 1.15 -> up to 256 MB steps; 15 s -> 20 s
     # what sizing then takes
     assert size_for(bash("timeout 600 make test 2>&1"), got["web"], TABLE, DEFAULT) == \
-        Size(1.4, 3.5, 480, "3 earlier runs of make test", 3, "make test")
-    assert seen_entry(got["web"]["make test"]) == Seen(1.4, 480, False, 3, 3.5)
+        Size(1.4, 3.5, 450, "3 earlier runs of make test", 3, "make test")
+    assert seen_entry(got["web"]["make test"]) == Seen(1.4, 450, False, 3, 3.5)
 
 
 def test_heavy_is_a_peak_or_a_duration_past_the_policys_line():
@@ -395,12 +395,14 @@ def test_a_run_killed_at_its_limit_counts_its_limit_times_one_and_a_half():
     assert learn(killed)["web"]["cargo test"][3] == 3  # counted
 
 
-def test_the_duration_is_p90_times_one_and_a_half_up_to_a_minute():
+def test_the_duration_is_p90_times_one_and_a_half_up_to_ten_seconds():
     ten = [run(["make", "test"], took=60.0 * i) for i in range(1, 11)]  # 1 … 10 minutes
-    assert learn(ten)["web"]["make test"][1] == 840  # p90: rank 9 = 540 s -> 810 -> 14 min
-    assert learn([run(["make", "test"], took=10.0)])["web"]["make test"][1] == 60  # at least a minute
+    assert learn(ten)["web"]["make test"][1] == 810  # p90: rank 9 = 540 s -> 810 s
+    assert learn([run(["make", "test"], took=2.0)])["web"]["make test"][1] == 10  # at least ten seconds
     assert learn([run(["make", "test"], took=80.0)])["web"]["make test"][1] == 120  # 120 s exactly
-    assert learn([run(["make", "test"], took=81.0)])["web"]["make test"][1] == 180  # 121.5 s -> 3 min
+    assert learn([run(["make", "test"], took=81.0)])["web"]["make test"][1] == 130  # 121.5 s -> 130 s
+    # what a person is told to type (res hist's --for) stays in whole minutes
+    assert hist.round_for_s(121.5) == 180 and hist.round_for_s(3) == 60
 
 
 def test_cpus_used_is_the_p90_rate_over_runs_of_a_second_or_more():

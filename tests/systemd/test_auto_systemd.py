@@ -16,7 +16,7 @@ import pytest
 
 from clihelp import PY, res, wait_for  # noqa: F401
 
-from reconciler.core.hist import suggest_mem_gb
+from reconciler.core.hist import round_est_s, suggest_mem_gb
 
 GROW = '''import sys, time
 mb = int(sys.argv[1])
@@ -68,7 +68,8 @@ def test_sizes_come_from_the_policy_then_from_this_projects_runs(auto):
 
     wait_for(lambda: "python3 grow.py" in learned(res) or "python grow.py" in learned(res), "gate.json learned the run", 60)
     fp, entry = next(iter(learned(res).items()))
-    assert entry[:4] == [suggest_mem_gb(one["peak_gb"], killed=False), 60, False, 1], entry
+    took = one["ended"] - one["started"]
+    assert entry[:4] == [suggest_mem_gb(one["peak_gb"], killed=False), round_est_s(took * 1.5), False, 1], entry
     second = run_auto(res, 40)
     assert second.code == 0, str(second)
     assert f"from 1 earlier run of {fp};" in second.err_lines[0], str(second)
