@@ -295,7 +295,10 @@ class Engine:
                 log.warning("%s", n)
             self.last_plan, self.last_pass_at = p, now
             self.last_inputs = (desired, records, world, policy, zone)
-            self.publish_gate(records)
+            # A run settled this pass is learned before its waiter hears of it: the agent's next
+            # `--mem auto` of the same command, a second later, is sized from it.
+            settled = any(a.kind in ("settle", "retry") for a in p.actions)
+            self.publish_gate(self.store.records() if settled else records)
             self._ask_next(desired, records, now, soon=bool(p.actions) or failed > 0 or not world.ok or not self.connected)
             return p
 
