@@ -1,13 +1,14 @@
 """Changes to the user's own files (DESIGN §5.7): agents run as the same user and can edit the policy,
 game.toml or the queue by hand. res cannot prevent that; it makes it visible.
 
-Every change the writer makes is logged by the writer itself (`desired/.changes.jsonl`: when, which
-file, what, who asked, the digest of the file it left). Each pass reads the new lines, and compares
-each tracked file's digest with the last one it saw: a new digest that no writer line accounts for is
-a change made outside res, recorded with what changed (`user_reserve_gb 6 → 1`). Both kinds go to
-state.db's `changes` table: `res status` shows the recent ones of the policy and game files, `res hist
---changes` all of them. A queue entry that appeared outside the writer is *hand-added*: never started
-(DESIGN §5.7: a forged entry is never started silently); `res release` drops it.
+Every change the writer makes is logged by the writer itself (`log_change`, `desired/.changes.jsonl`:
+when, which file, what, who asked, the digest of the file it left). Each pass reads the new lines, and
+compares each tracked file's digest with the last one it saw: a new digest that no writer line
+accounts for is a change made outside res, recorded with what changed (`user_reserve_gb 6 → 1`). Both
+kinds go to state.db's `changes` table: `res status` shows the recent ones of the policy and game
+files, `res hist --changes` all of them. A queue entry that appeared outside the writer is
+*hand-added*: never started (DESIGN §5.7: a forged entry is never started silently); `res release`
+drops it.
 
 A writer about to replace a file that is not what it last left runs the same tracking first
 (`record_outside`): its change line will vouch for the file it leaves, so a hand edit no pass has
@@ -18,6 +19,7 @@ seen yet would otherwise pass for the writer's own, and a forged entry in it sta
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,8 @@ from reconciler.config.memo import ByIdentity
 from reconciler.config.paths import Paths
 
 FILE_LIMIT = 32 << 20
+CHANGES_NAME = ".changes.jsonl"  # the writer's log of its own changes, in the desired directory
+CHANGES_LIMIT = 1 << 20
 SHOWN_FOR_S = 24 * 3600  # `res status` shows changes this recent
 
 
@@ -73,6 +77,34 @@ def change_line(at: float, file: str, how: str, who: str, summary: str, clock) -
 # ---------------------------------------------------------------------------------- shell
 
 
+def log_change(dfd: int, file: str, op: str, sha: str, by: dict[str | None, list[str]]) -> None:
+    """The writer's own change, logged by the writer in `.changes.jsonl` (in the directory `dfd`): one
+    line per asker (`by`: who asked -> the ids their requests got; None: this process's own chain):
+    when, which file, what, who asked, and the digest of the file it left (a pass tells changes made
+    outside res by it). Kept bounded; a line that cannot be written is a change outside res."""
+    from reconciler.observed.procs import process_chain
+
+    at, own = time.time(), None
+    lines = []
+    for who, some in by.items():
+        if who is None:
+            own = own or process_chain(os.getpid())
+        lines.append(json.dumps({"at": at, "file": file, "op": op, "ids": some, "who": who or own,
+                                 "digest": sha}, separators=(",", ":")) + "\n")
+    line = "".join(lines)
+    try:
+        fd = os.open(CHANGES_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=dfd)
+        try:
+            if os.fstat(fd).st_size > CHANGES_LIMIT:  # keep it bounded: the pass has read it long since
+                os.ftruncate(fd, 0)
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # the change itself is made; a pass then calls it a change outside res
+
+
 def _digest(data: bytes | None) -> str:
     if data is None:
         return "missing"
@@ -89,13 +121,13 @@ def _snapshot(file: str, data: bytes | None) -> dict[str, Any]:
     each table read and digested once per process: the reader shares the tables it parsed)."""
     import tomllib
 
-    from reconciler.desired.reader import _loads_queue
+    from reconciler.desired.toml_in import loads_queue
 
     if data is None:
         return {}
     try:
         text = data.decode("utf-8")
-        values = _loads_queue(text) if file == "queue.toml" else tomllib.loads(text)
+        values = loads_queue(text) if file == "queue.toml" else tomllib.loads(text)
     except (ValueError, UnicodeDecodeError) as e:
         return {"(unreadable)": " ".join(str(e).split())[:80]}
     if file != "queue.toml":
@@ -122,8 +154,6 @@ def _read(path: Path, follow: bool = False) -> bytes | None:
 def _unread_events(paths: Paths, store) -> tuple[list[dict], int, int]:
     """(the writer's change lines not read before, where they start, where they end): an offset kept
     in state.db; a log that was cut short starts over."""
-    from reconciler.desired.writer import CHANGES_NAME
-
     raw = _read(paths.desired / CHANGES_NAME) or b""
     offset = int(store.get_meta("changes_offset") or 0)
     if offset > len(raw):

@@ -22,7 +22,7 @@ def save_queue(paths: Paths, store, text: str) -> None:
     """Keep `text` as the last good queue.toml. A cache: no fsync (nothing is started or stopped
     while queue.toml is broken anyway), and what cannot be written there (a full disk, a directory
     planted at its path) is logged and retried next pass, never a pass stopped."""
-    from reconciler.desired.writer import write_atomic
+    from reconciler.desired.disk import write_atomic
 
     if store.memo.get("last_good_queue") == text:
         return
@@ -54,7 +54,8 @@ def requests(paths: Paths, store) -> list[Request]:
     """The requests of the last queue.toml that read well: none when there is no such copy, or when
     it cannot be read either."""
     from reconciler.config.files import FileProblem, read_regular
-    from reconciler.desired.reader import MAX_FILE_BYTES, DesiredError, queue_requests
+    from reconciler.desired.disk import MAX_FILE_BYTES
+    from reconciler.desired.reader import DesiredError, queue_requests
 
     try:
         data = read_regular(paths.last_good_queue, MAX_FILE_BYTES, follow=False)

@@ -1,5 +1,5 @@
 """Many requests in one write (Writer.add_many, the loop's group commit in loop/group.py), and the
-reader that parses each queue table once per process (desired/reader.py `_loads_queue`)."""
+reader that parses each queue table once per process (desired/toml_in.py `loads_queue`)."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +12,7 @@ import pytest
 
 from reconciler.config.paths import Paths
 from reconciler.core.models import Request
-from reconciler.desired import reader
+from reconciler.desired import toml_in
 from reconciler.desired.reader import DesiredError, read_desired
 from reconciler.desired.writer import Writer
 from reconciler.loop.group import GroupAdd
@@ -143,13 +143,13 @@ def test_the_tablewise_parse_is_the_whole_parse(paths):
     for _ in range(20):  # cut anywhere
         variants.append(text[:rng.randrange(len(text))])
     for v in variants:
-        reader._loads_queue(text)  # the previous text seen is this one: its tail path is taken
+        toml_in.loads_queue(text)  # the previous text seen is this one: its tail path is taken
         try:
             want = tomllib.loads(v)
         except tomllib.TOMLDecodeError:
             want = "invalid"
         try:
-            got = reader._loads_queue(v)
+            got = toml_in.loads_queue(v)
         except tomllib.TOMLDecodeError:
             got = "invalid"
         assert got == want, v[-120:]
