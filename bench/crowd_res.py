@@ -40,12 +40,12 @@ def meminfo() -> tuple[float, float]:
 
 
 class _PinMemory(importlib.abc.MetaPathFinder):
-    """Patches reconciler.observed.world.meminfo as that module is first imported (the loop's tick
+    """Patches reconciler.observed.machine.meminfo as that module is first imported (the loop's tick
     imports meminfo from there at call time), and only then: `res run`, the agents' hot path, never
     imports it, and must not pay for it here either (it pulls in pydantic: ~0.3 s a call)."""
 
     def find_spec(self, name, path, target=None):
-        if name != "reconciler.observed.world":
+        if name != "reconciler.observed.machine":
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)

@@ -5,4 +5,5 @@ capacity and admission, the job lifecycle, the plan, when the next pass is due, 
 pricing and the agents' output digests. Modules here do no I/O and read no clock or time zone: all they
 need comes in as arguments, so any decision can be replayed from literals (`res reconcile --dry-run
 --world FILE`). They may import the standard library's pure parts and each other, nothing else of
-res; tests/pure/test_purity.py holds them to it."""
+res (the bottom floor of the table in tests/pure/test_layers.py); tests/pure/test_purity.py holds them
+to it."""

@@ -12,7 +12,7 @@ from reconciler.apply.attach import Streamer
 from reconciler.apply.executor import Executor
 from reconciler.config.locks import locked_async
 from reconciler.core.models import Desired, Phase, Plan, World, dump, parse
-from reconciler.observed.world import observe_user_side, observe_world
+from reconciler.loop.world import observe_user_side, observe_world
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
 from reconciler.core.lifecycle import transition
@@ -190,7 +190,7 @@ class Engine:
     async def install_slices(self) -> list[str]:
         """Write the slices' unit files where they are missing or differ, then daemon-reload, so the
         slices exist with their normal share before any property is set or job started in them."""
-        from reconciler.observed.world import meminfo
+        from reconciler.observed.machine import meminfo
         from reconciler.render.unitfiles import slice_units
         from reconciler.runtime.unitfiles import install_unit, oomd_present, slice_units_key, user_unit_dir
 

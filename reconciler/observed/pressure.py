@@ -18,7 +18,7 @@ Where it is read from:
 
 Tests (and anyone reproducing a decision) point the reader at files of their own:
 `RES_PRESSURE_FILE` replaces /proc/pressure/memory, `RES_SLICE_PRESSURE_FILE` the slice's
-memory.pressure. Read each pass by `observed/world.py`; the loop's PSI trigger (loop/events.py) is
+memory.pressure. Read each pass by `loop/world.py`; the loop's PSI trigger (loop/events.py) is
 armed only on the kernel's own file, never on a replacement. Stdlib only.
 """
 from __future__ import annotations

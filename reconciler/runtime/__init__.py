@@ -5,7 +5,9 @@ the second, so nothing above this interface may assume systemd: callers speak jo
 chooses unit names, cgroup paths and the like. Every call the shell makes on a runtime is in `Runtime`;
 what only a workstation's own manager has (slices, scopes, unit files: the user's side, DESIGN §5.6)
 is in `UserSide`, which `Runtime.user_side()` gives where there is one. No caller probes a runtime
-for a method (`hasattr`): what it may call is what these say.
+for a method (`hasattr`): what it may call is what these say. May import the floors below it
+(the table in tests/pure/test_layers.py): observed, recorded, render, config and the core; never
+desired, on its own floor.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from reconciler.config.paths import Paths
 from reconciler.observed import cgroup
 from reconciler.core.game import game_actions as decide_game, slice_target
 from reconciler.core.models import Desired, Game, JobObs, JobRecord, Phase, Request, SessionObs, SliceObs, World
-from reconciler.observed.world import stray_services, tmp_tmpfs_used_gb
+from reconciler.observed.machine import stray_services, tmp_tmpfs_used_gb
 from reconciler.core.plan import plan as decide
 from reconciler.observed.procs import Proc, descendants, parse_stat
 from reconciler.render.lines import agents_memory_line, plan_line, status_warnings
@@ -203,7 +203,7 @@ def test_a_claude_inside_a_session_is_part_of_it_not_a_session():
 
 
 def test_unit_of_a_cgroup():
-    from reconciler.observed.world import unit_of_cgroup
+    from reconciler.observed.machine import unit_of_cgroup
 
     mgr = "/user.slice/user-1000.slice/user@1000.service"
     assert unit_of_cgroup(mgr + "/app.slice/app-gnome-term.slice/vte-spawn-1.scope", mgr) == "vte-spawn-1.scope"

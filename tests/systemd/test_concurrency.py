@@ -41,7 +41,7 @@ HOLDING = ("starting", "running")
 
 
 def meminfo_gb(key: str) -> float:
-    """As the planner reads it (reconciler/observed/world.py): kB / 1024², rounded to 3 places."""
+    """As the planner reads it (reconciler/loop/world.py): kB / 1024², rounded to 3 places."""
     with open("/proc/meminfo") as f:
         for line in f:
             k, _, rest = line.partition(":")

@@ -1,0 +1,103 @@
+"""The machine's own readings a pass's `World` is made of (DESIGN §2 step 3): memory, CPUs, the
+attachment holders gone, /tmp as a tmpfs, transient services, the unit of a cgroup. No runtime: the
+World is assembled from these and the runtime's answers in loop/world.py."""
+from __future__ import annotations
+
+import os
+
+GIB_KB = 1024 * 1024
+
+
+def meminfo() -> tuple[float, float]:
+    """(MemTotal, MemAvailable) in GB from /proc/meminfo."""
+    values = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("MemTotal", "MemAvailable"):
+                values[key] = int(rest.split()[0]) / GIB_KB
+    return values["MemTotal"], values["MemAvailable"]
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def gone_holders(holders: set[str], host: str) -> list[str]:
+    """The attachment holders (`host/pid/nonce[/start]`) on this host whose process is gone: its pid
+    is not alive, or is another process (another start time). A holder elsewhere is never judged."""
+    from reconciler.core.attachments import gone
+    from reconciler.observed.procs import start_time
+
+    return sorted(h for h in holders if gone(h, host, start_time))
+
+
+# ---------------------------------------------------------------- the user's side (DESIGN §5.6)
+
+DESKTOP_SLICES = ("session.slice", "background.slice")  # app.slice holds systemd-run services too
+
+
+def tmp_tmpfs_used_gb(mounts_text: str | None = None) -> float | None:
+    """/tmp in use when /tmp is a tmpfs (it is then RAM); None when it is not one."""
+    if mounts_text is None:
+        try:
+            with open("/proc/self/mounts") as f:
+                mounts_text = f.read()
+        except OSError:
+            return None
+    from reconciler.observed.mounts import fstype_of
+
+    if fstype_of("/tmp", mounts_text) != "tmpfs":  # the rule `res doctor` tells the user by
+        return None
+    try:
+        st = os.statvfs("/tmp")
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize / GIB_KB / 1024
+
+
+def stray_services(transient_dir: str, ours: tuple[str, ...], loop_prefix: str = "") -> list[str]:
+    """Transient services (systemd-run without --scope) outside the agents slices, desktop ones
+    (app-*, or in the desktop's slices) and res's own loop (`loop_prefix`*, started by the first
+    call: loop/start.py) excepted. Read from the manager's transient unit files: one directory
+    listing, no D-Bus call per unit."""
+    out = []
+    try:
+        entries = sorted(os.listdir(transient_dir))
+    except OSError:
+        return out
+    for name in entries:
+        if not name.endswith(".service") or name.startswith("app-") or (loop_prefix and name.startswith(loop_prefix)):
+            continue
+        slice_name = "app.slice"  # systemd's default slice for user services
+        complete = False
+        try:
+            with open(os.path.join(transient_dir, name)) as f:
+                for line in f:
+                    if line.startswith("Slice="):
+                        slice_name = line[6:].strip()
+                    elif line.startswith("ExecStart="):
+                        complete = True
+        except OSError:
+            continue
+        if not complete:
+            continue  # being written (systemd appends setting by setting): judged on a later pass
+        if slice_name in ours or slice_name in DESKTOP_SLICES or slice_name.startswith("app-"):
+            continue
+        out.append(name)
+    return out
+
+
+def unit_of_cgroup(cgroup_path: str, manager_cgroup: str) -> str:
+    """The unit a cgroup belongs to: its first component that is not a slice, below the user
+    manager's own cgroup when it is under it (`/app.slice/vte-spawn-1.scope/x` → vte-spawn-1.scope;
+    a login's `/user.slice/user-1000.slice/session-2.scope` → session-2.scope)."""
+    base = manager_cgroup.rstrip("/")
+    rel = cgroup_path[len(base):] if base and cgroup_path.startswith(base + "/") else cgroup_path
+    for part in rel.split("/"):
+        if part and not part.endswith(".slice"):
+            return part
+    return ""
