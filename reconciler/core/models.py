@@ -381,6 +381,8 @@ class World:
 
 # ---------------------------------------------------------------- plan
 
+# Each kind has the lifecycle event it records (core/lifecycle.ACTIONS) and its handler
+# (apply/executor.Executor.HANDLERS); tests/pure/test_executor_map.py holds both to these kinds.
 ActionKind = Literal[
     "enqueue",  # record a new queued entry (bookkeeping)
     "wait",  # a queued entry stays queued this pass (no change; says why and until when)
