@@ -89,7 +89,9 @@ def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_r
             digest.finish(final_rc)
     except AttachError:
         raise
-    except Exception as e:  # noqa: BLE001 - any failure of reading or digesting is an attach failure
+    except Exception as e:  # noqa: BLE001 - any failure of reading or digesting is an attach failure:
+        # counted on the record with its error (last_error), and the job stopped at the limit
+        # (ATTACH_FAILURES_MAX), so even a bug in a digest is said and never retried without end.
         raise AttachError(" ".join(f"{type(e).__name__}: {e}".split())[:300]) from None
     return copy(rec, **{"log_offset": offset, "digest": digest.state}), reached_end
 

@@ -1,6 +1,11 @@
 """Carry out a plan's actions (DESIGN §2 step 5). Each action is idempotent and written to state.db
 in its own transaction with a compare-and-set on the phase it expects, so a pass cut off anywhere
-can be run again safely."""
+can be run again safely.
+
+Every action kind has its handler in `Executor.HANDLERS` (tests/pure/test_executor_map.py holds it to
+ActionKind); a record is changed only by the lifecycle event the plan's action names
+(core/lifecycle.planned), and after a start by the event the lifecycle gives the runtime's answer
+(core/lifecycle.after_start)."""
 from __future__ import annotations
 
 import asyncio
@@ -11,11 +16,11 @@ import signal
 import stat
 
 from reconciler.config.environ import resolve_program
-from reconciler.core.lifecycle import transition
+from reconciler.core.lifecycle import after_start, planned
 from reconciler.core.models import Action, JobRecord, Phase, Request, copy
 from reconciler.core.plan import agent_outcome
 from reconciler.config.paths import Paths
-from reconciler.runtime import JobSpec, Runtime, RuntimeUnavailable
+from reconciler.runtime import JobSpec, Runtime, RuntimeBusy, RuntimeUnavailable, UnitExists
 
 log = logging.getLogger("res.executor")
 
@@ -35,16 +40,15 @@ class Executor:
         self._lost = set()  # jobs whose attachment another instance took: act on nothing else of theirs
 
     async def apply(self, action: Action, requests: dict[str, Request], now: float) -> None:
-        handler = getattr(self, "_" + action.kind, None)
-        if handler is None or action.id in self._lost:
+        if action.id in self._lost:
             return
-        await handler(action, requests.get(action.id), self._records.get(action.id), now)
+        await self.HANDLERS[action.kind](self, action, requests.get(action.id), self._records.get(action.id), now)
 
     async def _reattach(self, a, req, rec, now):
         """Claim the attachment of a live job nobody holds (or whose holder's lease lapsed): a
         compare-and-set on the holder the plan saw, so two instances never both hold it. The pass's
         later actions for the job see the claimed record."""
-        claimed = transition(rec, "claim", now, holder=self.holder, lease_s=self.policy.attach_lease_s)
+        claimed = planned(rec, a, now, holder=self.holder, lease_s=self.policy.attach_lease_s)
         if self.store.put(claimed, expect_phase=rec.phase, expect_holder=rec.attached_by):
             self._records[a.id] = claimed
         else:
@@ -52,38 +56,38 @@ class Executor:
 
     # -------------------------------------------------------------- bookkeeping
 
-    async def _enqueue(self, a, req, rec, now):
-        self.store.put(transition(None, "enqueue", now, request=req), expect_phase=None)
+    async def _nothing(self, a, req, rec, now):
+        """A kind that asks for nothing to be done: a queued entry that stays queued (its position
+        and ETA are published with the pass), an entry added by hand that is only shown."""
 
-    # A queued entry that stays queued: nothing to do (its position and ETA are published with the
-    # pass). The pass does not even call apply for these: thousands a pass under a crowd.
-    NOTHING_TO_DO = frozenset({"wait"})
+    async def _enqueue(self, a, req, rec, now):
+        self.store.put(planned(None, a, now, request=req), expect_phase=None)
 
     async def _grant(self, a, req, rec, now):
-        self.store.put(transition(rec, "grant", now, request=req), expect_phase=rec.phase if rec else None)
+        self.store.put(planned(rec, a, now, request=req), expect_phase=rec.phase if rec else None)
 
     async def _refuse(self, a, req, rec, now):
-        self.store.put(transition(rec, "refuse", now, request=req, why=a.reason, detail=a.detail),
+        self.store.put(planned(rec, a, now, request=req, why=a.reason, detail=a.detail),
                        expect_phase=rec.phase if rec else None)
 
     async def _running(self, a, req, rec, now):
-        self.store.put(transition(rec, "unit_seen", now), expect_phase=Phase.starting)
+        self.store.put(planned(rec, a, now), expect_phase=Phase.starting)
 
     async def _cancel(self, a, req, rec, now):
-        self.store.put(transition(rec, "cancel", now), expect_phase=Phase.queued)
+        self.store.put(planned(rec, a, now), expect_phase=Phase.queued)
 
     async def _expire(self, a, req, rec, now):
-        if self.store.put(transition(rec, "expire", now, why=a.reason, detail=a.detail), expect_phase=Phase.running):
+        if self.store.put(planned(rec, a, now, why=a.reason, detail=a.detail), expect_phase=Phase.running):
             await asyncio.to_thread(self.writer.remove, [rec.id])
 
     async def _recover(self, a, req, rec, now):
         """An entry state.db lost: its unit is taken back as running (the next pass attaches to it,
         or settles it from its exit record), or, when only its log is left, it is settled as lost."""
         if a.detail["code"] == "unit":
-            new = transition(None, "recover_unit", now, request=req, unit=self.runtime.unit_name(req.id))
+            new = planned(None, a, now, request=req, unit=self.runtime.unit_name(req.id))
         else:
-            new = transition(None, "recover_lost", now, request=req, detail={"code": "lost"},
-                             why="lost: state.db had no record of it, but it ran before (its log is there); not started again")
+            new = planned(None, a, now, request=req, detail={"code": "lost"},
+                          why="lost: state.db had no record of it, but it ran before (its log is there); not started again")
         from reconciler.recorded.store import ABSENT
 
         self.store.put(new, expect_phase=ABSENT)
@@ -101,7 +105,7 @@ class Executor:
 
     async def _requeue(self, a, req, rec, now):
         # Its log is not moved aside: the next start is the same attempt again.
-        self.store.put(transition(rec, "requeue", now), expect_phase=Phase.starting)
+        self.store.put(planned(rec, a, now), expect_phase=Phase.starting)
 
     # -------------------------------------------------------------- the user's side (DESIGN §5.6)
 
@@ -115,7 +119,6 @@ class Executor:
         since (one missing pid would fail the whole move); a session already in the slice (another
         reconciler moved it) is left alone."""
         from reconciler.observed.procs import alive, cgroup_of
-        from reconciler.runtime.systemd import UnitExists
 
         description = f"res: agent session pid {a.pids[0]}"
         name = a.id
@@ -170,8 +173,8 @@ class Executor:
         runtime = self._runtime(where)
         # A cluster job's log is where the cluster runtime's nodes write (the policy's shared directory).
         log_dir = str(runtime.logs_dir) if where == "cluster" and runtime.logs_dir != self.paths.logs else None
-        starting = transition(rec, "start", now, request=req, unit=runtime.unit_name(req.id), holder=self.holder,
-                              lease_s=self.policy.attach_lease_s, where=where, log_dir=log_dir)
+        starting = planned(rec, a, now, request=req, unit=runtime.unit_name(req.id), holder=self.holder,
+                           lease_s=self.policy.attach_lease_s, where=where, log_dir=log_dir)
         attempt = starting.attempt
         # `starting` (with its lease) is on disk before the unit is asked for (DESIGN §5.3).
         if not self.store.put(starting, expect_phase=rec.phase if rec else None):
@@ -188,8 +191,6 @@ class Executor:
             description=f"res {req.id}: {' '.join(req.title.split())[:120]}", cpu_quota=self.policy.cpu_quota,
             est_s=req.est_s, queue=req.queue, enforce_mem=not req.gated,
         )
-        from reconciler.runtime.slurm import RuntimeBusy
-
         try:
             # A job started again bigger after a kill (DESIGN §5.9) writes on in the same log: the one
             # who waits for it reads one job's output.
@@ -198,29 +199,32 @@ class Executor:
         except RuntimeUnavailable as e:
             log.warning("start of %s: %s", req.id, e)
             if e.not_started:  # certainly not started: back in the queue, tried again next pass
-                self.store.put(transition(starting, "requeue", now), expect_phase=Phase.starting)
+                self.store.put(after_start(starting, "not_started", now), expect_phase=Phase.starting)
                 _drop_if_empty(self.paths.log(req.id, log_dir))  # a follower must not take it for a start
-            # Else unknown whether it started: leave `starting`; the next pass sees the unit or requeues.
+            # Else unknown whether it started (after_start "unknown": no event): it stays `starting`;
+            # the next pass sees the unit or requeues.
             return
         except RuntimeBusy as e:  # asked for now, and the cluster would not start it now
             from reconciler.config.zone import zone_of
             from reconciler.render.reasons import reason_line
 
             why = reason_line(e.detail, zone_of(self.policy))
-            self.store.put(transition(starting, "refuse", now, why=why, detail=e.detail), expect_phase=Phase.starting)
+            self.store.put(after_start(starting, "busy", now, why=why, detail=e.detail), expect_phase=Phase.starting)
             return
-        except Exception as e:  # the runtime refused the start: settle it now, with why
+        except Exception as e:  # noqa: BLE001 - any other failure of the start, the runtime's refusal
+            # or a bug under it, settles the job at once with why: the one who asked reads it there,
+            # and nothing is started again and again.
             why = "start failed: " + " ".join(str(e).split())
-            self.store.put(transition(starting, "start_failed", now, why=why, detail={"code": "start_failed"}),
+            self.store.put(after_start(starting, "failed", now, why=why, detail={"code": "start_failed"}),
                            expect_phase=Phase.starting)
             await self._forget(req.id, where)
             return
-        self.store.put(transition(starting, "started", now, invocation=invocation), expect_phase=Phase.starting)
+        self.store.put(after_start(starting, "started", now, invocation=invocation), expect_phase=Phase.starting)
 
     async def _stop(self, a, req, rec, now):
         # The reason goes on record first, so the settle that follows the exit uses it.
         if rec.stop_reason is None:
-            rec = transition(rec, "stop", now, reason=a.reason, code=(a.detail or {}).get("code"))
+            rec = planned(rec, a, now, reason=a.reason, code=(a.detail or {}).get("code"))
             self.store.put(rec, expect_phase=rec.phase)
         await self._runtime(rec.where).stop(rec.id)
 
@@ -238,8 +242,8 @@ class Executor:
                 from reconciler.render.reasons import outcome_why
 
                 why, outcome = outcome_why(verdict), verdict
-        done = transition(rec, "settle", now, rc=a.rc, peak_gb=a.peak_gb, why=why, detail={"code": outcome["code"]},
-                          at=a.at, cpu_s=(a.detail or {}).get("cpu_s"))
+        done = planned(rec, a, now, rc=a.rc, peak_gb=a.peak_gb, why=why, detail={"code": outcome["code"]},
+                       at=a.at, cpu_s=(a.detail or {}).get("cpu_s"))
         if self.store.put(done, expect_phase=rec.phase, expect_holder=rec.attached_by):
             await self._forget(rec.id, rec.where)
 
@@ -251,7 +255,7 @@ class Executor:
         grown, killed_at = float(d["mem_gb"]), rec.request.mem_gb
         await asyncio.to_thread(self.writer.update, rec.id, {"mem_gb": grown, "grown_from_gb": killed_at, "queue": True})
         bigger = copy(rec.request, mem_gb=grown, grown_from_gb=killed_at, queue=True)
-        again = transition(rec, "retry", now, request=bigger, peak_gb=a.peak_gb, detail=d)
+        again = planned(rec, a, now, request=bigger, peak_gb=a.peak_gb, detail=d)
         if not self.store.put(again, expect_phase=rec.phase, expect_holder=rec.attached_by):
             return
         from reconciler.render.lines import retry_line
@@ -262,7 +266,7 @@ class Executor:
     async def _forget(self, job_id: str, where: str = "local") -> None:
         try:
             await self._runtime(where).forget(job_id)
-        except Exception as e:  # only housekeeping; the record is already settled
+        except Exception as e:  # noqa: BLE001 - only housekeeping; the record is already settled
             log.warning("forget %s: %s", job_id, e)
 
     def _fresh_log(self, path: Path, attempt: int, keep: bool = False) -> None:
@@ -285,6 +289,18 @@ class Executor:
                 raise RuntimeError(f"its log {path} is not a regular file")
         finally:
             os.close(fd)
+
+    # Every action kind's handler (tests/pure/test_executor_map.py: exactly ActionKind's kinds). A
+    # kind that asks for nothing is here too, as `_nothing`: no kind is skipped unseen.
+    HANDLERS = {
+        "enqueue": _enqueue, "wait": _nothing, "start": _start, "grant": _grant, "refuse": _refuse,
+        "running": _running, "stop": _stop, "settle": _settle, "reattach": _reattach, "requeue": _requeue,
+        "retry": _retry, "expire": _expire, "cancel": _cancel, "retire": _retire, "prune": _prune, "set": _set,
+        "adopt": _adopt, "end_game": _end_game, "restore": _restore, "recover": _recover, "hold": _nothing,
+    }
+    # Kinds the pass does not even hand to `apply` (those of `_nothing`): thousands of waiting entries
+    # a pass under a crowd.
+    NOTHING_TO_DO = frozenset({"wait", "hold"})
 
 
 def _append_line(path: Path, line: str) -> None:

@@ -13,12 +13,23 @@ leads to from which; `_changes` says what else it writes.
       │  └───retry (auto-sized, killed at its limit: once, bigger)◄─┘
       ├──cancel──► cancelled                                   read_failed, attach_failed, release
       └──refuse──► refused     (none) ──enqueue / grant / refuse / start / recover_*──► …
+
+The plan speaks this table's language: each of its action kinds is the event it records (`ACTIONS`),
+and what the runtime answers a start is the event that follows it (`AFTER_START`), so the executor
+never chooses an event of its own.
+
+No event leads to `exited`: an ended job stays `running` until a pass settles it (`done`). The value
+is `res status`'s word for such a job once its exit record is there (commands/status.py shows it, never
+records it); a record of an older state.db that holds it is read as the live job it is, and settled,
+stopped, claimed or handed over like a running one.
 """
 from __future__ import annotations
 
-from reconciler.core.models import JobRecord, Phase, Request, copy
+from reconciler.core.errors import NeedsPerson
+from reconciler.core.models import Action, ActionKind, JobRecord, Phase, Request, copy
 
-Q, S, R, X, D = Phase.queued, Phase.starting, Phase.running, Phase.exited, Phase.done
+Q, S, R, D = Phase.queued, Phase.starting, Phase.running, Phase.done
+X = Phase.exited  # no event's target (see above): only a phase events leave, for old records
 _LIVE = (S, R, X)
 SAME = "same"  # the event keeps the phase
 
@@ -48,7 +59,75 @@ TABLE: dict[str, dict[Phase | None, Phase | str]] = {
 }
 
 
-class IllegalTransition(ValueError):
+# ---------------------------------------------------------------- the plan's actions, as events
+
+# Each action kind of a plan: the event it records on its job's record, or None for a kind that
+# records none (it edits the queue file, the user's side or the history, or changes nothing).
+# `recover` records one of two, by its detail's code; a `start`'s second event is the runtime's answer
+# (`AFTER_START`).
+RECOVER = {"unit": "recover_unit", "lost": "recover_lost"}  # its unit is there / only its log is
+ACTIONS: dict[ActionKind, str | dict[str, str] | None] = {
+    "enqueue": "enqueue",
+    "wait": None,  # stays queued: its position and ETA are published with the pass
+    "start": "start",
+    "grant": "grant",
+    "refuse": "refuse",
+    "running": "unit_seen",
+    "stop": "stop",
+    "settle": "settle",
+    "reattach": "claim",
+    "requeue": "requeue",
+    "retry": "retry",
+    "expire": "expire",
+    "cancel": "cancel",
+    "retire": None,  # queue.toml: the finished entry leaves it
+    "prune": None,  # the record moves into the history
+    "set": None,  # the user's side: a unit's properties
+    "adopt": None,  # the user's side: a session moved into a scope
+    "end_game": None,  # game.toml
+    "restore": None,  # queue.toml: the entry is written back
+    "recover": RECOVER,
+    "hold": None,  # shown, never started
+}
+
+# A start asks the runtime once `starting` is on record; its answer is the event that follows.
+AFTER_START: dict[str, str | None] = {
+    "started": "started",  # the runtime's start job finished: the command was executed
+    "not_started": "requeue",  # certainly nothing started (the runtime said so): back in the queue at once
+    "unknown": None,  # no answer: it stays `starting`; the next pass sees the unit, or requeues after the lease
+    "busy": "refuse",  # asked for now, and the cluster cannot start it now
+    "failed": "start_failed",  # the runtime refused the start, or it failed under it: settled, with why
+}
+
+
+def event_of(action: Action) -> str | None:
+    """The lifecycle event `action` records (None: it records none)."""
+    event = ACTIONS[action.kind]
+    if isinstance(event, dict):
+        return event[(action.detail or {}).get("code")]
+    return event
+
+
+def planned(rec: JobRecord | None, action: Action, now: float, **facts) -> JobRecord:
+    """The record after the event `action` records (`transition` with the plan's own word)."""
+    event = event_of(action)
+    if event is None:
+        raise IllegalTransition(rec.phase if rec is not None else None, action.kind)
+    return transition(rec, event, now, **facts)
+
+
+def after_start(starting: JobRecord, answer: str, now: float, **facts) -> JobRecord | None:
+    """The record after the runtime's `answer` to a start (AFTER_START); None: it stays `starting`."""
+    event = AFTER_START[answer]
+    return transition(starting, event, now, **facts) if event is not None else None
+
+
+# ---------------------------------------------------------------- transitions
+
+
+class IllegalTransition(NeedsPerson, ValueError):
+    """An event the table does not allow from the record's phase: a bug, never retried in a loop."""
+
     def __init__(self, phase: Phase | None, event: str):
         super().__init__(f"{event} is not allowed from {phase.value if phase else 'no record'}")
         self.phase, self.event = phase, event

@@ -190,6 +190,8 @@ class Phase(str, Enum):
     queued = "queued"
     starting = "starting"
     running = "running"
+    # No transition records it (core/lifecycle.py): `res status`'s word for a job whose exit record is
+    # there but no pass has settled it yet; a record of an older state.db that holds it is live.
     exited = "exited"
     done = "done"
     refused = "refused"
@@ -379,6 +381,8 @@ class World:
 
 # ---------------------------------------------------------------- plan
 
+# Each kind has the lifecycle event it records (core/lifecycle.ACTIONS) and its handler
+# (apply/executor.Executor.HANDLERS); tests/pure/test_executor_map.py holds both to these kinds.
 ActionKind = Literal[
     "enqueue",  # record a new queued entry (bookkeeping)
     "wait",  # a queued entry stays queued this pass (no change; says why and until when)
@@ -439,6 +443,9 @@ class Plan:
     budget_mem_gb: float = 0
     budget_cpus: float = 0
     notices: list[str] = field(default_factory=list)  # e.g. the broken-file line
+    # When the next pass is due by the clock (core/wake.py), decided with the plan for the loop that
+    # applies it (`plan(..., wake=True)`); None: nothing is due by the clock, or not asked.
+    next_at: float | None = None
 
     def of(self, kind: str) -> list[Action]:
         return [a for a in self.actions if a.kind == kind]
@@ -455,5 +462,8 @@ class Plan:
         return list(_INDEXED[2].get(job_id, ()))
 
     def as_data(self) -> dict:
-        """The plan as JSON-ready data (`reconcile --dry-run --json`, the loop's answer)."""
-        return asdict(self)
+        """The plan as JSON-ready data (`reconcile --dry-run --json`, the loop's answer): its decisions,
+        not the loop's own wake-up."""
+        data = asdict(self)
+        del data["next_at"]
+        return data

@@ -16,6 +16,7 @@ from reconciler.core.models import LIVE, TERMINAL, Action, Desired, ExitObs, Job
 from reconciler.core.game import game_actions
 from reconciler.core.sessions import session_actions
 from reconciler.core.quantities import GIB, UTC, Zone, local_midnight
+from reconciler.core.wake import wake_at
 
 PRUNE_AFTER_S = 24 * 3600
 OUTSIDE_STOP = ("TERM", "INT", "HUP")  # the signals of a stop request (systemctl stop, kill, ^C)
@@ -26,11 +27,12 @@ ALIVE = ("active", "activating", "deactivating")
 
 
 def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy,
-         me: str | None = None, pricing_error: str | None = None, zone: Zone = UTC) -> Plan:
+         me: str | None = None, pricing_error: str | None = None, zone: Zone = UTC, wake: bool = False) -> Plan:
     """`me`: the attachment holder id of the reconciler that will apply the plan (None: a dry run,
     which claims nothing). `pricing_error`: the pricing table could not be read; no agent session
     may start (a broken table is never a silently weaker cap). `zone`: where the day of
-    daily_cost_usd begins.
+    daily_cost_usd begins. `wake`: also decide when the pass after this one is due by the clock
+    (`Plan.next_at`, core/wake.py, from the policy's tick_s and sweep_s): the loop's plans.
 
     Each action carries its reason as data (`detail`, with a stable `code`); its text is made at the
     edge (render.reasons.explain)."""
@@ -62,6 +64,8 @@ def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
     # The user's side: game mode on the agents slice, sessions kept in it (each only if observed).
     out.actions.extend(game_actions(desired, world, now, policy))
     out.actions.extend(session_actions(world, policy))
+    if wake:
+        out.next_at = wake_at(out, desired, records, world, now, policy, PRUNE_AFTER_S)
     return out
 
 

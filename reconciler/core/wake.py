@@ -14,10 +14,22 @@ any of those, it asks for here: pure, from what a pass read.
 - Finished records: pruned PRUNE_AFTER_S after their end.
 
 Nothing else happens by the clock: with none of these the loop waits for an event, or for its
-safety-net interval."""
+safety-net interval.
+
+A plan that acts, or could not observe jobs, asks for a pass again in `tick_s`: the records it read
+are no longer what is recorded (or were not seen), and the next pass, which reads them again, tells.
+The planner decides this once, with the plan (`wake_at`, Plan.next_at); the loop arms it."""
 from __future__ import annotations
 
-from reconciler.core.models import LIVE, TERMINAL, Desired, JobRecord, Phase
+from reconciler.core.models import LIVE, TERMINAL, Desired, JobRecord, Phase, Plan, World
+
+
+def wake_at(p: Plan, desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy,
+            prune_after_s: float) -> float | None:
+    """When the pass after the one that applies `p` is due by the clock; None: by no clock."""
+    if p.actions or not world.ok:
+        return now + policy.tick_s
+    return next_pass_at(desired, records, now, policy, prune_after_s)
 
 
 def next_pass_at(desired: Desired, records: dict[str, JobRecord], now: float, policy,

@@ -18,6 +18,7 @@ from reconciler.config.locks import LockBusy, acquire, release
 from reconciler.recorded.store import StoreReplaced
 from reconciler.core.models import Plan
 from reconciler.config.paths import Paths
+from reconciler.core.errors import RetryLater, needs_a_person
 
 log = logging.getLogger("res.serve")
 
@@ -88,8 +89,13 @@ class Ticker:
                 self.dirty = False
                 if self.on_fatal is not None:
                     self.on_fatal(e)
-            except Exception:
-                log.exception("pass %d failed", self.begun)
+            except Exception as e:  # noqa: BLE001 - a failed pass never stops the loop; sorted (core/errors.py)
+                if isinstance(e, RetryLater):  # the world was not ready: one line, and the next pass tries
+                    log.warning("pass %d failed: %s", self.begun, " ".join(str(e).split()))
+                elif needs_a_person(e):  # not tried again by the clock (Engine.tick): events, the safety net
+                    log.exception("pass %d failed; it needs a person", self.begun)
+                else:
+                    log.exception("pass %d failed", self.begun)
                 self.last = None  # a failed pass hands back no plan, never the one before it as new
             if self.on_end is not None:
                 self.on_end()
@@ -354,7 +360,9 @@ class Requests:
             if "limit" in str(e) or "Separator" in str(e):
                 return None  # a line over REQUEST_LIMIT: not a request any res sends
             return {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
-        except Exception as e:  # a bad request gets an answer, never kills the loop
+        except Exception as e:  # noqa: BLE001 - a bad request gets an answer, never kills the loop
+            if needs_a_person(e):  # a bug met on the way: the caller's line says what, the log where
+                log.exception("answering a request")
             return {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
 
 

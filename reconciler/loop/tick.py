@@ -15,6 +15,7 @@ from reconciler.core.models import Desired, Phase, Plan, World, dump, parse
 from reconciler.loop.world import observe_user_side, observe_world
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
+from reconciler.core.errors import needs_a_person
 from reconciler.core.lifecycle import transition
 from reconciler.core.plan import plan
 from reconciler.render.reasons import explain, explained
@@ -52,6 +53,9 @@ def policy_files_key() -> tuple:
 
 HISTORY_LEARNED = 2000  # the latest pruned records the gate and `--mem auto` learn from, besides state.db's own
 WRITER_WAIT_S = 2.0  # how long a pass waits for a writer at work before it tracks changes next pass
+# An action that failed in a way no retry mends (core/errors.py) is tried again only after this (or by
+# a new loop): every pass meanwhile says it failed, as before, without trying it.
+PERSON_RETRY_S = 600.0
 
 
 def make_runtime(paths: Paths, policy):
@@ -115,6 +119,8 @@ class Engine:
         # clock (None: not by the clock), and the processes whose end ends a note.
         self.next_at: float | None = None
         self.note_owners: frozenset[int] = frozenset()
+        # Actions whose failure needs a person (kind, id) -> (the notice that says so, when to try again).
+        self.needs_person: dict[tuple[str, str], tuple[str, float]] = {}
         self.last_pass_at: float | None = None
         # What the last pass planned from, for the gate's "would this fit?" (core/whatif.py), and the
         # inputs of the gate.json it wrote (written again only when they change).
@@ -177,7 +183,7 @@ class Engine:
         now, given = time.time(), []
         try:
             records = self.store.records()
-        except Exception as e:  # closing must not fail because the store cannot be read
+        except Exception as e:  # noqa: BLE001 - closing must not fail because the store cannot be read
             log.warning("giving up attachments: %s", e)
             return given
         for rec in records.values():
@@ -238,6 +244,16 @@ class Engine:
         return sorted(self.store.get_meta_json("hand_added", []))
 
     async def tick(self) -> Plan:
+        """One pass. One that fails asks for the next as its failure's kind says (core/errors.py): one
+        that may pass next time in tick_s, as a pass that could not observe does; one that needs a
+        person by no clock (the loop's events and its safety net still ask), never in a hot loop."""
+        try:
+            return await self._tick()
+        except Exception as e:  # noqa: BLE001 - re-raised: only the next wake-up is decided here
+            self.next_at = None if needs_a_person(e) else time.time() + self.policy.tick_s
+            raise
+
+    async def _tick(self) -> Plan:
         if not self.connected:
             await self.connect()  # observation then says what failed, and nothing is acted on blindly
         # Files any agent may have replaced are read before the lock: a slow one never holds up others.
@@ -271,7 +287,7 @@ class Engine:
                 policy, self.adopt_once = policy.model_copy(update={"adopt_sessions": True}), False
             zone = zone_of(policy)
             p = explain(plan(desired, records, world, now, policy, me=self.holder, pricing_error=self.streamer.pricing_error,
-                             zone=zone), zone, self.explained)
+                             zone=zone, wake=True), zone, self.explained)
             self.explained = explained(p, zone)
             p.notices.extend(notices + side)
             self.blocked = ([desired.queue_error or "queue.toml cannot be read"] if not desired.queue_ok else []) + \
@@ -299,7 +315,7 @@ class Engine:
             # `--mem auto` of the same command, a second later, is sized from it.
             settled = any(a.kind in ("settle", "retry") for a in p.actions)
             self.publish_gate(self.store.records() if settled else records)
-            self._ask_next(desired, records, now, soon=bool(p.actions) or failed > 0 or not world.ok or not self.connected)
+            self._ask_next(p, records, now, soon=failed > 0 or not self.connected)
             return p
 
     def publish_gate(self, records: dict) -> None:
@@ -335,26 +351,34 @@ class Engine:
         return answer
 
     async def _apply(self, action, requests: dict, now: float, p: Plan) -> int:
-        """One action; 1 if it failed (said in the plan's notices, retried next pass), else 0."""
+        """One action; 1 if it failed and is tried again next pass, else 0. Every failure is said in
+        the plan's notices; one that needs a person (core/errors.py) is logged with its traceback once
+        and not tried again for PERSON_RETRY_S, nor does it ask for a pass soon."""
+        key = (action.kind, action.id)
+        held = self.needs_person.get(key)
+        if held is not None:
+            if now < held[1]:
+                p.notices.append(held[0])
+                return 0
+            del self.needs_person[key]
         try:
             await self.executor.apply(action, requests, now)
             return 0
-        except Exception as e:  # one failed action must not stop the others; retried next pass
-            log.error("%s %s failed: %s", action.kind, action.id, e)
-            p.notices.append(f"{action.kind} {action.id} failed: {e}")
-            return 1
+        except Exception as e:  # noqa: BLE001 - one failed action must not stop the others; sorted below
+            line = f"{action.kind} {action.id} failed: {e}"
+            p.notices.append(line)
+            if not needs_a_person(e):
+                log.error("%s %s failed: %s", action.kind, action.id, e)
+                return 1
+            log.error("%s; it needs a person: not tried again for %gs", line, PERSON_RETRY_S, exc_info=e)
+            self.needs_person = {k: v for k, v in self.needs_person.items() if v[1] > now}
+            self.needs_person[key] = (line, now + PERSON_RETRY_S)
+            return 0
 
-    def _ask_next(self, desired: Desired, records: dict, now: float, soon: bool) -> None:
-        """When the next pass is due by the clock. `soon`: this pass acted (the records it read are
-        no longer what is recorded; the next pass, which reads them again, tells), or something could
-        not be observed or done: a pass again in tick_s."""
-        from reconciler.core.plan import PRUNE_AFTER_S
-        from reconciler.core.wake import next_pass_at
-
-        if soon:
-            self.next_at = now + self.policy.tick_s
-        else:
-            self.next_at = next_pass_at(desired, records, now, self.policy, PRUNE_AFTER_S)
+    def _ask_next(self, p: Plan, records: dict, now: float, soon: bool) -> None:
+        """When the next pass is due by the clock: the plan's (core/wake.py), or, `soon`, in tick_s:
+        an action failed (to be tried again) or the runtime is not connected."""
+        self.next_at = now + self.policy.tick_s if soon else p.next_at
         self.note_owners = frozenset(r.request.owner_pid for r in records.values()
                                      if r.request.kind == "note" and r.phase == Phase.running and r.request.owner_pid)
 

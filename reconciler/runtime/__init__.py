@@ -16,10 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Protocol
 
+from reconciler.core.errors import RetryLater
 from reconciler.core.models import ExitObs, JobObs
 
 
-class RuntimeUnavailable(Exception):
+# ---------------------------------------------------------------- what a runtime raises
+
+
+class RuntimeUnavailable(RetryLater):
     """The runtime could not be reached or did not answer: nothing it runs can be observed. `absent`:
     there is none to reach at all (not one that is slow or broken). `not_started`: raised by a start
     that certainly started nothing (the runtime said no, rather than not answering): the job goes back
@@ -28,6 +32,23 @@ class RuntimeUnavailable(Exception):
     def __init__(self, line: str, absent: bool = False, not_started: bool = False):
         super().__init__(line)
         self.absent, self.not_started = absent, not_started
+
+
+class RuntimeBusy(RetryLater):
+    """The runtime cannot start the job now (a cluster, and it was asked for now, not --queue):
+    `detail` is the refusal's structured reason (code `busy`, resource `cluster`)."""
+
+    def __init__(self, detail: dict):
+        super().__init__(detail.get("why", "busy"))
+        self.detail = detail
+
+
+class UnitExists(RuntimeError):
+    """A unit of that name is loaded already (a transient unit's name is taken)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"start of {name} failed: a unit of that name exists")
+        self.unit = name
 
 
 @dataclass(frozen=True)

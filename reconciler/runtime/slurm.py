@@ -48,13 +48,8 @@ ENDED_RESULTS = {"COMPLETED": "", "FAILED": "", "CANCELLED": "cancelled", "TIMEO
                  "DEADLINE": "timeout", "PREEMPTED": "preempted", "REVOKED": "cancelled", "SPECIAL_EXIT": ""}
 
 
-class RuntimeBusy(Exception):
-    """The cluster cannot start the job now (and it was asked for now, not --queue): `detail` is the
-    refusal's structured reason (code `busy`, resource `cluster`)."""
-
-    def __init__(self, detail: dict):
-        super().__init__(detail.get("why", "busy"))
-        self.detail = detail
+# The protocol's error (runtime/__init__.py), its name kept here for older importers.
+from reconciler.runtime import RuntimeBusy  # noqa: E402,F401
 
 
 @dataclass(frozen=True)

@@ -97,12 +97,8 @@ SETUP_STATUS = {
 }
 
 
-class UnitExists(RuntimeError):
-    """A unit of that name is loaded already (a transient unit's name is taken)."""
-
-    def __init__(self, name: str):
-        super().__init__(f"start of {name} failed: a unit of that name exists")
-        self.unit = name
+# The protocol's error (runtime/__init__.py), its name kept here for older importers.
+from reconciler.runtime import UnitExists  # noqa: E402,F401
 
 
 class DBusCallError(RuntimeError):
