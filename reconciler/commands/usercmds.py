@@ -63,7 +63,7 @@ def cmd_game(a, paths: Paths, policy, decide) -> tuple[int, list[str]]:
 def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
     from reconciler.core.hist import hist_rows
     from reconciler.render.hist import render_hist
-    from reconciler.commands.requests import finished_runs
+    from reconciler.ops.requests import finished_runs
     from reconciler.recorded.store import Store
 
     if getattr(a, "changes", False):
@@ -91,7 +91,7 @@ def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
 def cmd_clean(a, paths: Paths, policy) -> tuple[int, list[str]]:
     import asyncio
 
-    from reconciler.commands.clean import clean, default_roots, read_patterns, reset_failed
+    from reconciler.ops.clean import clean, default_roots, read_patterns, reset_failed
 
     uid = os.getuid()
     roots, lines = default_roots(uid), []
