@@ -92,16 +92,12 @@ def ended_unsettled(rec: JobRecord, paths: Paths) -> JobRecord | None:
     if rec.phase not in LIVE or rec.request.kind != "job" or not rec.unit or rec.where == "cluster" \
             or _unit_loaded(paths, rec.unit) is not False:
         return None  # its unit may still run: an exit record written by the job itself must not count
-    from reconciler.config.paths import exit_record_fallback
     from reconciler.core.plan import settle_outcome
     from reconciler.render.reasons import outcome_why
     from reconciler.runtime import read_exit_record
 
-    primary = paths.exit_record(rec.id, rec.log_dir)
-    ex = read_exit_record(primary)
-    fallback = exit_record_fallback(primary, os.environ.get("XDG_RUNTIME_DIR"))
-    if ex is None and fallback is not None:
-        ex = read_exit_record(fallback)  # the state directory's disk was full when the unit ended
+    # Beside its log, else where the unit wrote it when the state directory's disk was full.
+    ex = read_exit_record(paths.exit_record(rec.id, rec.log_dir), os.environ.get("XDG_RUNTIME_DIR"))
     if ex is None or (rec.invocation and ex.invocation != rec.invocation):
         return None
     rc, peak, outcome = settle_outcome(rec, ex)
