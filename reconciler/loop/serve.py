@@ -405,7 +405,7 @@ async def auto_clean(engine, roots, now: float) -> list[str] | None:
     """The loop's silent cleanup: like `res clean --yes` without project patterns,
     at most every `clean_every_minutes` (the last run is kept in state.db, so a restarted loop does
     not clean sooner). The sweep runs in a thread; the loop keeps ticking. None when not due."""
-    from reconciler.ops.clean import clean, reset_failed
+    from reconciler.ops.clean import clean, reset_failed_units
     from reconciler.core.clean import due
 
     policy = engine.policy
@@ -414,9 +414,8 @@ async def auto_clean(engine, roots, now: float) -> list[str] | None:
         return None
     engine.store.set_meta("clean_last", repr(now))
     lines = await asyncio.to_thread(clean, roots, now, os.getuid(), policy.scratch_hours * 3600, yes=False, auto=True)
-    side = engine.runtime.user_side() if engine.connected else None
-    if side is not None:
-        lines += await reset_failed(side.failed_units, side.reset_failed_unit, yes=True, prefix=policy.unit_prefix)
+    lines += await reset_failed_units(engine.runtime.user_side() if engine.connected else None, yes=True,
+                                      prefix=policy.unit_prefix)
     for line in lines:
         log.info("clean: %s", line)
     return lines
