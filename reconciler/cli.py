@@ -304,7 +304,7 @@ def cmd_status(a, paths: Paths) -> int:
 
 
 def _status_here(a, paths: Paths) -> tuple[str, int, str | None]:
-    from reconciler.commands.status import queue_problem, status
+    from reconciler.ops.status import queue_problem, status
 
     out, code = status(paths, the_policy(), a.id, a.json, a.all)
     return out, code, (queue_problem(paths) if a.id and code == 0 else None)

@@ -1,6 +1,6 @@
 """The request commands on the command line: `res run`, `res note`, `res release`, `res wait`. Each
 makes its request from the caller's world (its cwd, its PATH, its environment, its process), asks the
-loop (or runs the passes here: commands/requests.py), and prints one line or one JSON object.
+loop (or runs the passes here: ops/requests.py), and prints one line or one JSON object.
 
 Import-light: a `res run` the loop answers loads no pydantic, no D-Bus."""
 from __future__ import annotations
@@ -145,7 +145,7 @@ def _withdraw(paths: Paths, job_id: str, data: dict, within: int) -> str | None:
     from reconciler.observed.procs import process_chain
 
     def local(engine):
-        from reconciler.commands import requests as ops
+        from reconciler.ops import requests as ops
 
         return ops.release(engine, engine.tick, job_id, False)
 
@@ -230,7 +230,7 @@ def _print_answer(code: int, line: str, data: dict | None, as_json: bool) -> Non
 
 def _submit_answer(paths: Paths, kind: str, fields: dict) -> tuple[int, str, dict | None]:
     async def local(engine, resume=False):
-        from reconciler.commands import requests as ops
+        from reconciler.ops import requests as ops
 
         decided = await ops.submit(engine, engine.tick, kind, fields, resume=resume)
         hint = ops.request_hint(engine, kind, fields)
@@ -247,7 +247,7 @@ def _submit_answer(paths: Paths, kind: str, fields: dict) -> tuple[int, str, dic
 
 def cmd_release(a, paths: Paths) -> int:
     def local(engine):
-        from reconciler.commands import requests as ops
+        from reconciler.ops import requests as ops
 
         return ops.release(engine, engine.tick, a.id, a.stop)
 

@@ -63,7 +63,7 @@ def cmd_game(a, paths: Paths, policy, decide) -> tuple[int, list[str]]:
 def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
     from reconciler.core.hist import hist_rows
     from reconciler.render.hist import render_hist
-    from reconciler.commands.requests import finished_runs
+    from reconciler.ops.requests import finished_runs
     from reconciler.recorded.store import Store
 
     if getattr(a, "changes", False):
@@ -91,25 +91,16 @@ def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
 def cmd_clean(a, paths: Paths, policy) -> tuple[int, list[str]]:
     import asyncio
 
-    from reconciler.commands.clean import clean, default_roots, read_patterns, reset_failed
+    from reconciler.ops.clean import clean_here, reset_failed_units
 
-    uid = os.getuid()
-    roots, lines = default_roots(uid), []
-    root, errors = read_patterns(os.getcwd(), uid)
-    lines += errors
-    if root is not None:
-        roots.append(root)
-    lines += clean(roots, time.time(), uid, policy.scratch_hours * 3600, yes=a.yes)
+    lines = clean_here(os.getcwd(), time.time(), os.getuid(), policy.scratch_hours * 3600, yes=a.yes)
 
     async def units() -> list[str]:
         from reconciler.loop.tick import make_runtime
 
         runtime = make_runtime(paths, policy)
         try:
-            side = runtime.user_side()
-            if side is None:
-                return []
-            return await reset_failed(side.failed_units, side.reset_failed_unit, yes=a.yes, prefix=policy.unit_prefix)
+            return await reset_failed_units(runtime.user_side(), yes=a.yes, prefix=policy.unit_prefix)
         finally:
             await runtime.close()
 

@@ -13,7 +13,7 @@ import os
 import signal
 import time
 
-from reconciler.commands import requests as ops
+from reconciler.ops import requests as ops
 from reconciler.config.locks import LockBusy, acquire, release
 from reconciler.recorded.store import StoreReplaced
 from reconciler.core.models import Plan
@@ -299,7 +299,7 @@ def _scheduled(engine, ticker: "Ticker", policy):
     ticker.on_begin, ticker.on_end = look.mark, rearm
     scheduler = AsyncIOScheduler()
     if policy.clean_every_minutes > 0:
-        from reconciler.commands.clean import default_roots
+        from reconciler.ops.clean import default_roots
 
         async def cleanup() -> None:
             await auto_clean(engine, default_roots(os.getuid()), time.time())
@@ -413,7 +413,7 @@ async def auto_clean(engine, roots, now: float) -> list[str] | None:
     """The loop's silent cleanup: like `res clean --yes` without project patterns,
     at most every `clean_every_minutes` (the last run is kept in state.db, so a restarted loop does
     not clean sooner). The sweep runs in a thread; the loop keeps ticking. None when not due."""
-    from reconciler.commands.clean import clean, reset_failed
+    from reconciler.ops.clean import clean, reset_failed_units
     from reconciler.core.clean import due
 
     policy = engine.policy
@@ -422,9 +422,8 @@ async def auto_clean(engine, roots, now: float) -> list[str] | None:
         return None
     engine.store.set_meta("clean_last", repr(now))
     lines = await asyncio.to_thread(clean, roots, now, os.getuid(), policy.scratch_hours * 3600, yes=False, auto=True)
-    side = engine.runtime.user_side() if engine.connected else None
-    if side is not None:
-        lines += await reset_failed(side.failed_units, side.reset_failed_unit, yes=True, prefix=policy.unit_prefix)
+    lines += await reset_failed_units(engine.runtime.user_side() if engine.connected else None, yes=True,
+                                      prefix=policy.unit_prefix)
     for line in lines:
         log.info("clean: %s", line)
     return lines
@@ -510,7 +509,7 @@ async def answer_request(engine, ticker: Ticker, req: dict, reader=None, say=Non
         # From the loop's own store, whose records are parsed already (a fresh read-only connection
         # parsed every row again: 20 ms for 200 entries), on the loop's thread: the store is the
         # loop's, and a pass reads it on this thread too.
-        from reconciler.commands.status import queue_problem, status
+        from reconciler.ops.status import queue_problem, status
 
         last = engine.last_pass_at
         if last is None or time.time() - last > engine.policy.tick_s:

@@ -1,5 +1,5 @@
 """`res wait` and `res run --wait`: block until an entry is finished, then answer with its done line
-and the exit code an agent can branch on (status.wait_code).
+and the exit code an agent can branch on (ops/status.wait_code).
 
 With `res serve` running, the loop answers when the pass that settles the job is over (it acts on
 the unit's end as soon as systemd signals it); without one, passes run here, each one after a unit
@@ -46,7 +46,7 @@ def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idl
                 if ok:
                     continue
         except TimeoutError:
-            from reconciler.commands.status import EXIT_TIMEOUT
+            from reconciler.ops.status import EXIT_TIMEOUT
 
             return EXIT_TIMEOUT, f"res: {job_id} still not done after the wait's --timeout", None
         return _wait_here(paths, policy_of(), job_id, left, on_idle)
@@ -93,7 +93,7 @@ def _wait_here(paths: Paths, policy, job_id: str, timeout: float | None, on_idle
 def finished(store, paths: Paths, job_id: str, timed_out: bool, timeout: float | None) -> tuple[int, str, dict | None] | None:
     """The answer to a wait once there is one: the entry is finished, gone, or the time is up."""
     from reconciler.core.models import TERMINAL
-    from reconciler.commands.status import EXIT_TIMEOUT, entry_json, wait_code
+    from reconciler.ops.status import EXIT_TIMEOUT, entry_json, wait_code
     from reconciler.render.status import done_line
     from reconciler.core.quantities import fmt_span
 

@@ -163,8 +163,22 @@ def read_output(log_path: Path, offset: int, limit: int = 1 << 20, longest: int 
     return data[: end + 1], offset + end + 1
 
 
-def read_exit_record(path: Path) -> ExitObs | None:
-    """The unit's exit record, or None if there is none (or it cannot be read)."""
+def read_exit_record(path: Path, runtime_dir: str | None = None) -> ExitObs | None:
+    """The unit's exit record, or None if there is none (or it cannot be read). The one reader of it:
+    `path` is where the unit writes it (beside its log); given `runtime_dir` (the user's runtime
+    directory, as the unit's manager has it), where the unit writes it instead when the state
+    directory's disk is full (config/paths.exit_record_fallback) is read when `path` gives nothing."""
+    found = _read_exit_file(path)
+    if found is not None or not runtime_dir:
+        return found
+    from reconciler.config.paths import exit_record_fallback
+
+    fallback = exit_record_fallback(path, runtime_dir)
+    return None if fallback is None else _read_exit_file(fallback)
+
+
+def _read_exit_file(path: Path) -> ExitObs | None:
+    """One exit record file as written by exit_record.py; None if it is missing or unreadable."""
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read())

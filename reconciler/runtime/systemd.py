@@ -419,14 +419,15 @@ class SystemdRuntime:
     def exit_path(self, job_id: str) -> Path:
         return exit_record_path(self.logs_dir, job_id)
 
+    def _runtime_dir(self) -> str | None:
+        """The user's runtime directory as the manager has it (where a unit's fallback exit record goes)."""
+        return self._manager_env.get("XDG_RUNTIME_DIR") or os.environ.get("XDG_RUNTIME_DIR")
+
     def fallback_exit_path(self, job_id: str) -> Path | None:
-        runtime = self._manager_env.get("XDG_RUNTIME_DIR") or os.environ.get("XDG_RUNTIME_DIR")
-        return exit_record_fallback(self.exit_path(job_id), runtime)
+        return exit_record_fallback(self.exit_path(job_id), self._runtime_dir())
 
     def _read_exit(self, job_id: str) -> ExitObs | None:
-        found = read_exit_record(self.exit_path(job_id))
-        fallback = self.fallback_exit_path(job_id)
-        return found if found is not None or fallback is None else read_exit_record(fallback)
+        return read_exit_record(self.exit_path(job_id), self._runtime_dir())
 
     async def _unit_state(self, unit: str) -> tuple[str, str]:
         """(load state, active state) of one unit; ("not-found", "inactive") when not loaded."""

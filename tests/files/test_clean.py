@@ -1,4 +1,4 @@
-"""`res clean` (reconciler/commands/clean.py): the pure selection with literals, then real trees in tmp_path
+"""`res clean` (reconciler/ops/clean.py): the pure selection with literals, then real trees in tmp_path
 (never the real /tmp): stale and fresh entries, symlinks out of the root, live sessions (real
 processes), files changing during the sweep, directories swapped for symlinks, dry runs."""
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.commands import clean as C
+from reconciler.ops import clean as C
 from reconciler.core import clean as rules
 from reconciler.render import clean as text
-from reconciler.commands.clean import LITTER, PROJECT, SCRATCH, Entry, Live, Root
+from reconciler.ops.clean import LITTER, PROJECT, SCRATCH, Entry, Live, Root
 
 NOW = 1_780_000_000.0
 H = 3600.0

@@ -59,7 +59,7 @@ def test_a_job_is_started_observed_and_settled_through_the_protocol(engine):
 
 
 def test_a_released_job_is_stopped_and_settled_as_released(engine):
-    from reconciler.commands.requests import release
+    from reconciler.ops.requests import release
 
     e, rt = engine
 

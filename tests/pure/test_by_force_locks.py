@@ -145,7 +145,7 @@ def test_title_words_of_the_policy_take_a_lock_unasked():
 
 
 def test_submit_records_the_lock_in_its_scope_and_takes_title_locks():
-    from reconciler.commands.requests import scoped_lock
+    from reconciler.ops.requests import scoped_lock
 
     policy = SimpleNamespace(lock_title_words=["gate"])
     outside = "/nonexistent-res-test-dir"  # no git: the cwd is the scope
@@ -155,7 +155,7 @@ def test_submit_records_the_lock_in_its_scope_and_takes_title_locks():
 
 
 def test_a_lock_scoped_already_looks_at_no_cwd(monkeypatch):
-    from reconciler.commands.requests import scoped_lock
+    from reconciler.ops.requests import scoped_lock
     from reconciler.config import gitrepo
 
     def no_io(cwd):

@@ -564,6 +564,23 @@ def clean(roots: Iterable[Root], now: float, uid: int, scratch_s: float, *, yes:
                                          before_remove=before_remove))
 
 
+def clean_here(cwd: str, now: float, uid: int, scratch_s: float, *, yes: bool) -> list[str]:
+    """`res clean` run in `cwd`, its files: the default roots and the project's own patterns
+    (`<cwd>/.res-clean`, read_patterns). The lines to print, a pattern file's errors first."""
+    roots = default_roots(uid)
+    root, lines = read_patterns(cwd, uid)
+    if root is not None:
+        roots.append(root)
+    return lines + clean(roots, now, uid, scratch_s, yes=yes)
+
+
+async def reset_failed_units(side, *, yes: bool, prefix: str) -> list[str]:
+    """reset_failed on a runtime's user side (runtime.UserSide; None: a runtime without one: nothing)."""
+    if side is None:
+        return []
+    return await reset_failed(side.failed_units, side.reset_failed_unit, yes=yes, prefix=prefix)
+
+
 async def reset_failed(list_failed: Callable[[], Awaitable[Iterable[str]]],
                        reset_unit: Callable[[str], Awaitable[object]], *, yes: bool,
                        prefix: str = "res") -> list[str]:

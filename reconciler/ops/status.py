@@ -1,9 +1,14 @@
-"""`res status` and `res wait`: read state.db read-only, no lock (DESIGN §2 step 6)."""
+"""Status as data, for `res status`, `res wait` and the answers of `run`, `note` and `release`: one
+entry as data (job_view, entry_json), the overview (read_status, overview: the entries, the budget,
+the user's side, and its lines), what is wrong with queue.toml now (queue_problems), and the exit
+codes of `res wait` (wait_code). Reads state.db read-only, no lock (DESIGN §2 step 6); the same
+code answers in the loop and in a call with no loop."""
 from __future__ import annotations
 
 import json
 import os
 import time
+from dataclasses import dataclass
 
 from reconciler.core.capacity import reserves
 from reconciler.desired import lastgood
@@ -92,16 +97,12 @@ def ended_unsettled(rec: JobRecord, paths: Paths) -> JobRecord | None:
     if rec.phase not in LIVE or rec.request.kind != "job" or not rec.unit or rec.where == "cluster" \
             or _unit_loaded(paths, rec.unit) is not False:
         return None  # its unit may still run: an exit record written by the job itself must not count
-    from reconciler.config.paths import exit_record_fallback
     from reconciler.core.plan import settle_outcome
     from reconciler.render.reasons import outcome_why
     from reconciler.runtime import read_exit_record
 
-    primary = paths.exit_record(rec.id, rec.log_dir)
-    ex = read_exit_record(primary)
-    fallback = exit_record_fallback(primary, os.environ.get("XDG_RUNTIME_DIR"))
-    if ex is None and fallback is not None:
-        ex = read_exit_record(fallback)  # the state directory's disk was full when the unit ended
+    # Beside its log, else where the unit wrote it when the state directory's disk was full.
+    ex = read_exit_record(paths.exit_record(rec.id, rec.log_dir), os.environ.get("XDG_RUNTIME_DIR"))
     if ex is None or (rec.invocation and ex.invocation != rec.invocation):
         return None
     rc, peak, outcome = settle_outcome(rec, ex)
@@ -158,15 +159,12 @@ def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord
     }
 
 
-def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bool = False,
-           store=None) -> tuple[str, int]:
-    """(text, exit code) of `res status [ID] [--json]`. With an id, the text is the entry alone (the
-    CLI says a queue_problem on stderr), so the output stays one entry. `store`: an open state.db to
-    read (the loop's own, whose records are parsed already); None: opened read-only here."""
+def read_status(paths: Paths, now: float, store=None) -> tuple[dict[str, JobRecord], dict, Game, list[tuple]]:
+    """What `res status` is made of, read at once: the records, the last pass's snapshot, game mode,
+    and the changes to show (at, file, how, who, summary). `store`: an open state.db to read (the
+    loop's own, whose records are parsed already); None: opened read-only here."""
     from reconciler.recorded.store import Store
 
-    now = time.time()
-    zone = zone_of(policy)
     own = store is None
     if own:
         store = Store.open(paths, readonly=True)
@@ -178,19 +176,62 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
     finally:
         if own:
             store.close()
-    if job_id:
-        rec = records.get(job_id)
-        if rec is None:
-            return f"res: no such entry: {job_id}", 1
-        v = job_view(rec, snap, now, paths, zone)
-        if as_json:
-            return json.dumps(v, indent=2), 0
-        return "\n".join(f"{k}: {field_text(val)}" for k, val in v.items()), 0
-    warn = notices(paths, snap)
+    return records, snap, game, recent
 
+
+@dataclass(frozen=True)
+class Overview:
+    """`res status` without an id, as data: `as_json()` is what `--json` prints, `text()` the lines."""
+    jobs: list[dict]
+    budget: dict
+    notices: list[str]
+    held: list[dict]
+    recent: list[tuple]  # the changes shown: (at, file, how, who, summary)
+    side: dict  # user_side()
+    hidden: int  # finished entries not shown
+    spent: float  # today's spend as summed (the budget holds it rounded)
+    now: float
+
+    def as_json(self) -> dict:
+        changes = [{"at": at, "file": f, "how": how, "who": who, "summary": summary} for at, f, how, who, summary in self.recent]
+        return {"jobs": self.jobs, "budget": self.budget, "notices": self.notices, "held": self.held,
+                "changes": changes, **self.side}
+
+    def text(self, zone: Zone) -> str:
+        budget, side, now = self.budget, self.side, self.now
+        reserve_gb, reserve_cpus = budget["reserve_gb"], budget["reserve_cpus"]
+        lines = [HEADER] + [status_line(v, zone) for v in self.jobs] if self.jobs else ["no entries"]
+        if self.hidden:
+            lines.append(f"({self.hidden} finished entr{'y' if self.hidden == 1 else 'ies'} not shown: res status --all, res hist)")
+        if budget["mem_gb"] is None:
+            lines.append(f"agents may use ? GB, ? cpus now (no pass has run yet); reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}")
+        else:
+            age = f" (as of {fmt_span(now - budget['as_of'])} ago)" if budget["as_of"] and now - budget["as_of"] > 10 else ""
+            lines.append(f"agents may use {fmt_gb(max(budget['mem_gb'], 0))}, {fmt_cpus(max(budget['cpus'], 0))} now; "
+                         f"reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}{age}")
+        cap = f" of ${budget['daily_cost_usd']:.2f}" if budget["daily_cost_usd"] else ""
+        lines[-1] += f"; sessions spent ${self.spent:.2f} today{cap}"  # the totals line
+        if side["game"]["on"]:
+            lines += side["game"]["lines"]
+        if side["agents_memory"]:
+            lines.append(side["agents_memory"])
+        if side["pressure"]["line"]:
+            lines.append(side["pressure"]["line"])
+        lines += [f"warning: {w}" for w in side["warnings"]]
+        lines += [f"held: {h['id']} {quoted(h['title'], 40)} {one_line(h['reason'], 160)}" for h in self.held]
+        lines += [change_line(*row, clock=lambda at: fmt_clock(at, zone)) for row in self.recent]
+        lines += [f"res: {' '.join(n.split())}" for n in self.notices]
+        return "\n".join(lines)
+
+
+def overview(paths: Paths, policy, records: dict[str, JobRecord], snap: dict, game: Game, recent: list[tuple],
+             now: float, zone: Zone, show_all: bool = False) -> Overview:
+    """Every entry shown (live ones, and finished ones for FINISHED_GRACE_S; `show_all`: all), the
+    budget, the notices, what is held and the user's side, from what read_status read."""
+    warn = notices(paths, snap)
     world = snap.get("world") or {}
     nproc = int(world.get("nproc") or 1)
-    reserve_gb, reserve_cpus, game_on = reserves(policy, game, now, nproc)
+    reserve_gb, reserve_cpus, _ = reserves(policy, game, now, nproc)
     spent = spent_today(records, now, zone)
     budget = {"mem_gb": snap.get("budget_mem_gb"), "cpus": snap.get("budget_cpus"),
               "reserve_gb": reserve_gb, "reserve_cpus": reserve_cpus, "as_of": snap.get("at"),
@@ -201,33 +242,29 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
             if r.phase not in TERMINAL or (r.ended and now - r.ended < grace)]
     views = [job_view(r, snap, now, paths, zone) for r in live]
     side = user_side(policy, game, world, records, now, zone)
-    if as_json:
-        changes = [{"at": at, "file": f, "how": how, "who": who, "summary": summary} for at, f, how, who, summary in recent]
-        return json.dumps({"jobs": views, "budget": budget, "notices": warn, "held": snap.get("held", []),
-                           "changes": changes, **side}, indent=2), 0
     hidden = sum(1 for r in records.values() if r.phase in TERMINAL) - sum(1 for v in views if v["state"] in ("done", "refused", "cancelled"))
-    lines = [HEADER] + [status_line(v, zone) for v in views] if views else ["no entries"]
-    if hidden:
-        lines.append(f"({hidden} finished entr{'y' if hidden == 1 else 'ies'} not shown: res status --all, res hist)")
-    if budget["mem_gb"] is None:
-        lines.append(f"agents may use ? GB, ? cpus now (no pass has run yet); reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}")
-    else:
-        age = f" (as of {fmt_span(now - budget['as_of'])} ago)" if budget["as_of"] and now - budget["as_of"] > 10 else ""
-        lines.append(f"agents may use {fmt_gb(max(budget['mem_gb'], 0))}, {fmt_cpus(max(budget['cpus'], 0))} now; "
-                     f"reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}{age}")
-    cap = f" of ${policy.daily_cost_usd:.2f}" if policy.daily_cost_usd else ""
-    lines[-1] += f"; sessions spent ${spent:.2f} today{cap}"  # the totals line
-    if side["game"]["on"]:
-        lines += side["game"]["lines"]
-    if side["agents_memory"]:
-        lines.append(side["agents_memory"])
-    if side["pressure"]["line"]:
-        lines.append(side["pressure"]["line"])
-    lines += [f"warning: {w}" for w in side["warnings"]]
-    lines += [f"held: {h['id']} {quoted(h['title'], 40)} {one_line(h['reason'], 160)}" for h in snap.get("held", [])]
-    lines += [change_line(*row, clock=lambda at: fmt_clock(at, zone)) for row in recent]
-    lines += [f"res: {' '.join(n.split())}" for n in warn]
-    return "\n".join(lines), 0
+    return Overview(views, budget, warn, snap.get("held", []), recent, side, hidden, spent, now)
+
+
+def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bool = False,
+           store=None) -> tuple[str, int]:
+    """(text, exit code) of `res status [ID] [--json]`. With an id, the text is the entry alone (the
+    CLI says a queue_problem on stderr), so the output stays one entry. `store`: as for read_status."""
+    now = time.time()
+    zone = zone_of(policy)
+    records, snap, game, recent = read_status(paths, now, store)
+    if job_id:
+        rec = records.get(job_id)
+        if rec is None:
+            return f"res: no such entry: {job_id}", 1
+        v = job_view(rec, snap, now, paths, zone)
+        if as_json:
+            return json.dumps(v, indent=2), 0
+        return "\n".join(f"{k}: {field_text(val)}" for k, val in v.items()), 0
+    o = overview(paths, policy, records, snap, game, recent, now, zone, show_all)
+    if as_json:
+        return json.dumps(o.as_json(), indent=2), 0
+    return o.text(zone), 0
 
 
 # `res wait` and `res run --wait` exit with the job's own code (128+N when a signal killed it), like

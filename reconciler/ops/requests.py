@@ -25,7 +25,7 @@ def _detail(plan: Plan | None, job_id: str, kinds: tuple[str, ...]) -> dict | No
 
 def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | None:
     """(exit code, line, the entry as data) once the request is decided, None while it is not yet."""
-    from reconciler.commands.status import entry_json
+    from reconciler.ops.status import entry_json
     from reconciler.config.zone import zone_of
     from reconciler.render.reasons import queued_line
 
@@ -194,7 +194,7 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
 
 async def release(engine, tick: TickFn, job_id: str, stop: bool, who: str | None = None) -> tuple[int, str, dict | None]:
     from reconciler.desired.reader import DesiredError
-    from reconciler.commands.status import entry_json
+    from reconciler.ops.status import entry_json
 
     from reconciler.recorded.store import StoreError
 
