@@ -1,4 +1,4 @@
-"""The rules of `res clean` (commands/clean.py gathers the facts and acts): which entries of the
+"""The rules of `res clean` (ops/clean.py gathers the facts and acts): which entries of the
 scratch and litter roots go, and why. Pure: entries, the time, the uid and the threshold in,
 removals with their reasons out.
 

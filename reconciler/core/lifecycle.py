@@ -19,7 +19,7 @@ and what the runtime answers a start is the event that follows it (`AFTER_START`
 never chooses an event of its own.
 
 No event leads to `exited`: an ended job stays `running` until a pass settles it (`done`). The value
-is `res status`'s word for such a job once its exit record is there (commands/status.py shows it, never
+is `res status`'s word for such a job once its exit record is there (ops/status.py shows it, never
 records it); a record of an older state.db that holds it is read as the live job it is, and settled,
 stopped, claimed or handed over like a running one.
 """

@@ -1,5 +1,5 @@
 """The lines of `res status` (its table and an entry's fields) and of a finished entry (`res wait`,
-`res run --wait`). Made from the entry as data (commands/status.py job_view)."""
+`res run --wait`). Made from the entry as data (ops/status.py job_view)."""
 from __future__ import annotations
 
 import json
