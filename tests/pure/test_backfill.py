@@ -7,7 +7,8 @@ import random
 from types import SimpleNamespace
 
 from reconciler.core.models import Desired, JobObs, Phase, copy
-from reconciler.core.quantities import UTC, fmt_clock
+from reconciler.core.quantities import UTC
+from reconciler.render.text import fmt_clock
 from tests.pure.test_plan import NOW, POLICY, kinds, plan, req, run_plan, running, world
 
 # budget: 20 avail − 6 reserve − 2 headroom = 12 GB; 16 − 4 = 12 cpus

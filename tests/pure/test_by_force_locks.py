@@ -9,7 +9,8 @@ import pytest
 from reconciler.config.gitrepo import branch_of, common_dir_of, gitdir_from_file, main_tree_of
 from reconciler.core.locks import lock_scope, title_lock
 from reconciler.core.models import JobObs
-from reconciler.core.quantities import UTC, fmt_clock
+from reconciler.core.quantities import UTC
+from reconciler.render.text import fmt_clock
 from reconciler.render.status import asker_data, asker_text, status_line
 
 from test_plan import NOW, req, run_plan, running, world
@@ -230,7 +231,7 @@ def test_the_mention_rule_takes_res_commands_not_words_that_contain_res():
 
 
 def test_a_long_lock_scope_is_cut_from_the_left_keeping_the_key_and_the_repository():
-    from reconciler.core.quantities import lock_text
+    from reconciler.render.text import lock_text
 
     long = "gate@/home/me/" + "very-long-directory-name/" * 8 + "app"
     shown = lock_text(long)

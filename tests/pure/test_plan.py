@@ -9,7 +9,8 @@ import pytest
 from reconciler.core.capacity import capacity
 from reconciler.core.models import DEFAULT_CPUS, Desired, ExitObs, Game, JobObs, JobRecord, Phase, Request, World, copy
 from reconciler.core.plan import plan as decide
-from reconciler.core.quantities import UTC, fmt_clock
+from reconciler.core.quantities import UTC
+from reconciler.render.text import fmt_clock
 from reconciler.render.lines import render_plan
 from reconciler.render.reasons import explain
 

@@ -11,7 +11,8 @@ from reconciler.core.plan import plan as decide
 from reconciler.observed.procs import Proc, descendants, parse_stat
 from reconciler.render.lines import agents_memory_line, plan_line, status_warnings
 from reconciler.core.sessions import scope_name, session_actions as decide_sessions, shell_init_line
-from reconciler.core.quantities import GIB, UTC, fmt_clock
+from reconciler.core.quantities import GIB, UTC
+from reconciler.render.text import fmt_clock
 from reconciler.render.reasons import action_reason, explain
 from reconciler.render.unitfiles import slice_units
 
