@@ -28,6 +28,7 @@ import re
 import stat
 from typing import Awaitable, Callable, Iterable, Iterator, NamedTuple
 
+from reconciler.core.agents import is_session
 from reconciler.core.clean import (LITTER, LITTER_SKIP, PATTERN_FILE, PROJECT, SCRATCH, Entry, Live, Outcome, Removal,
                                    Root, parse_patterns, select, slug)
 from reconciler.core.clean import under as is_under
@@ -118,7 +119,7 @@ def live_processes(under: Iterable[str] = (), proc: str = "/proc") -> Live:
                 argv = [a.decode("utf-8", "surrogateescape") for a in f.read().split(b"\0") if a]
         except OSError:
             continue
-        if comm != b"claude" and not (argv and os.path.basename(argv[0]) == "claude"):
+        if not is_session(comm.decode("utf-8", "surrogateescape"), argv):
             continue
         slugs.add(slug(cwd))
         try:

@@ -195,12 +195,12 @@ def test_parse_stat_with_a_hostile_name():
 
 
 def test_a_claude_inside_a_session_is_part_of_it_not_a_session():
-    from reconciler.observed.procs import has_ancestor_named
+    from reconciler.observed.procs import inside_session
 
     procs = {p.pid: p for p in [Proc(1, 0, "init", 0), Proc(10, 1, "claude", 0), Proc(11, 10, "bash", 0),
                                 Proc(12, 11, "claude", 0), Proc(20, 1, "bash", 0), Proc(21, 20, "claude", 0)]}
-    assert [has_ancestor_named(procs, pid, "claude") for pid in (10, 12, 21)] == [False, True, False]
-    assert not has_ancestor_named(procs, 99, "claude")
+    assert [inside_session(procs, pid) for pid in (10, 12, 21)] == [False, True, False]
+    assert not inside_session(procs, 99)
 
 
 def test_unit_of_a_cgroup():
@@ -300,7 +300,7 @@ def test_a_transient_file_still_being_written_is_not_judged(tmp_path):
 
 
 def test_an_agent_cli_is_known_by_its_name_or_its_scripts():
-    from reconciler.observed.procs import agent_name
+    from reconciler.core.agents import agent_name
 
     assert agent_name("claude", ["claude", "-p", "x"]) == "claude"
     assert agent_name("codex", ["/usr/local/bin/codex", "exec"]) == "codex"
@@ -311,6 +311,17 @@ def test_an_agent_cli_is_known_by_its_name_or_its_scripts():
     assert agent_name("python3.12", ["python3.12", "-m", "pytest"]) is None
     assert agent_name("node", ["node", "server.js"]) is None
     assert agent_name("bash", ["bash", "-c", "claude"]) is None
+
+
+def test_a_session_res_keeps_is_a_claude_by_its_name_or_its_argv0():
+    """core.agents.is_session: the sessions res adopts (by the process name alone: the loop's look, the
+    world's sessions) and those whose scratch `res clean` keeps (also by argv[0])."""
+    from reconciler.core.agents import is_session
+
+    assert is_session("claude") and is_session("claude", ["claude", "-p", "x"])
+    assert is_session("node", ["/usr/local/bin/claude", "--resume", "s"])  # argv[0] names it
+    assert not is_session("node", ["node", "/usr/lib/node_modules/claude.js"])  # as res clean always had it
+    assert not is_session("codex") and not is_session("bash", ["bash", "-c", "claude"]) and not is_session("node")
 
 
 def test_res_init_says_what_it_lays_down():
