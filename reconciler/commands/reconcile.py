@@ -60,7 +60,7 @@ def cmd_observe(a, paths: Paths) -> int:
     import asyncio
 
     from reconciler.core.models import dump_json
-    from reconciler.core.quantities import fmt_gb
+    from reconciler.render.text import fmt_gb
     from reconciler.loop.tick import dry_run
 
     quiet_logs()

@@ -162,7 +162,7 @@ def _withdraw(paths: Paths, job_id: str, data: dict, within: int) -> str | None:
         where = "still queued"
     retry = "retry later or work on something else"
     if type(reason.get("est_start")) in (int, float):
-        from reconciler.core.quantities import fmt_clock
+        from reconciler.render.text import fmt_clock
 
         retry = f"retry after ~{fmt_clock(reason['est_start'], zone_of(the_policy()))} or work on something else"
     return f"busy: {job_id} would not start within {within} s ({where}); withdrawn; {retry}"

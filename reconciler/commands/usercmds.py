@@ -68,7 +68,7 @@ def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
 
     if getattr(a, "changes", False):
         from reconciler.config.zone import system_zone
-        from reconciler.core.quantities import fmt_clock, fmt_day
+        from reconciler.render.text import fmt_clock, fmt_day
         from reconciler.desired.changes import change_line, recorded_and_pending
 
         with Store.open(paths, readonly=True) as store:

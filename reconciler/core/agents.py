@@ -72,6 +72,41 @@ def model_from_command(cmd: list[str]) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------- agent processes
+# What an agent process is, the one rule: /proc (observed/procs.py), the loop's look, the sessions it
+# adopts and `res clean` all ask here.
+
+# Agent command-line programs: a `res note` made under one of them lives as long as that session.
+AGENT_NAMES = frozenset({"claude", "codex", "gemini", "cursor-agent", "aider", "opencode", "goose", "amp",
+                         "qwen", "crush", "copilot", "cline", "kiro-cli", "droid"})
+# Interpreters an agent CLI may run under (`node …/gemini`): its name is then its script's.
+INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})
+# The agent whose sessions res keeps in the agents slice (adopts, sizes, starts by the shell-init
+# alias) and whose scratch `res clean` keeps while they run: Claude Code.
+SESSION_NAME = "claude"
+
+
+def agent_name(comm: str, cmdline: list[str] | tuple[str, ...] = ()) -> str | None:
+    """The agent CLI a process is, from its name (comm) and argv, or None."""
+    if comm in AGENT_NAMES:
+        return comm
+    if comm in INTERPRETERS or comm.startswith("python3."):
+        for arg in cmdline[1:3]:
+            if arg.startswith("-"):
+                continue
+            base = posixpath.basename(arg)
+            for suffix in (".js", ".mjs", ".cjs", ".py"):
+                base = base.removesuffix(suffix)
+            return base if base in AGENT_NAMES else None
+    return None
+
+
+def is_session(comm: str, argv: list[str] | tuple[str, ...] = ()) -> bool:
+    """Whether a process is an agent session res keeps (SESSION_NAME): by its name, or by the program
+    its argv names first (where the caller read it)."""
+    return agent_name(comm) == SESSION_NAME or (bool(argv) and agent_name(posixpath.basename(argv[0])) == SESSION_NAME)
+
+
 # ---------------------------------------------------------------- Codex
 
 # The default model of each Codex CLI release: (first, last, model) for the releases measured (`codex

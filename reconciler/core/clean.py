@@ -1,6 +1,6 @@
 """The rules of `res clean` (ops/clean.py gathers the facts and acts): which entries of the
 scratch and litter roots go, and why. Pure: entries, the time, the uid and the threshold in,
-removals with their reasons out.
+removals with their reasons (a code and the figures: render/clean.py makes the text) out.
 
 What Claude Code keeps in /tmp/claude-<uid>/ (its CLAUDE_CODE_TMPDIR; the sandbox's writable temp dir):
 
@@ -52,8 +52,6 @@ import posixpath
 import re
 from typing import Iterable, NamedTuple
 
-from reconciler.core.quantities import fmt_span
-
 SCRATCH = "scratch"
 LITTER = "litter"
 PROJECT = "project"
@@ -102,7 +100,23 @@ class Entry(NamedTuple):
 
 class Removal(NamedTuple):
     entry: Entry
-    reason: str
+    code: str  # why it goes: EMPTY_DIR, DEAD_PID, STALE_SCRATCH, PROJECT_PATTERN (render.clean.removal_reason)
+    idle_s: float  # how long nothing in it changed: now - entry.newest
+
+
+EMPTY_DIR, DEAD_PID, STALE_SCRATCH, PROJECT_PATTERN = "empty_dir", "dead_pid", "stale_scratch", "project_pattern"
+
+
+class PatternError(NamedTuple):
+    """A line of a pattern file that is refused (render.clean.pattern_error makes its line)."""
+
+    line_no: int
+    line: str  # the line as written (stripped)
+    code: str  # ABSOLUTE, DOT_NAMES, DOUBLE_STAR, NAMES_GIT, ONLY_WILDCARDS
+
+
+ABSOLUTE, DOT_NAMES, DOUBLE_STAR, NAMES_GIT, ONLY_WILDCARDS = (
+    "absolute", "dot_names", "double_star", "names_git", "only_wildcards")
 
 
 class Outcome(NamedTuple):
@@ -133,8 +147,8 @@ def select(entries: Iterable[Entry], now: float, uid: int, scratch_s: float) -> 
     def stale(e: Entry) -> bool:
         return e.newest < cutoff
 
-    def untouched(e: Entry) -> str:
-        return f"untouched {fmt_span(now - e.newest)}"
+    def removal(e: Entry, code: str) -> Removal:
+        return Removal(e, code, now - e.newest)
 
     for e in entries:
         if e.owner != uid or not e.rel or e.hazard:
@@ -143,25 +157,25 @@ def select(entries: Iterable[Entry], now: float, uid: int, scratch_s: float) -> 
             if len(e.rel) != 1 or LITTER_SKIP.match(e.rel[0]) or e.live or not stale(e):
                 continue
             if e.kind == "dir" and e.empty:
-                chosen[e.path] = Removal(e, f"empty directory, {untouched(e)}")
+                chosen[e.path] = removal(e, EMPTY_DIR)
             elif (e.kind == "file" and e.rel[0].endswith(".pid") and e.pid is not None and e.pid > 0
                   and e.pid_alive is False):
-                chosen[e.path] = Removal(e, f"pid file of dead pid {e.pid}, {untouched(e)}")
+                chosen[e.path] = removal(e, DEAD_PID)
         elif e.root_kind == SCRATCH:
             if e.live or not stale(e):
                 continue
             if len(e.rel) == 1:
-                chosen[e.path] = Removal(e, f"stale scratch, {untouched(e)}")
+                chosen[e.path] = removal(e, STALE_SCRATCH)
             elif len(e.rel) == 2:
                 parent = by_path.get(posixpath.join(e.root, e.rel[0]))
                 # Only inside a directory that was seen, is the user's and is not live.
                 if parent is None or parent.live or parent.owner != uid or parent.kind != "dir":
                     continue
-                chosen[e.path] = Removal(e, f"stale scratch, {untouched(e)}")
+                chosen[e.path] = removal(e, STALE_SCRATCH)
         elif e.root_kind == PROJECT:
             if e.live or not stale(e):
                 continue
-            chosen[e.path] = Removal(e, f"project pattern {e.pattern!r}, {untouched(e)}")
+            chosen[e.path] = removal(e, PROJECT_PATTERN)
 
     # Something inside an entry that goes anyway is not listed twice.
     out = []
@@ -181,10 +195,10 @@ def due(last_run: float | None, now: float, every_s: float) -> bool:
     return now - last_run >= every_s or now < last_run
 
 
-def parse_patterns(text: str, source: str = PATTERN_FILE) -> tuple[list[str], list[str]]:
+def parse_patterns(text: str) -> tuple[list[str], list[PatternError]]:
     """The .res-clean format: one glob per line, relative to the project root; `#` starts a comment
     line; `/` separates names; each name is an fnmatch pattern (`*`, `?`, `[...]`); a trailing `/`
-    matches directories only. Refused (named in an error line, the rest still used): absolute paths,
+    matches directories only. Refused (a PatternError each, the rest still used): absolute paths,
     `.`, `..` and `**`, anything naming `.git` or the pattern file itself, and a first name made only of
     wildcards (`*`, `*/…`: the whole project is never scratch)."""
     patterns, errors = [], []
@@ -195,23 +209,18 @@ def parse_patterns(text: str, source: str = PATTERN_FILE) -> tuple[list[str], li
         names = line.rstrip("/").split("/")
         why = ""
         if line.startswith("/"):
-            why = "must be relative to the project"
+            why = ABSOLUTE
         elif any(p in ("", ".", "..") for p in names):
-            why = "empty, '.' or '..' names are not allowed"
+            why = DOT_NAMES
         elif any("**" in p for p in names):
-            why = "'**' is not supported"
+            why = DOUBLE_STAR
         elif any(fnmatch.fnmatchcase(".git", p) or fnmatch.fnmatchcase(PATTERN_FILE, p) for p in names
                  if not set(p) <= set("*?")):
-            why = "may not name .git or the pattern file"
+            why = NAMES_GIT
         elif set(names[0]) <= set("*?"):
-            why = "the first name must not be only wildcards"
+            why = ONLY_WILDCARDS
         if why:
-            errors.append(f"{source}:{n}: {escaped_path(line)}: {why}")
+            errors.append(PatternError(n, line, why))
         else:
             patterns.append(line)
     return patterns, errors
-
-
-def escaped_path(path: str) -> str:
-    """A path on one line: control characters and undecodable bytes escaped."""
-    return "".join(c if c.isprintable() else "\\x%02x" % (ord(c) & 0xFF) for c in path)

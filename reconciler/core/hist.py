@@ -35,8 +35,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Iterable, NamedTuple
 
-from reconciler.core.quantities import one_line
-
 if TYPE_CHECKING:
     from reconciler.core.models import JobRecord
 
@@ -52,6 +50,16 @@ _SEPARATORS = " \t-:,;/#@"
 
 
 # ---------------------------------------------------------------- title kinds
+
+
+def flat(text: str) -> str:
+    """User-supplied text (a title) on one line, the form its kind is read from: every character that
+    is not printable (a newline, an escape sequence) as a space, runs of spaces as one, none at either
+    end. render.text.one_line shows text in this form."""
+    text = str(text)
+    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+        return text  # already one line (the common case, thousands a pass: no character-wise copy)
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())
 
 
 def _is_hex_word(word: str) -> bool:
@@ -78,8 +86,8 @@ def _strip_group(s: str) -> str | None:
 
 def title_kind(title: str) -> str:
     """The title without a trailing `(…)` and trailing hex words (see the module docstring)."""
-    flat = one_line(title)
-    s = flat
+    whole = flat(title)
+    s = whole
     while True:
         s = s.rstrip(_SEPARATORS)
         cut = _strip_group(s)
@@ -91,7 +99,7 @@ def title_kind(title: str) -> str:
             s = head
             continue
         break
-    return s or flat
+    return s or whole
 
 
 # ---------------------------------------------------------------- statistics

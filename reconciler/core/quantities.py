@@ -1,6 +1,8 @@
-"""Sizes, durations and clock-time text. Pure and import-light: used on the hot path (`res run`).
+"""Sizes, durations, money and counts: parsing what a person typed, and the arithmetic of them. Pure
+and import-light: used on the hot path (`res run`). Their text (`10.0 GB`, `14:05`, `40 min`) is made
+in render/text.py.
 
-Clock times are shown in a zone the caller passes in (`Zone`: epoch seconds -> seconds east of UTC),
+Clock times are reckoned in a zone the caller passes in (`Zone`: epoch seconds -> seconds east of UTC),
 never the zone of the machine the code runs on, so a replayed decision reads the same anywhere.
 """
 from __future__ import annotations
@@ -100,100 +102,10 @@ def parse_count(text: str, what: str = "--max-iterations") -> int:
     return n
 
 
-def fmt_usd_pair(value: float, limit: float) -> tuple[str, str]:
-    """Two amounts as $x.xx, with more digits where cents alone would show them equal."""
-    for digits in (2, 4, 6):
-        a, b = f"${value:.{digits}f}", f"${limit:.{digits}f}"
-        if a != b:
-            return a, b
-    return a, b
-
-
-def fmt_gb(gb: float) -> str:
-    """`10.0 GB`; under 1 GB in MB (`28 MB`, not `0.0 GB`)."""
-    if abs(gb) < 0.9995:
-        return f"{round(gb * 1024):d} MB"
-    return f"{gb:.1f} GB"
-
-
-def fmt_cpus(cpus: float) -> str:
-    cpus = round(float(cpus), 2)
-    n = int(cpus) if cpus.is_integer() else cpus
-    return f"{n} cpu" if n == 1 else f"{n} cpus"
-
-
-def fmt_clock(ts: float, zone: Zone) -> str:
-    """HH:MM of an epoch timestamp in `zone` (a conversion, not a clock read)."""
-    minutes = int((ts + zone(ts)) // 60)
-    return f"{minutes // 60 % 24:02d}:{minutes % 60:02d}"
-
-
-def fmt_day(ts: float, zone: Zone) -> str:
-    """MM-DD of an epoch timestamp in `zone` (proleptic Gregorian, from the days since 1970)."""
-    days = int((ts + zone(ts)) // 86400)
-    # Howard Hinnant's civil_from_days
-    z = days + 719468
-    era = z // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    day = doy - (153 * mp + 2) // 5 + 1
-    month = mp + 3 if mp < 10 else mp - 9
-    return f"{month:02d}-{day:02d}"
-
-
 def local_midnight(ts: float, zone: Zone) -> float:
     """The epoch second of the midnight before `ts` in `zone` (a DST change since then counted)."""
     midnight = ts - (ts + zone(ts)) % 86400
     return midnight + (zone(ts) - zone(midnight))
-
-
-def fmt_span(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    if seconds < 90:
-        return f"{seconds} s"
-    if seconds < 90 * 60:
-        return f"{round(seconds / 60)} min"
-    if seconds < 48 * 3600:
-        h, m = divmod(round(seconds / 60), 60)
-        return f"{h}h{m:02d}" if m else f"{h}h"
-    return f"{seconds / 86400:.1f} d"
-
-
-def one_line(text: str, limit: int | None = None) -> str:
-    """User-supplied text (a title, a reason) as it may appear inside a one-line message: no
-    newlines, no control characters (an escape sequence in a title must not reach an agent's
-    terminal or parser); cut to `limit` characters with "…"."""
-    text = str(text)
-    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
-        flat = text  # already one line (the common case, thousands a pass: no character-wise copy)
-    else:
-        flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    return flat if limit is None or len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def escaped(text: str) -> str:
-    """User-supplied text shown whole, on one line: every character that is not printable (a newline,
-    an escape sequence) as a visible escape (`\\n`, `\\x1b`), so no field can pose as another line or
-    drive a terminal. Nothing is dropped: the text can be read back from it."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def lock_text(lock: str, limit: int = 120, quote: str = '"') -> str:
-    """A lock key as lines show it, quoted: one line, its scope (`KEY@<main tree>`) cut from the left
-    when long, since the path's end names the repository."""
-    flat = one_line(lock).replace(quote, '"' if quote == "'" else "'")
-    if len(flat) > limit:
-        key, at, scope = flat.partition("@")
-        flat = one_line(flat, limit) if not at or len(key) > limit // 2 else f"{key}@…{scope[-(limit - len(key) - 2):]}"
-    return quote + flat + quote
-
-
-def quoted(text: str, limit: int = 60) -> str:
-    return '"' + one_line(text, limit).replace('"', "'") + '"'
 
 
 THROTTLE_USED = 0.85  # of the job's own --mem

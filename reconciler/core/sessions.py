@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import shlex
 
+from reconciler.core.agents import SESSION_NAME
 from reconciler.core.models import Action, World
 from reconciler.core.quantities import GIB
 
-SESSION_NAME = "claude"  # the process name of an agent session
-
 
 def scope_name(prefix: str, pid: int) -> str:
-    return f"{prefix}-claude-{pid}.scope"
+    return f"{prefix}-{SESSION_NAME}-{pid}.scope"
 
 
 # Scopes of container engines: the session belongs to the container, never moved out of it.

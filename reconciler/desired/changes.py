@@ -68,7 +68,7 @@ def queue_diff(old: dict[str, str], new: dict[str, str]) -> tuple[str, list[str]
 
 def change_line(at: float, file: str, how: str, who: str, summary: str, clock) -> str:
     """One line of `res status` / `res hist --changes`; `clock(at)` gives HH:MM."""
-    from reconciler.core.quantities import one_line
+    from reconciler.render.text import one_line
 
     by = "outside res" if how == "outside" else f"by res ({one_line(who, 80)})"
     return f"{file} changed {by} at {clock(at)}: {one_line(summary, 200) or 'no value changed'}"

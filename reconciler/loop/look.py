@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from reconciler.config.paths import Paths
-from reconciler.core.sessions import SESSION_NAME
+from reconciler.core.agents import is_session
 from reconciler.observed.procs import alive, parse_stat
 
 
@@ -42,7 +42,7 @@ def _is_session(pid: int, uid: int) -> bool:
         if os.stat(f"/proc/{pid}").st_uid != uid:
             return False
         with open(f"/proc/{pid}/stat") as f:
-            return parse_stat(f.read())[0] == SESSION_NAME
+            return is_session(parse_stat(f.read())[0])
     except (OSError, ValueError):
         return False
 

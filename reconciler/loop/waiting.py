@@ -95,7 +95,7 @@ def finished(store, paths: Paths, job_id: str, timed_out: bool, timeout: float |
     from reconciler.core.models import TERMINAL
     from reconciler.ops.status import EXIT_TIMEOUT, entry_json, wait_code
     from reconciler.render.status import done_line
-    from reconciler.core.quantities import fmt_span
+    from reconciler.render.text import fmt_span
 
     rec = store.get(job_id)
     if rec is None:

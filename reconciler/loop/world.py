@@ -91,8 +91,8 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
     cannot be observed stays None, and nothing is then changed for it; returns what went wrong."""
     from reconciler.observed import cgroup, pressure
     from reconciler.core.models import SessionObs, SliceObs
-    from reconciler.core.sessions import SESSION_NAME
-    from reconciler.observed.procs import cgroup_of, descendants, has_ancestor_named, processes
+    from reconciler.core.agents import is_session
+    from reconciler.observed.procs import cgroup_of, descendants, inside_session, processes
     from reconciler.core.sessions import movable_from
 
     world.tmp_tmpfs_used_gb = tmp_tmpfs_used_gb()
@@ -123,7 +123,7 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
     procs = processes()
     sessions = []
     for p in procs.values():
-        if p.name != SESSION_NAME or p.uid != me or has_ancestor_named(procs, p.pid, SESSION_NAME):
+        if not is_session(p.name) or p.uid != me or inside_session(procs, p.pid):
             continue  # not a session, not ours, or a process inside a session (it goes where that goes)
         cg = cgroup_of(p.pid)
         if cg is None:

@@ -1,14 +1,10 @@
-"""The process table from /proc (stdlib only, import-light: `res note` uses parse_stat): names,
-parents, owners, cgroups."""
+"""The process table from /proc (stdlib and core.agents only, import-light: `res note` uses
+parse_stat): names, parents, owners, cgroups. Which of them are agents is core.agents' rule."""
 from __future__ import annotations
 
 import os
 
-# Agent command-line programs: a `res note` made under one of them lives as long as that session.
-AGENT_NAMES = frozenset({"claude", "codex", "gemini", "cursor-agent", "aider", "opencode", "goose", "amp",
-                         "qwen", "crush", "copilot", "cline", "kiro-cli", "droid"})
-# Interpreters an agent CLI may run under (`node …/gemini`): its name is then its script's.
-INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})
+from reconciler.core.agents import agent_name, is_session
 
 
 class Proc:
@@ -24,21 +20,6 @@ def parse_stat(text: str) -> tuple[str, int, str]:
     name = text[text.index("(") + 1: text.rindex(")")]
     rest = text[text.rindex(")") + 2:].split()
     return name, int(rest[1]), rest[0]
-
-
-def agent_name(comm: str, cmdline: list[str]) -> str | None:
-    """The agent CLI a process is, from its name and argv, or None."""
-    if comm in AGENT_NAMES:
-        return comm
-    if comm in INTERPRETERS or comm.startswith("python3."):
-        for arg in cmdline[1:3]:
-            if arg.startswith("-"):
-                continue
-            base = os.path.basename(arg)
-            for suffix in (".js", ".mjs", ".cjs", ".py"):
-                base = base.removesuffix(suffix)
-            return base if base in AGENT_NAMES else None
-    return None
 
 
 def note_owner(start: int) -> tuple[int, str]:
@@ -142,11 +123,12 @@ def descendants(procs: dict[int, Proc], pid: int) -> list[int]:
     return out
 
 
-def has_ancestor_named(procs: dict[int, Proc], pid: int, name: str) -> bool:
-    """Whether any ancestor of `pid` (as far as the table knows) has process name `name`."""
+def inside_session(procs: dict[int, Proc], pid: int) -> bool:
+    """Whether any ancestor of `pid` (as far as the table knows) is an agent session
+    (core.agents.is_session, by its process name)."""
     seen, cur = set(), procs[pid].ppid if pid in procs else 0
     while cur in procs and cur not in seen:
-        if procs[cur].name == name:
+        if is_session(procs[cur].name):
             return True
         seen.add(cur)
         cur = procs[cur].ppid

@@ -28,11 +28,12 @@ import re
 import stat
 from typing import Awaitable, Callable, Iterable, Iterator, NamedTuple
 
+from reconciler.core.agents import is_session
 from reconciler.core.clean import (LITTER, LITTER_SKIP, PATTERN_FILE, PROJECT, SCRATCH, Entry, Live, Outcome, Removal,
                                    Root, parse_patterns, select, slug)
 from reconciler.core.clean import under as is_under
-from reconciler.core.clean import escaped_path as show
-from reconciler.render.clean import render_outcomes, render_plan
+from reconciler.render.clean import pattern_error, render_outcomes, render_plan
+from reconciler.render.text import escaped_path as show
 
 MAX_DEPTH = 256  # deeper trees are kept (and a descriptor per level stays within limits)
 MAX_PID_FILE = 32
@@ -60,7 +61,8 @@ def read_patterns(project_dir: str, uid: int) -> tuple[Root | None, list[str]]:
         return None, [f"{show(source)}: {e.strerror}"]
     if data is None:
         return None, [f"{show(source)}: not a regular file of yours under {MAX_PATTERN_FILE // 1024} KB; ignored"]
-    patterns, errors = parse_patterns(data.decode("utf-8", "replace"), show(source))
+    patterns, refused = parse_patterns(data.decode("utf-8", "replace"))
+    errors = [pattern_error(show(source), e) for e in refused]
     if not patterns:
         return None, errors
     return Root(project_dir, PROJECT, tuple(patterns), source), errors
@@ -117,7 +119,7 @@ def live_processes(under: Iterable[str] = (), proc: str = "/proc") -> Live:
                 argv = [a.decode("utf-8", "surrogateescape") for a in f.read().split(b"\0") if a]
         except OSError:
             continue
-        if comm != b"claude" and not (argv and os.path.basename(argv[0]) == "claude"):
+        if not is_session(comm.decode("utf-8", "surrogateescape"), argv):
             continue
         slugs.add(slug(cwd))
         try:

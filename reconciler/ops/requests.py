@@ -8,7 +8,7 @@ from typing import Awaitable, Callable
 
 from reconciler.core.lifecycle import transition
 from reconciler.core.models import LIVE, Phase, Plan
-from reconciler.core.quantities import fmt_clock, fmt_gb
+from reconciler.render.text import fmt_clock, fmt_gb
 
 TickFn = Callable[[], Awaitable[Plan]]
 MAX_PASSES = 6  # a request deferred by the per-pass start cap is decided within a few passes
@@ -69,7 +69,7 @@ def sized_words(req) -> str:
     what (empty when the caller gave every number)."""
     if not req.auto:
         return ""
-    from reconciler.core.quantities import fmt_span
+    from reconciler.render.text import fmt_span
 
     said = {"mem": fmt_gb(req.mem_gb), "cpus": f"{req.cpus:g} cpu{'s' if req.cpus != 1 else ''}", "for": fmt_span(req.est_s)}
     return "; " + ", ".join(said[n] for n in ("mem", "cpus", "for") if n in req.auto) + f" from {req.sized_from or 'the policy'}"

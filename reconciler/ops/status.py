@@ -19,7 +19,8 @@ from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
 from reconciler.core.digest import running_spend_usd, spend_is_estimated, unknown_format
 from reconciler.render.status import HEADER, asker_data, field_text, status_line
-from reconciler.core.quantities import Zone, fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
+from reconciler.core.quantities import Zone
+from reconciler.render.text import fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
 
 
 def _snapshot(store) -> dict:

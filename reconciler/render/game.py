@@ -4,7 +4,8 @@ from __future__ import annotations
 from reconciler.core.capacity import capacity
 from reconciler.core.game import UNSET, reserve_shortfall, slice_changes
 from reconciler.core.models import Game, World
-from reconciler.core.quantities import GIB, Zone, fmt_clock, fmt_gb, fmt_span, quoted
+from reconciler.core.quantities import GIB, Zone
+from reconciler.render.text import fmt_clock, fmt_gb, fmt_span, quoted
 
 
 def _shown(key: str, value: int | None) -> str:

@@ -3,7 +3,7 @@ than its kind of job has used (the rule: core/hist.py)."""
 from __future__ import annotations
 
 from reconciler.core.hist import MIN_RUNS, HistRow, Suggestion, for_flag, mem_flag, oversized
-from reconciler.core.quantities import fmt_gb, fmt_span, one_line, quoted
+from reconciler.render.text import fmt_gb, fmt_span, one_line, quoted
 
 
 def hint_for(request_mem_gb: float, request_est_s: float, suggestion: Suggestion | None) -> str | None:

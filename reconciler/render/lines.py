@@ -6,7 +6,8 @@ are made in render/reasons.py.
 from __future__ import annotations
 
 from reconciler.core.models import Action, Plan, World
-from reconciler.core.quantities import fmt_cpus, fmt_gb, one_line, quoted, throttled
+from reconciler.core.quantities import throttled
+from reconciler.render.text import fmt_cpus, fmt_gb, one_line, quoted
 
 
 # ---------------------------------------------------------------- the plan (DESIGN §7)

@@ -7,8 +7,8 @@ Agents parse these lines: each is one line, stable and complete.
 from __future__ import annotations
 
 from reconciler.core.models import Action, Plan
-from reconciler.core.quantities import (GIB, Zone, fmt_clock, fmt_cpus, fmt_gb, fmt_span, fmt_usd_pair, lock_text, one_line,
-                                        quoted)
+from reconciler.core.quantities import GIB, Zone
+from reconciler.render.text import fmt_clock, fmt_cpus, fmt_gb, fmt_span, fmt_usd_pair, lock_text, one_line, quoted
 from reconciler.render.game import changes_text
 
 UNHELD = "nobody attached"  # a reattach of a job whose holder gave it up cleanly: bookkeeping

@@ -6,7 +6,8 @@ import json
 
 from reconciler.core.models import JobRecord, Phase
 from reconciler.render.reasons import spend_notes
-from reconciler.core.quantities import Zone, escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, lock_text, one_line, quoted
+from reconciler.core.quantities import Zone
+from reconciler.render.text import escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, lock_text, one_line, quoted
 
 HEADER = f"{'ID':<6} {'PROJECT':<16} {'TITLE':<32} {'STATE':<9} {'MEM':>7} {'USED':>7} {'PEAK':>7} {'CPUS':>5} {'START':>5}  WHY / WHEN"
 

@@ -43,6 +43,7 @@ from reconciler.observed import cgroup
 from reconciler.config.environ import SECRET_NAME, is_secret
 from reconciler.config.paths import exit_record_fallback, exit_record_path
 from reconciler.core.models import ExitObs, JobObs
+from reconciler.render.text import squeezed
 from reconciler.runtime import JobSpec, RuntimeUnavailable, read_exit_record
 
 SYSTEMD = "org.freedesktop.systemd1"
@@ -163,10 +164,6 @@ def cpu_weight(cpus: float) -> int:
     return min(max(round(100 * cpus), 1), 10000)
 
 
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 class SystemdRuntime:
     name = "systemd"
 
@@ -259,7 +256,7 @@ class SystemdRuntime:
             absent = isinstance(e, (FileNotFoundError, ConnectionRefusedError)) or (
                 isinstance(e, DBusCallError) and e.name in ("org.freedesktop.DBus.Error.ServiceUnknown",
                                                             "org.freedesktop.DBus.Error.NameHasNoOwner"))
-            raise RuntimeUnavailable(one_line(f"systemd user manager unreachable at {address}: {what}"),
+            raise RuntimeUnavailable(squeezed(f"systemd user manager unreachable at {address}: {what}"),
                                      absent=absent) from None
         self._manager_env = dict(kv.split("=", 1) for kv in env if "=" in kv)
 
@@ -383,14 +380,14 @@ class SystemdRuntime:
         except asyncio.TimeoutError:
             raise RuntimeUnavailable(f"systemd user manager did not answer {member} in {CALL_TIMEOUT_S:g} s") from None
         except Exception as e:  # noqa: BLE001 - the connection broke
-            raise RuntimeUnavailable(one_line(f"systemd user manager: {member} failed: {e or type(e).__name__}")) from None
+            raise RuntimeUnavailable(squeezed(f"systemd user manager: {member} failed: {e or type(e).__name__}")) from None
 
     async def _manager_or(self, what: str, member: str, signature: str, body: list):
         """A Manager call whose error reply becomes one line: `<what> failed: <systemd's text>`."""
         try:
             return await self._manager(member, signature, body)
         except DBusCallError as e:
-            raise RuntimeError(one_line(f"{what} failed: {e.text}")) from None
+            raise RuntimeError(squeezed(f"{what} failed: {e.text}")) from None
 
     async def _manager_property(self, name: str):
         body = await self._call_raw(SYSTEMD, SYSTEMD_PATH, PROPERTIES, "Get", "ss", [MANAGER, name])
@@ -464,7 +461,7 @@ class SystemdRuntime:
         # would have held the command without the gate.
         memory = [["MemoryMax", Variant("t", mem)], ["MemoryHigh", Variant("t", int(mem * 0.9))]] if spec.enforce_mem else []
         props = [
-            ["Description", Variant("s", one_line(spec.description or " ".join(cmd))[:400])],
+            ["Description", Variant("s", squeezed(spec.description or " ".join(cmd))[:400])],
             ["Slice", Variant("s", self.jobs_slice)],
             ["Type", Variant("s", "exec")],
             ["ExecStart", Variant("a(sasb)", [[path, [a.replace("$", "$$") for a in cmd], False]])],
@@ -495,7 +492,7 @@ class SystemdRuntime:
             fd = os.open(spec.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             os.close(fd)
         except OSError as e:
-            raise RuntimeError(one_line(f"start of {unit} failed: {e.filename or spec.log_path}: {e.strerror}")) from None
+            raise RuntimeError(squeezed(f"start of {unit} failed: {e.filename or spec.log_path}: {e.strerror}")) from None
         for path in (spec.exit_path, self.fallback_exit_path(spec.job_id)):
             try:
                 if path is not None:
@@ -503,7 +500,7 @@ class SystemdRuntime:
             except FileNotFoundError:
                 pass
             except OSError as e:
-                raise RuntimeError(one_line(f"start of {unit} failed: {path}: {e.strerror}")) from None
+                raise RuntimeError(squeezed(f"start of {unit} failed: {path}: {e.strerror}")) from None
 
     async def _clear_ended(self, unit: str) -> None:
         """Wait out a stopping unit and reset a failed/inactive one, so its name can be used again."""
@@ -544,7 +541,7 @@ class SystemdRuntime:
             # Checked here because systemd's own failure (status 200/CHDIR) would hit the exit
             # record too (ExecStopPost runs in the same directory): no record, no reason.
             problem = _path_problem(spec.cwd, want_dir=True) or "not a directory"
-            raise RuntimeError(one_line(f"start of {unit} failed: working directory {spec.cwd}: {problem}"))
+            raise RuntimeError(squeezed(f"start of {unit} failed: working directory {spec.cwd}: {problem}"))
         load, active = await self._unit_state(unit)
         if active in ("active", "activating", "reloading", "refreshing"):
             return  # already running: the name is the idempotency key
@@ -557,7 +554,7 @@ class SystemdRuntime:
                 break
             except DBusCallError as e:
                 if e.name != "org.freedesktop.systemd1.UnitExists":
-                    raise RuntimeError(one_line(f"start of {unit} failed: {e.text}")) from None
+                    raise RuntimeError(squeezed(f"start of {unit} failed: {e.text}")) from None
             # Someone else started it meanwhile (fine), or an ended instance is not collected yet.
             load, active = await self._unit_state(unit)
             if active in ("active", "activating", "reloading", "refreshing"):
@@ -589,7 +586,7 @@ class SystemdRuntime:
             why = f"job {result}"
             if ended is not None:
                 why += f", {ended.result} (status {ended.status})"
-            return one_line(f"start of {unit} failed: {why}")
+            return squeezed(f"start of {unit} failed: {why}")
         status = int(ended.status)
         tag = f"status {status}/{SETUP_STATUS[status]}"
         why = ""
@@ -599,7 +596,7 @@ class SystemdRuntime:
             why = f"{spec.cwd}: {_path_problem(spec.cwd, want_dir=True) or 'cannot change into it'}"
         elif status in (209, 222):
             why = f"{spec.log_path}: cannot open the log"
-        return one_line(f"start of {unit} failed: {why + ' ' if why else ''}({tag})")
+        return squeezed(f"start of {unit} failed: {why + ' ' if why else ''}({tag})")
 
     # ------------------------------------------------------------------ stop, forget
 
@@ -610,7 +607,7 @@ class SystemdRuntime:
         except DBusCallError as e:
             if e.name in ("org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.systemd1.LoadFailed"):
                 return
-            raise RuntimeError(one_line(f"stop of {unit} failed: {e.text}")) from None
+            raise RuntimeError(squeezed(f"stop of {unit} failed: {e.text}")) from None
         if await self._wait_job(job, timeout) is None:
             raise RuntimeError(f"stop of {unit} did not finish in {timeout:g} s")
 
@@ -641,7 +638,7 @@ class SystemdRuntime:
         try:
             (rows,) = await self._manager("ListUnitsByPatterns", "asas", [[], [f"{self.prefix}-r-*.service"]])
         except DBusCallError as e:
-            raise RuntimeUnavailable(one_line(f"systemd user manager: cannot list units: {e.text}")) from None
+            raise RuntimeUnavailable(squeezed(f"systemd user manager: cannot list units: {e.text}")) from None
         out: dict[str, JobObs] = {}
         for row in rows:
             name, load, active = row[0], row[2], row[3]
@@ -687,7 +684,7 @@ class SystemdRuntime:
         except (DBusCallError, RuntimeUnavailable):
             raise
         except Exception as e:  # noqa: BLE001 - the connection broke
-            raise RuntimeUnavailable(one_line(f"systemd user manager: reading {unit} failed: {e}")) from None
+            raise RuntimeUnavailable(squeezed(f"systemd user manager: reading {unit} failed: {e}")) from None
         return {k: v.value for k, v in props.items()}
 
     async def set_unit_properties(self, unit: str, values: dict[str, int]) -> None:
@@ -700,7 +697,7 @@ class SystemdRuntime:
     async def start_scope(self, name: str, slice_name: str, pids: list[int], description: str,
                           values: dict[str, int]) -> None:
         """A new scope `name` in `slice_name` holding the running `pids` (moved, not restarted)."""
-        props = [["Description", Variant("s", one_line(description)[:400])],
+        props = [["Description", Variant("s", squeezed(description)[:400])],
                  ["Slice", Variant("s", slice_name)],
                  ["PIDs", Variant("au", [int(p) for p in pids])],
                  ["CollectMode", Variant("s", "inactive-or-failed")]]
@@ -710,7 +707,7 @@ class SystemdRuntime:
         except DBusCallError as e:
             if e.name == "org.freedesktop.systemd1.UnitExists":
                 raise UnitExists(name) from None
-            raise RuntimeError(one_line(f"start of {name} failed: {e.text}")) from None
+            raise RuntimeError(squeezed(f"start of {name} failed: {e.text}")) from None
         result = await self._wait_job(job, START_WAIT_S)
         if result not in ("done", None):
             raise RuntimeError(f"start of {name} failed: job {result}")
@@ -733,7 +730,7 @@ class SystemdRuntime:
         except DBusCallError as e:
             if e.name in ("org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.systemd1.LoadFailed"):
                 return None
-            raise RuntimeError(one_line(f"stop of {name} failed: {e.text}")) from None
+            raise RuntimeError(squeezed(f"stop of {name} failed: {e.text}")) from None
         return await self._wait_job(job, timeout)
 
 

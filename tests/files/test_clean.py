@@ -31,7 +31,7 @@ def ent(rel, newest, *, root=SCR, root_kind=SCRATCH, kind="dir", size=4096, owne
 
 
 def chosen(entries, now=NOW, uid=UID, scratch_s=2 * H):
-    return {r.entry.path: r.reason for r in C.select(entries, now, uid, scratch_s)}
+    return {r.entry.path: text.removal_reason(r) for r in C.select(entries, now, uid, scratch_s)}
 
 
 # ---------------------------------------------------------------------------------------- pure tier
@@ -158,7 +158,10 @@ def test_render_plan_and_outcomes():
 
 def test_parse_patterns():
     text = "# scratch of this project\n\nbuild/\n*.log\nout/tmp-*\n/etc\n../x\na/**/b\n*\n*/x\n.git\n.res-clean\nnode_modules/.cache/\n"
-    pats, errs = C.parse_patterns(text, "p/.res-clean")
+    from reconciler.render.clean import pattern_error
+
+    pats, refused = C.parse_patterns(text)
+    errs = [pattern_error("p/.res-clean", e) for e in refused]
     assert pats == ["build/", "*.log", "out/tmp-*", "node_modules/.cache/"]
     assert errs == [
         "p/.res-clean:6: /etc: must be relative to the project",

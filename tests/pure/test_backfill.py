@@ -7,7 +7,6 @@ import random
 from types import SimpleNamespace
 
 from reconciler.core.models import Desired, JobObs, Phase, copy
-from reconciler.core.quantities import UTC, fmt_clock
 from tests.pure.test_plan import NOW, POLICY, kinds, plan, req, run_plan, running, world
 
 # budget: 20 avail − 6 reserve − 2 headroom = 12 GB; 16 − 4 = 12 cpus
@@ -28,7 +27,6 @@ def test_an_entry_that_ends_before_the_head_starts_jumps_it_and_says_why():
     jump = p.actions[1]
     assert jump.detail == {"code": "backfill", "head": "r-2", "head_start": NOW + 300, "ends": NOW + 120,
                            "free_gb": 2.0, "beside": False}
-    assert jump.reason == f"backfill: ends ~{fmt_clock(NOW + 120, UTC)}, before r-2's start ~{fmt_clock(NOW + 300, UTC)}"
 
 
 def test_a_longer_entry_jumps_only_into_what_the_head_leaves_spare():
@@ -43,7 +41,7 @@ def test_a_longer_entry_jumps_only_into_what_the_head_leaves_spare():
     assert p.actions[1].detail["waits_for"] == "queue_head" and p.actions[3].detail["waits_for"] == "queue_head"
     beside = p.actions[2]
     assert beside.detail["beside"] is True and beside.detail["spare_gb"] == 1.0 and beside.detail["spare_cpus"] == 11
-    assert beside.reason == f"backfill: fits beside r-2 once it starts ~{fmt_clock(NOW + 300, UTC)} (1.0 GB, 11 cpus spare then)"
+    assert (beside.detail["head"], beside.detail["head_start"]) == ("r-2", NOW + 300)
     # positions count only what stays queued
     assert [a.detail["position"] for a in p.actions if a.kind == "enqueue"] == [1, 2, 3]
 
@@ -63,7 +61,7 @@ def test_nothing_jumps_a_head_whose_start_nobody_can_tell():
     p = run_plan([head, req(3, mem=1.0, est=30, queue=True)], w=world(avail=17.0, total=32.0, nproc=16))
     assert kinds(p) == [("enqueue", "r-2"), ("enqueue", "r-3")]
     assert p.actions[0].detail["est_start"] is None
-    assert "behind queue head r-2" in p.actions[1].reason
+    assert (p.actions[1].detail["waits_for"], p.actions[1].detail["head"]) == ("queue_head", "r-2")
 
 
 def test_a_request_without_queue_is_granted_by_backfill_or_refused_naming_the_head():

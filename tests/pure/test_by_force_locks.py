@@ -9,7 +9,8 @@ import pytest
 from reconciler.config.gitrepo import branch_of, common_dir_of, gitdir_from_file, main_tree_of
 from reconciler.core.locks import lock_scope, title_lock
 from reconciler.core.models import JobObs
-from reconciler.core.quantities import UTC, fmt_clock
+from reconciler.core.quantities import UTC
+from reconciler.render.text import fmt_clock
 from reconciler.render.status import asker_data, asker_text, status_line
 
 from test_plan import NOW, req, run_plan, running, world
@@ -58,17 +59,16 @@ def test_a_live_status_line_ends_with_who_asked_and_a_finished_one_does_not():
 def test_busy_and_lock_lines_name_the_holders_by():
     holder = running(4, mem=7.5, title="dotnet e2e", started=NOW - 60, est=3600, by="claude pid 4121")
     used = {"r-4": JobObs(state="active", mem_used_gb=7.5)}
-    eta = fmt_clock(NOW - 60 + 3600, UTC)
     p = run_plan([req(6, mem=6.0)], records=[holder], w=world(avail=13.5, jobs=used))
     (a,) = [x for x in p.actions if x.id == "r-6"]
-    assert a.reason == (f'busy: 7.5 GB held by proj-a "dotnet e2e" (r-4, by claude pid 4121) until ~{eta}; '
-                        f"5.5 GB free for agents; retry after ~{eta} or work on something else")
+    assert (a.detail["resource"], [(h["id"], h["by"]) for h in a.detail["holders"]]) == \
+        ("memory", [("r-4", "claude pid 4121")])
     locked = running(1, mem=1.0, title="gate", lock="gate@/src/app", by="alice", est=600, started=NOW - 60)
     p = run_plan([req(2, mem=1.0, lock="gate@/src/app")], records=[locked], w=world())
     (a,) = [x for x in p.actions if x.id == "r-2"]
-    eta = fmt_clock(NOW - 60 + 600, UTC)
-    assert a.reason == (f'busy: lock "gate@/src/app" held by proj-a "gate" (r-1, by alice) until ~{eta}; '
-                        f"retry after ~{eta} or work on something else")
+    assert (a.detail["resource"], a.detail["lock"], [(h["id"], h["by"]) for h in a.detail["holders"]]) == \
+        ("lock", "gate@/src/app", [("r-1", "alice")])
+    assert (a.detail["retry"], a.detail["retry_at"]) == ("after", NOW - 60 + 600)
 
 
 # ---------------------------------------------------------------- --force advice
@@ -79,10 +79,8 @@ def test_busy_line_offers_force_when_holders_do_not_use_what_they_reserved():
     idle = running(4, mem=8.0, title="dotnet e2e", started=NOW - 60, est=3600)
     p = run_plan([req(6, mem=6.0)], records=[idle], w=world(avail=21.0))
     (a,) = [x for x in p.actions if x.id == "r-6"]
-    eta = fmt_clock(NOW - 60 + 3600, UTC)
-    assert a.reason == (f'busy: 8.0 GB held by proj-a "dotnet e2e" (r-4) until ~{eta}; 5.0 GB free for agents; '
-                        f"retry after ~{eta} or work on something else; 13.0 GB really free beyond the reserve: "
-                        "--force starts it past the ledger (only if the holders will not use what they reserved)")
+    d = a.detail
+    assert (d["code"], d["free_gb"], d["force"], d["really_free_gb"]) == ("busy", 5.0, "would_fit", 13.0)
     p = run_plan([req(6, mem=6.0, force=True)], records=[idle], w=world(avail=21.0))
     assert [(x.kind, x.id) for x in p.actions if x.id == "r-6"] == [("start", "r-6")]
 
@@ -92,23 +90,20 @@ def test_force_that_still_does_not_fit_says_busy_even_with_force():
     used = {"r-4": JobObs(state="active", mem_used_gb=8.0)}
     p = run_plan([req(6, mem=6.0, force=True)], records=[busy], w=world(avail=13.0, jobs=used))
     (a,) = [x for x in p.actions if x.id == "r-6"]
-    eta = fmt_clock(NOW - 60 + 3600, UTC)
     assert a.kind == "refuse"
-    assert a.reason == (f'busy even with --force: only 5.0 GB really free beyond the reserve; 8.0 GB held by proj-a '
-                        f'"dotnet e2e" (r-4) until ~{eta}; retry after ~{eta} or work on something else')
+    d = a.detail
+    assert (d["force"], d["short"], d["really_free_gb"], [h["id"] for h in d["holders"]]) == ("short", ["memory"], 5.0, ["r-4"])
     # without --force and nothing to gain by it: no advice
     p = run_plan([req(6, mem=6.0)], records=[busy], w=world(avail=13.0, jobs=used))
     (a,) = [x for x in p.actions if x.id == "r-6"]
-    assert "--force" not in a.reason
+    assert "force" not in a.detail
 
 
 def test_force_never_overrides_a_lock_and_the_line_says_so():
     locked = running(1, mem=1.0, title="gate", lock="gate@/src/app", est=600, started=NOW - 60)
     p = run_plan([req(2, mem=1.0, lock="gate@/src/app", force=True)], records=[locked], w=world())
     (a,) = [x for x in p.actions if x.id == "r-2"]
-    eta = fmt_clock(NOW - 60 + 600, UTC)
-    assert a.kind == "refuse" and a.reason == (f'busy: lock "gate@/src/app" held by proj-a "gate" (r-1) until ~{eta}; '
-                                               f"--force never overrides a lock; retry after ~{eta} or work on something else")
+    assert a.kind == "refuse" and (a.detail["resource"], a.detail["force"]) == ("lock", "lock")
 
 
 # ---------------------------------------------------------------- locks scoped to the repository
@@ -230,7 +225,7 @@ def test_the_mention_rule_takes_res_commands_not_words_that_contain_res():
 
 
 def test_a_long_lock_scope_is_cut_from_the_left_keeping_the_key_and_the_repository():
-    from reconciler.core.quantities import lock_text
+    from reconciler.render.text import lock_text
 
     long = "gate@/home/me/" + "very-long-directory-name/" * 8 + "app"
     shown = lock_text(long)
@@ -247,7 +242,8 @@ def test_force_short_of_cpus_says_cpus_not_memory():
     p = run_plan([req(2, mem=1.0, cpus=10, force=True)], records=[hog], w=world(avail=30, nproc=16),
                  game=Game(on=True, until=NOW + 3600))
     (a,) = [x for x in p.actions if x.id == "r-2"]
-    assert a.reason.startswith("busy even with --force: only 8 cpus beyond the reserve; 6 cpus held by "), a.reason
+    d = a.detail
+    assert (d["force"], d["short"], d["really_free_cpus"], [h["cpus"] for h in d["holders"]]) == ("short", ["cpus"], 8, [6])
 
 
 def test_only_a_path_after_the_at_sign_is_a_scope():

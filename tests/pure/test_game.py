@@ -4,7 +4,8 @@ from types import SimpleNamespace
 from reconciler.core.capacity import capacity
 from reconciler.core.game import slice_target
 from reconciler.core.models import Game, JobObs, JobRecord, Phase, Request, World, copy
-from reconciler.core.quantities import GIB, UTC, fmt_clock
+from reconciler.core.quantities import GIB, UTC
+from reconciler.render.text import fmt_clock
 from reconciler.render.game import on_line, shortfall_line, slice_diff
 
 NOW = 1_780_000_000.0

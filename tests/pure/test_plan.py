@@ -9,7 +9,8 @@ import pytest
 from reconciler.core.capacity import capacity
 from reconciler.core.models import DEFAULT_CPUS, Desired, ExitObs, Game, JobObs, JobRecord, Phase, Request, World, copy
 from reconciler.core.plan import plan as decide
-from reconciler.core.quantities import UTC, fmt_clock
+from reconciler.core.quantities import UTC
+from reconciler.render.text import fmt_clock
 from reconciler.render.lines import render_plan
 from reconciler.render.reasons import explain
 
@@ -130,7 +131,8 @@ def test_game_reserve_below_the_user_reserve_never_loosens_admission():
 def test_fitting_request_starts_and_later_ones_see_the_claim():
     p = run_plan([req(1, mem=9), req(2, mem=9)], w=world(avail=25))  # budget 17
     assert kinds(p) == [("start", "r-1"), ("refuse", "r-2")]
-    assert "8.0 GB free for agents" in p.actions[1].reason
+    d = p.actions[1].detail
+    assert (d["code"], d["resource"], d["free_gb"]) == ("busy", "memory", 8)
 
 
 def test_busy_line_names_holders_earliest_eta_first_and_when_to_retry():
@@ -142,9 +144,11 @@ def test_busy_line_names_holders_earliest_eta_first_and_when_to_retry():
     p = run_plan([req(6, mem=5.0)], records=[late, soon], w=world(avail=11.5, jobs=used))
     (a,) = p.actions
     assert a.kind == "refuse"
-    eta_soon = fmt_clock(NOW - 60 + 600, UTC)
-    assert a.reason == (f'busy: 2.0 GB held by proj-b "lint" (r-5) until ~{eta_soon}; 3.5 GB free for agents; '
-                        f"retry after ~{eta_soon} or work on something else")
+    d = a.detail
+    assert (d["code"], d["resource"], d["short"]) == ("busy", "memory", ["memory"])
+    assert [(h["id"], h["project"], h["title"], h["gb"], h["until"]) for h in d["holders"]] == \
+        [("r-5", "proj-b", "lint", 2.0, NOW - 60 + 600)]
+    assert (d["free_gb"], d["retry"], d["retry_at"]) == (3.5, "after", NOW - 60 + 600)
 
 
 def test_busy_line_with_two_holders_retries_after_the_later_one():
@@ -152,17 +156,17 @@ def test_busy_line_with_two_holders_retries_after_the_later_one():
     a2 = running(5, mem=4.0, title="lint", started=NOW, est=600)
     used = {"r-4": JobObs(state="active", mem_used_gb=4.0), "r-5": JobObs(state="active", mem_used_gb=4.0)}
     p = run_plan([req(6, mem=10.0)], records=[a1, a2], w=world(avail=12.0, jobs=used))  # budget 4: needs both back
-    line = p.actions[0].reason
-    assert line.index("(r-5)") < line.index("(r-4)")
-    assert line.endswith(f"retry after ~{fmt_clock(NOW + 3600, UTC)} or work on something else")
+    d = p.actions[0].detail
+    assert [h["id"] for h in d["holders"]] == ["r-5", "r-4"]
+    assert (d["retry"], d["retry_at"]) == ("after", NOW + 3600)
 
 
 def test_cpu_shortage_is_named_in_cpus():
     hog = running(1, mem=1.0, cpus=10, title="build")
     p = run_plan([req(2, mem=1.0, cpus=4)], records=[hog], w=world(avail=30, nproc=16))  # 12 − 10 = 2 cpus
-    line = p.actions[0].reason
-    assert line.startswith('busy: 10 cpus held by proj-a "build" (r-1)')
-    assert "2 cpus free for agents" in line
+    d = p.actions[0].detail
+    assert (d["resource"], d["short"], d["free_cpus"]) == ("cpus", ["cpus"], 2)
+    assert [(h["id"], h["cpus"]) for h in d["holders"]] == [("r-1", 10)]
 
 
 def test_a_head_that_waits_for_cpus_is_named_for_cpus_not_memory():
@@ -175,14 +179,13 @@ def test_a_head_that_waits_for_cpus_is_named_for_cpus_not_memory():
     assert (wait.kind, wait.detail["waits_for"], wait.detail["position"]) == ("enqueue", "cpus", 1)
     assert refuse.kind == "refuse" and refuse.detail["resource"] == "queue_head"
     assert refuse.detail["head"] == {"id": "r-2", "title": "attrs pytest", "gb": 2.0, "cpus": 12, "waits_for": "cpus"}
-    line = refuse.reason
-    assert 'queue head r-2 "attrs pytest" waits for 12 cpus first' in line, line
-    assert line.startswith('busy: 11 cpus held by proj-a "build" (r-1)') and "1 cpu free for agents" in line, line
-    assert "GB" not in line, line
+    d = refuse.detail
+    assert d["short"] == ["cpus"] and d["free_cpus"] == 1, d  # named in cpus only, never in GB
+    assert [(h["id"], h["cpus"]) for h in d["holders"]] == [("r-1", 11)]
     # short of both: both are named
     both = run_plan([req(4, mem=22.0, cpus=2)], records=[hog], w=world(avail=30, nproc=16)).actions[0]
     assert both.detail["short"] == ["memory", "cpus"], both.detail
-    assert "; 21.0 GB and 1 cpu free for agents; " in both.reason, both.reason
+    assert (both.detail["free_gb"], both.detail["free_cpus"]) == (21.0, 1)
 
 
 def test_refusals_carry_a_stable_reason_code():
@@ -201,14 +204,14 @@ def test_request_larger_than_the_whole_budget_can_never_fit():
     p = run_plan([req(1, mem=20.0)], w=world(avail=2.0, total=24.0))
     (a,) = p.actions
     assert (a.kind, a.never) == ("refuse", True)
-    assert a.reason == "20 GB can never fit (max 16 GB)"
+    assert a.detail == {"code": "never_fits", "resource": "memory", "asked": 20.0, "max": 16.0}
 
 
 def test_queued_fifo_blocked_head_holds_the_rest():
     p = run_plan([req(1, mem=20, queue=True), req(2, mem=1, queue=True)], w=world(avail=25))  # budget 17
     assert kinds(p) == [("enqueue", "r-1"), ("enqueue", "r-2")]
-    assert "behind queue head r-1" in p.actions[1].reason
-    assert p.actions[0].reason.startswith("position 1;")
+    assert (p.actions[1].detail["waits_for"], p.actions[1].detail["head"]) == ("queue_head", "r-1")
+    assert p.actions[0].detail["position"] == 1
 
 
 def test_queued_entry_with_held_lock_is_skipped_not_blocking():
@@ -216,13 +219,14 @@ def test_queued_entry_with_held_lock_is_skipped_not_blocking():
     queued = [req(2, mem=1, queue=True, lock="e2e"), req(3, mem=1, queue=True)]
     p = run_plan(queued, records=[holder], w=world(avail=30))
     assert kinds(p) == [("enqueue", "r-2"), ("start", "r-3")]
-    assert "lock 'e2e' held by r-1" in p.actions[0].reason
+    d = p.actions[0].detail
+    assert (d["waits_for"], d["lock"], d["lock_holder"]) == ("lock", "e2e", "r-1")
 
 
 def test_unqueued_request_behind_blocked_head_is_refused_not_jumping_the_queue():
     p = run_plan([req(1, mem=20, queue=True), req(2, mem=2)], w=world(avail=25))
     assert kinds(p) == [("enqueue", "r-1"), ("refuse", "r-2")]
-    assert "queue head r-1" in p.actions[1].reason
+    assert (p.actions[1].detail["resource"], p.actions[1].detail["head"]["id"]) == ("queue_head", "r-1")
 
 
 def test_start_cap_per_tick_defers_the_rest():
@@ -267,7 +271,7 @@ def test_ended_unit_is_settled_with_rc_peak_and_why():
     ex = ExitObs(result="exit-code", code="exited", status="3", peak_gb=0.4, at=NOW)
     p = run_plan([req(1)], records=[rec], w=world(jobs={"r-1": JobObs(state="absent", exit=ex)}))
     (a,) = p.actions
-    assert (a.kind, a.rc, a.peak_gb, a.why) == ("settle", 3, 0.4, "exit code 3")
+    assert (a.kind, a.rc, a.peak_gb, a.detail["code"]) == ("settle", 3, 0.4, "exited")
 
 
 def test_memory_limit_kill_says_which_limit_and_to_raise_mem():
@@ -275,42 +279,40 @@ def test_memory_limit_kill_says_which_limit_and_to_raise_mem():
     ex = ExitObs(result="signal", code="killed", status="KILL", peak_gb=1.0, oom_kills=1, at=NOW)
     (a,) = run_plan([req(1)], records=[rec], w=world(jobs={"r-1": JobObs(exit=ex)})).actions
     assert a.rc == 137
-    assert a.why == "killed at its memory limit (1.0 GB, peak 1.0 GB); raise --mem (try --mem 1.5G)"
+    assert a.detail == {"code": "memory_limit", "mem_gb": 1.0, "peak_gb": 1.0, "try_mem": "1.5G", "rc": 137,
+                        "took_s": 300.0}
 
 
 def test_released_running_job_is_stopped_and_settled_as_released():
     rec = running(1)
     p = run_plan([], records=[rec], released=["r-1"])
-    assert [(a.kind, a.reason) for a in p.actions] == [("stop", "released")]
+    assert [(a.kind, a.detail) for a in p.actions] == [("stop", {"code": "released"})]
     stopped = copy(rec, **{"stop_reason": "released"})
     ex = ExitObs(result="success", code="killed", status="TERM", at=NOW)
     (a,) = run_plan([], records=[stopped], released=["r-1"], w=world(jobs={"r-1": JobObs(exit=ex)})).actions
-    assert (a.kind, a.why, a.rc) == ("settle", "released", 143)
+    assert (a.kind, a.detail["code"], a.detail["stop_reason"], a.rc) == ("settle", "stopped", "released", 143)
 
 
 def test_a_stop_res_did_not_ask_for_says_it_came_from_outside():
     ex = ExitObs(result="signal", code="killed", status="TERM", at=NOW)
     (a,) = run_plan([req(1)], records=[running(1)], w=world(jobs={"r-1": JobObs(exit=ex)})).actions
-    assert (a.kind, a.rc, a.why) == ("settle", 143, "stopped from outside res (signal TERM)")
+    assert (a.kind, a.rc, a.detail["code"], a.detail["signal"]) == ("settle", 143, "stopped_outside", "TERM")
     ex = ExitObs(result="core-dump", code="dumped", status="SEGV", at=NOW)
     (a,) = run_plan([req(1)], records=[running(1)], w=world(jobs={"r-1": JobObs(exit=ex)})).actions
-    assert (a.rc, a.why) == (139, "killed by signal SEGV")
+    assert (a.rc, a.detail["code"], a.detail["signal"]) == (139, "signal", "SEGV")
 
 
 def test_a_session_verdict_taken_from_the_exit_code_alone_keeps_the_exit_why():
     from reconciler.core.digest import DigestState
     from reconciler.core.plan import agent_outcome
-    from reconciler.render.reasons import outcome_why
 
     rec = running(1, agent="claude")
     by_rc = DigestState(agent="claude", outcome="failure", failure_reason="exit code 143", finished=True, rc=143)
     outside = {"code": "stopped_outside", "signal": "TERM"}
     assert agent_outcome(copy(rec, **{"digest": by_rc}), outside) is outside
-    assert outcome_why(outside) == "stopped from outside res (signal TERM)"
     said = by_rc.model_copy(update={"result_seen": True, "failure_reason": "error_during_execution"})
     verdict = agent_outcome(copy(rec, **{"digest": said}), {"code": "exited", "rc": 1})
     assert verdict == {"code": "agent_failed", "failure": "error_during_execution"}
-    assert outcome_why(verdict) == "agent failed: error_during_execution"
 
 
 def test_a_lease_of_a_holder_that_is_gone_is_void_at_once():
@@ -324,14 +326,14 @@ def test_a_lease_of_a_holder_that_is_gone_is_void_at_once():
     w.gone_holders = [gone]
     free = plan(Desired(requests=[rec.request]), {"r-1": rec}, w, NOW, POLICY, me="host/1/x/1")
     assert kinds(free) == [("reattach", "r-1"), ("settle", "r-1")]
-    assert free.actions[0].reason == "host/123 is gone"
+    assert free.actions[0].detail == {"code": "holder_gone", "holder": "host/123"}
     # a `starting` record of a starter that is gone, with no unit: requeued at once (the unit's name
     # is the idempotency key, so a start the dead one did get through is never doubled)
     starting = copy(rec, **{"phase": Phase.starting})
     w2 = world(jobs={}, ok=True)
     w2.gone_holders = [gone]
     p = plan(Desired(requests=[rec.request]), {"r-1": starting}, w2, NOW, POLICY, me="host/1/x/1")
-    assert kinds(p) == [("requeue", "r-1")] and p.actions[0].reason == "never started; host/123 is gone"
+    assert kinds(p) == [("requeue", "r-1")] and p.actions[0].detail == {"code": "holder_gone", "holder": "host/123"}
 
 
 def test_an_exit_record_counts_only_once_its_unit_ended_and_only_its_own():
@@ -349,7 +351,6 @@ def test_an_exit_record_counts_only_once_its_unit_ended_and_only_its_own():
     other = copy(forged, **{"invocation": "ffff"})
     (a,) = run_plan([], records=[rec], w=world(jobs={"r-1": JobObs(state="inactive", exit=other)})).actions
     assert (a.kind, a.rc, a.detail) == ("settle", None, {"code": "lost", "lost": "foreign_exit"})
-    assert a.why == "lost: its exit record is another run's (not written by its unit)"
 
 
 def test_entries_state_db_lost_are_taken_back_never_started_again():
@@ -361,7 +362,6 @@ def test_entries_state_db_lost_are_taken_back_never_started_again():
     p = plan(Desired(requests=[req(n) for n in (1, 2, 3, 4)]), {}, w, NOW, POLICY)
     assert [(a.kind, a.id, (a.detail or {}).get("code")) for a in p.actions] == [
         ("recover", "r-1", "unit"), ("recover", "r-2", "unit"), ("recover", "r-3", "lost"), ("start", "r-4", "fits")]
-    assert p.actions[2].reason == "state.db has no record of it, but it ran before (its log is there): not started again"
 
 
 def test_settle_and_stop_carry_their_outcome_code():
@@ -381,7 +381,6 @@ def test_settle_and_stop_carry_their_outcome_code():
     over = running(1, max_duration_s=60, started=NOW - 120)
     (stop,) = run_plan([over.request], records=[over]).actions
     assert (stop.kind, stop.detail) == ("stop", {"code": "budget", "budget": "duration", "used": 120.0, "limit": 60})
-    assert stop.reason == "budget: duration 2 min > 60 s"
 
 
 def test_broken_queue_file_starts_and_stops_nothing():
@@ -400,7 +399,7 @@ def test_unobservable_world_is_never_acted_on():
 def test_running_unit_gone_without_exit_record_is_settled_as_lost():
     (a,) = run_plan([req(1)], records=[running(1)], seen=False).actions
     assert (a.kind, a.rc) == ("settle", None)
-    assert a.why.startswith("lost")
+    assert a.detail == {"code": "lost", "lost": "vanished"}
 
 
 def test_note_of_dead_owner_or_past_expiry_expires():
@@ -426,7 +425,8 @@ def test_an_entry_gone_without_res_release_is_written_back_not_stopped():
     p = plan(Desired(requests=[]), {r.id: r for r in (job, note, queued)},
              world(jobs={"r-1": JobObs(state="active")}, pids=[]), NOW, POLICY)
     assert kinds(p) == [("restore", "r-1"), ("restore", "r-2"), ("restore", "r-3")]
-    assert p.actions[0].reason == "gone from queue.toml without res release: written back (res release r-1 --stop ends it)"
+    assert [a.detail for a in p.actions] == [{"code": "restore", "stop": True}, {"code": "restore", "stop": False},
+                                             {"code": "restore", "stop": False}]
     assert "Plan: 3 to write back." in render_plan(p)
     # a held (set-aside) entry is not gone: nothing at all
     p = plan(Desired(requests=[], held=["r-1", "r-2", "r-3"]), {r.id: r for r in (job, note, queued)},
@@ -462,7 +462,7 @@ def test_queue_forecast_follows_a_lock_chain_in_order():
     assert [a.detail["position"] for a in p.actions] == [1, 2, 3]
     assert [a.detail["waits_for"] for a in p.actions] == ["lock"] * 3
     assert [a.detail["lock_holder"] for a in p.actions] == ["r-1", "r-1", "r-1"]
-    assert p.actions[1].reason == f"position 2; est. start ~{fmt_clock(NOW + 540, UTC)}; lock 'gate' held by r-1"
+    assert [a.detail["lock"] for a in p.actions] == ["gate"] * 3
     # with the lock free, the first starts and the others chain behind it
     p = run_plan(queued, w=world(avail=30.0))
     assert kinds(p)[0] == ("start", "r-2")
@@ -478,10 +478,8 @@ def test_queue_forecast_gives_every_waiting_position_a_start_time():
     # budget: 20 − 8 − 10 = 2; once r-1 ends, 12 GB: three 4 GB jobs start at +300; the 4th when the
     # first of them ends (+900), the 5th with it (+900: 4 GB freed... then r-3's end frees the next).
     p = run_plan(queued, records=[hog], w=world(avail=20.0))
-    reasons = [a.reason for a in p.actions]
-    assert [r.split(";")[0] for r in reasons] == [f"position {n}" for n in range(1, 6)]
-    starts = [r.split("est. start ~")[1].split(";")[0] for r in reasons]
-    assert starts == [fmt_clock(NOW + 300, UTC)] * 3 + [fmt_clock(NOW + 900, UTC)] * 2
+    assert [a.detail["position"] for a in p.actions] == list(range(1, 6))
+    assert [a.detail["est_start"] for a in p.actions] == [NOW + 300] * 3 + [NOW + 900] * 2
 
 
 # ---------------------------------------------------------------- attachments, budgets, caps (DESIGN §5.4–5.5)
@@ -522,7 +520,7 @@ def test_a_job_held_by_a_live_lease_of_another_reconciler_is_left_alone():
 def test_an_expired_lease_is_reattached_and_the_exit_settled_in_the_same_pass():
     rec = attached(running(1), lease_until=NOW - 12)
     (a,) = plan_as(ME, [], [rec]).actions
-    assert (a.kind, a.reason) == ("reattach", "lease of host/200 expired 12 s ago")
+    assert (a.kind, a.detail) == ("reattach", {"code": "lease_lapsed", "holder": "host/200", "ago_s": 12.0})
     ex = ExitObs(result="success", code="exited", status="0", at=NOW)
     p = plan_as(ME, [], [rec], w=world(jobs={"r-1": JobObs(exit=ex)}))
     assert kinds(p) == [("reattach", "r-1"), ("settle", "r-1")]
@@ -537,26 +535,30 @@ def test_my_own_job_is_not_reattached_and_a_dry_run_claims_nothing():
 def test_budget_trips_stop_the_job_with_the_reason():
     cost = attached(running(1, agent="claude", max_cost_usd=0.5), holder=ME,
                     digest=DigestState(agent="claude", spend_usd=0.52, result_seen=True))
-    assert [(a.kind, a.reason) for a in plan_as(ME, [], [cost]).actions] == [("stop", "budget: cost $0.52 > $0.50")]
+    assert [(a.kind, a.detail) for a in plan_as(ME, [], [cost]).actions] == [
+        ("stop", {"code": "budget", "budget": "cost", "used": 0.52, "limit": 0.5, "estimated": False, "messages": 0,
+                  "reported": 0.52})]
     # mid-run, before any result: the estimate from the lines, said to be one
     running_cost = attached(running(6, agent="claude", max_cost_usd=1.0), holder=ME,
                             digest=DigestState(agent="claude", spend_usd=1.02, estimate_usd=1.02, messages=12))
     (stop,) = plan_as(ME, [], [running_cost]).actions
-    assert stop.reason == "budget: cost ~$1.04 (estimated, 12 messages) > $1.00"  # 1.02 × 1.02 margin
-    assert (stop.detail["estimated"], stop.detail["messages"]) == (True, 12)
+    assert stop.detail["used"] == pytest.approx(1.02 * 1.02)  # the estimate's margin
+    assert (stop.detail["estimated"], stop.detail["messages"], stop.detail["reported"]) == (True, 12, None)
     # reported, but less than its own lines add up to (a background sub-agent, an interrupted turn)
     under = attached(running(7, agent="claude", max_cost_usd=0.05), holder=ME,
                      digest=DigestState(agent="claude", spend_usd=0.11, estimate_usd=0.16, result_seen=True))
     (stop,) = plan_as(ME, [], [under]).actions
-    assert stop.reason == "budget: cost ~$0.16 (its lines; it reported $0.11) > $0.05"  # 0.16 × 1.02
+    assert stop.detail["used"] == pytest.approx(0.16 * 1.02) and stop.detail["reported"] == 0.11
+    assert (stop.detail["estimated"], stop.detail["limit"]) == (False, 0.05)
     slow = attached(running(2, max_duration_s=1800, started=NOW - 1900), holder=ME)
-    assert plan_as(ME, [], [slow]).actions[0].reason == "budget: duration 32 min > 30 min"
+    assert plan_as(ME, [], [slow]).actions[0].detail == {"code": "budget", "budget": "duration", "used": 1900.0, "limit": 1800}
     loops = attached(running(3, agent="claude", max_iterations=40), holder=ME,
                      digest=DigestState(agent="claude", iterations=41))
-    assert plan_as(ME, [], [loops]).actions[0].reason == "budget: iterations 41 > 40"
+    assert plan_as(ME, [], [loops]).actions[0].detail == {"code": "budget", "budget": "iterations", "used": 41, "limit": 40}
     tiny = attached(running(5, agent="claude", max_cost_usd=0.01), holder=ME,
                     digest=DigestState(agent="claude", spend_usd=0.010164, result_seen=True))
-    assert plan_as(ME, [], [tiny]).actions[0].reason == "budget: cost $0.0102 > $0.0100"
+    assert (plan_as(ME, [], [tiny]).actions[0].detail["used"], plan_as(ME, [], [tiny]).actions[0].detail["limit"]) == \
+        (0.010164, 0.01)
     under = attached(running(4, agent="claude", max_cost_usd=0.5), holder=ME,
                      digest=DigestState(agent="claude", spend_usd=0.49))
     assert kinds(plan_as(ME, [], [under])) == []
@@ -574,7 +576,7 @@ def test_sessions_get_the_policy_default_budget_plain_commands_do_not():
 def test_three_failed_attachments_in_a_row_fail_and_stop_the_job():
     rec = attached(running(1), holder=ME, attach_failures=3, last_error="log unreadable: EIO")
     (a,) = plan_as(ME, [], [rec]).actions
-    assert (a.kind, a.reason) == ("stop", "attachment failed 3 times in a row: log unreadable: EIO")
+    assert (a.kind, a.detail) == ("stop", {"code": "attach_failed", "failures": 3, "error": "log unreadable: EIO"})
     two = attached(running(1), holder=ME, attach_failures=2, last_error="x")
     assert kinds(plan_as(ME, [], [two])) == []
 
@@ -584,13 +586,14 @@ def test_session_over_the_cap_is_refused_naming_the_sessions_or_waits_with_queue
             for n in (1, 2, 3)]
     p = plan_as(ME, [session(4), req(5)], live)
     assert kinds(p) == [("refuse", "r-4"), ("start", "r-5")]
-    line = p.actions[0].reason
-    assert line.startswith('busy: 3 agent sessions running (max 3): proj-a "bot 1" (r-1)')
-    assert line.endswith(f"retry after ~{fmt_clock(NOW + 600, UTC)} or work on something else")
+    d = p.actions[0].detail
+    assert (d["code"], d["resource"], d["running"], d["limit"]) == ("busy", "sessions", 3, 3)
+    assert [h["id"] for h in d["holders"]] == ["r-1", "r-2", "r-3"]
+    assert (d["retry"], d["retry_at"]) == ("after", NOW + 600)
     p = plan_as(ME, [session(4, queue=True), session(5, queue=True), req(6, queue=True)], live)
     assert kinds(p) == [("enqueue", "r-4"), ("enqueue", "r-5"), ("start", "r-6")]
-    assert "3 agent sessions running" in p.actions[0].reason
-    assert p.actions[1].reason.startswith("position 2; 3 agent sessions running")
+    assert [(a.detail["position"], a.detail["waits_for"]) for a in p.actions[:2]] == [(1, "sessions"), (2, "sessions")]
+    assert p.actions[0].detail["block"] == d
 
 
 def test_sessions_started_in_one_pass_count_against_the_cap():
@@ -605,14 +608,16 @@ def test_daily_cost_cap_refuses_new_sessions_once_reached():
     running_now = attached(running(2, agent="claude"), holder=ME, digest=DigestState(agent="claude", spend_usd=1.2))
     p = plan_as(ME, [session(3), req(4)], [done_today, running_now], policy=policy)
     assert kinds(p) == [("retire", "r-1"), ("refuse", "r-3"), ("start", "r-4")] or kinds(p) == [("refuse", "r-3"), ("start", "r-4")]
-    refused = next(a for a in p.actions if a.id == "r-3")
-    assert refused.reason.startswith("busy: agent sessions spent $5.20 today, daily_cost_usd is $5.00")
+    d = next(a for a in p.actions if a.id == "r-3").detail
+    assert (d["code"], d["resource"], d["limit_usd"], d["retry"]) == ("busy", "daily_cost", 5.0, "tomorrow")
+    assert d["spent_usd"] == pytest.approx(5.2)
 
 
 def test_a_broken_pricing_table_starts_no_session():
     p = plan_as(ME, [session(1), req(2)], [], pricing_error="pricing.toml:3: rates.input: must be ≥ 0")
     assert kinds(p) == [("refuse", "r-1"), ("start", "r-2")]
-    assert p.actions[0].never and "no agent session starts until it is fixed" in p.actions[0].reason
+    assert p.actions[0].never and p.actions[0].detail == {"code": "pricing", "resource": "pricing",
+                                                          "error": "pricing.toml:3: rates.input: must be ≥ 0"}
 
 
 def test_a_plan_as_data_is_plain_json_in_field_order():
@@ -657,8 +662,7 @@ WORKERS = ExitObs(result="exit-code", code="exited", status="3", oom_kills=20, a
 
 def test_an_auto_sized_job_killed_at_its_limit_goes_back_once_bigger():
     (retry,) = _ended(KILLED, auto=["mem", "for"])
-    assert (retry.kind, retry.detail["code"], retry.detail["killed_at_gb"], retry.detail["mem_gb"]) == ("retry", "retry", 1.0, 1.5)
-    assert retry.reason == "killed at its memory limit (1.0 GB, peak 1.0 GB); res sized it, so it starts again once, at 1.5 GB"
+    assert retry.detail == {"code": "retry", "killed_at_gb": 1.0, "mem_gb": 1.5, "peak_gb": 1.0, "took_s": 300.0}
     # its workers killed and the run failed: the same lesson
     assert [a.kind for a in _ended(WORKERS, auto=["mem"])] == ["retry"]
 

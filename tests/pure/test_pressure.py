@@ -13,7 +13,7 @@ from reconciler.core.quantities import UTC
 from reconciler.core.wake import next_pass_at
 from reconciler.loop.events import TRIGGER_WINDOW_US, trigger_line
 from reconciler.observed import pressure
-from reconciler.render.reasons import explain, pressure_text, queued_line, reason_line
+from reconciler.render.reasons import explain
 from reconciler.render.status import pressure_line
 
 NOW = 1_780_000_000.0
@@ -173,20 +173,19 @@ def test_a_request_without_queue_is_refused_with_the_pressure_line():
     assert kinds(p) == [("refuse", "r-1")]
     d = p.actions[0].detail
     assert (d["code"], d["resource"], d["short"], d["retry"]) == ("busy", "pressure", ["pressure"], "soon")
-    assert p.actions[0].reason == ("busy: memory pressure 25 % (full, 10 s) is over pressure_full_pct (10 %): nothing "
-                                   "new starts until it falls; retry in a few minutes or work on something else")
+    assert d["pressure"] == {"pct": 25.0, "kind": "full", "window_s": 10, "limit": 10.0, "where": "system"}
 
 
 def test_the_slices_own_pressure_is_named_as_such():
     p = run([req(1)], w=world(system=0.5, slice_=12.34))
-    assert p.actions[0].reason.startswith("busy: memory pressure 12 % (full, 10 s) in agents.slice is over "
-                                          "pressure_full_pct (10 %): nothing new starts until it falls;")
+    assert p.actions[0].detail["pressure"] == {"pct": 12.34, "kind": "full", "window_s": 10, "limit": 10.0,
+                                               "where": "slice", "slice": "agents.slice"}
 
 
 def test_force_and_notes_are_held_back_too():
     p = run([req(1, force=True), req(2, kind="note", owner_pid=42)], w=world(system=25.0, pids=[42]))
     assert kinds(p) == [("refuse", "r-1"), ("refuse", "r-2")]
-    assert "; --force never starts past memory pressure; retry in a few minutes" in p.actions[0].reason
+    assert (p.actions[0].detail["force"], p.actions[0].detail["retry"]) == ("pressure", "soon")
     assert p.actions[1].detail["resource"] == "pressure"
 
 
@@ -201,18 +200,7 @@ def test_a_queued_job_waits_with_the_reason_and_no_start_estimate():
     head, behind = (a.detail for a in p.actions)
     assert head["waits_for"] == "pressure" and head["est_start"] is None
     assert behind["waits_for"] == "queue_head" and behind["est_start"] is None
-    assert p.actions[0].reason.startswith("position 1; est. start unknown; waits for memory pressure")
-    assert p.actions[1].reason == "position 2; est. start unknown; behind queue head r-1"
-
-
-def test_the_queued_line_says_how_much_when_the_detail_carries_it():
-    d = {"code": "queued", "position": 1, "est_start": None, "waits_for": "pressure"}
-    assert queued_line(d, UTC) == "position 1; est. start unknown; waits for memory pressure to fall (pressure_full_pct)"
-    d["pressure"] = {"pct": 25.0, "kind": "full", "window_s": 10, "limit": 10.0, "where": "system"}
-    assert queued_line(d, UTC) == ("position 1; est. start unknown; waits for memory pressure 25 % (full, 10 s) to "
-                                   "fall under 10 % (pressure_full_pct)")
-    d["waits_for"] = "pressure+memory"  # short of memory as well: pressure is what it says first
-    assert "waits for memory pressure 25 % (full, 10 s)" in queued_line(d, UTC)
+    assert (head["position"], head["pressure"]["pct"], behind["position"], behind["head"]) == (1, 25.0, 2, "r-1")
 
 
 def test_a_running_job_is_never_stopped_for_pressure():
@@ -241,20 +229,6 @@ def test_when_the_pressure_falls_the_queued_job_starts_and_a_waiting_one_is_look
 
 
 # ---------------------------------------------------------------- the words
-
-
-@pytest.mark.parametrize("pct, shown", [(25.0, "25"), (12.34, "12"), (100.0, "100"), (9.5, "9.5"), (0.25, "0.2"),
-                                        (3.0, "3"), (9.96, "10"), (3.04, "3")])
-def test_the_percentage_as_people_read_it(pct, shown):
-    assert pressure_text({"pct": pct, "kind": "full", "window_s": 10, "where": "system"}) == \
-        f"memory pressure {shown} % (full, 10 s)"
-
-
-def test_the_busy_line_of_a_refusal_under_pressure():
-    d = {"code": "busy", "resource": "pressure", "short": ["pressure"], "holders": [], "retry": "soon", "retry_at": None,
-         "pressure": {"pct": 12.0, "kind": "full", "window_s": 10, "limit": 10.0, "where": "system"}}
-    assert reason_line(d, UTC) == ("busy: memory pressure 12 % (full, 10 s) is over pressure_full_pct (10 %): nothing "
-                                   "new starts until it falls; retry in a few minutes or work on something else")
 
 
 def test_status_says_it_while_it_holds_back_new_work():

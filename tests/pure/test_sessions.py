@@ -11,7 +11,7 @@ from reconciler.core.plan import plan as decide
 from reconciler.observed.procs import Proc, descendants, parse_stat
 from reconciler.render.lines import agents_memory_line, plan_line, status_warnings
 from reconciler.core.sessions import scope_name, session_actions as decide_sessions, shell_init_line
-from reconciler.core.quantities import GIB, UTC, fmt_clock
+from reconciler.core.quantities import GIB, UTC
 from reconciler.render.reasons import action_reason, explain
 from reconciler.render.unitfiles import slice_units
 
@@ -57,15 +57,15 @@ def agents(cpu=20, io=20, high=26 * GIB, used=3.0, cache=1.0) -> SliceObs:
 def test_game_on_sets_the_slice_and_says_what_changes():
     acts = game_actions(Desired(game=Game(on=True, until=NOW + 3600)), world(agents_slice=agents()), NOW, POLICY)
     assert [(a.kind, a.id, a.props) for a in acts] == [("set", "agents.slice", GAME)]
-    assert acts[0].reason == (f"MemoryHigh 26.0 GB → 20.0 GB, CPUWeight 20 → 5, IOWeight 20 → 5 "
-                              f"(game on until {fmt_clock(NOW + 3600, UTC)})")
+    assert acts[0].detail == {"code": "game_slice", "game": "on", "until": NOW + 3600,
+                              "changes": {"MemoryHigh": [26 * GIB, 20 * GIB], "CPUWeight": [20, 5], "IOWeight": [20, 5]}}
 
 
 def test_game_off_restores_and_a_matching_slice_is_left_alone():
     w = world(agents_slice=agents(cpu=5, io=5, high=20 * GIB))
     acts = game_actions(Desired(game=Game()), w, NOW, POLICY)
     assert [(a.kind, a.props) for a in acts] == [("set", NORMAL)]
-    assert acts[0].reason.endswith("(game off)")
+    assert (acts[0].detail["game"], acts[0].detail["until"]) == ("off", None)
     assert game_actions(Desired(game=Game()), world(agents_slice=agents()), NOW, POLICY) == []
 
 
@@ -86,7 +86,7 @@ def test_a_broken_game_file_is_never_rewritten_and_an_unobserved_slice_is_never_
 def test_unset_values_read_as_systemd_reports_them():
     unset = (1 << 64) - 1
     acts = game_actions(Desired(), world(agents_slice=agents(cpu=unset, io=None, high=unset)), NOW, POLICY)
-    assert acts[0].reason == "MemoryHigh max → 26.0 GB, CPUWeight default → 20, IOWeight default → 20 (game off)"
+    assert acts[0].detail["changes"] == {"MemoryHigh": [unset, 26 * GIB], "CPUWeight": [unset, 20], "IOWeight": [None, 20]}
 
 
 def test_memory_high_is_rounded_up_to_256_mib_so_growing_use_is_not_reset_every_pass():
@@ -101,7 +101,8 @@ def test_plan_carries_the_user_side_next_to_the_jobs():
     w = world(agents_slice=agents(), sessions=[SessionObs(pid=41, in_slice=False, unit="init.scope", children=[42, 43])])
     p = plan(Desired(game=Game(on=True, until=NOW + 60)), {}, w, NOW, POLICY)
     assert [(a.kind, a.id) for a in p.actions] == [("set", "agents.slice"), ("adopt", "res-claude-41.scope")]
-    assert plan_line(p.actions[1]) == "  ~ adopt    res-claude-41.scope              claude pid 41 and 2 child processes, outside agents.slice"
+    assert p.actions[1].detail == {"code": "outside_slice", "pid": 41, "children": 2, "slice": "agents.slice"}
+    assert plan_line(p.actions[1]) == f"  ~ adopt    res-claude-41.scope              {p.actions[1].reason}"
 
 
 # ---------------------------------------------------------------- sessions
@@ -110,7 +111,7 @@ def test_plan_carries_the_user_side_next_to_the_jobs():
 def test_a_session_outside_is_adopted_with_its_children_and_the_session_memory_limit():
     (a,) = session_actions(world(sessions=[SessionObs(pid=7, in_slice=False, unit="vte-spawn-1.scope", children=[8])]), POLICY)
     assert (a.kind, a.id, a.pids, a.props) == ("adopt", "res-claude-7.scope", [7, 8], {"MemoryHigh": 6 * GIB})
-    assert a.reason == "claude pid 7 and 1 child process, outside agents.slice"
+    assert a.detail == {"code": "outside_slice", "pid": 7, "children": 1, "slice": "agents.slice"}
     off = SimpleNamespace(**{**vars(POLICY), "adopt_sessions": False})
     assert session_actions(world(sessions=[SessionObs(pid=7, in_slice=False)]), off) == []
     sized = SessionObs(pid=8, in_slice=True, scope="run-u3.scope", scope_memory_high=None)
@@ -130,7 +131,7 @@ def test_a_scope_with_another_memory_high_is_set():
     s = SessionObs(pid=7, in_slice=True, scope="run-u9.scope", scope_memory_high=(1 << 64) - 1)
     acts = session_actions(world(sessions=[s]), POLICY)
     assert [(a.kind, a.id, a.pids, a.props) for a in acts] == [("set", "run-u9.scope", [], {"MemoryHigh": 6 * GIB})]
-    assert acts[0].reason == "MemoryHigh max → 6.0 GB (session_mem_gb)"
+    assert acts[0].detail == {"code": "session_memory", "was": (1 << 64) - 1, "to_gb": 6}
 
 
 def test_sessions_in_place_in_a_job_or_with_limits_off_are_left_alone():
@@ -141,7 +142,7 @@ def test_sessions_in_place_in_a_job_or_with_limits_off_are_left_alone():
     odd = SessionObs(pid=7, in_slice=True, scope="res-claude-7.scope", scope_memory_high=2 * GIB)
     assert session_actions(world(sessions=[odd]), off) == []
     (a,) = session_actions(world(sessions=[SessionObs(pid=9, in_slice=False)]), off)
-    assert a.props == {} and a.reason == "claude pid 9, outside agents.slice"
+    assert a.props == {} and a.detail == {"code": "outside_slice", "pid": 9, "children": 0, "slice": "agents.slice"}
     assert session_actions(world(sessions=None), POLICY) == []  # not observed: nothing
 
 
@@ -194,12 +195,12 @@ def test_parse_stat_with_a_hostile_name():
 
 
 def test_a_claude_inside_a_session_is_part_of_it_not_a_session():
-    from reconciler.observed.procs import has_ancestor_named
+    from reconciler.observed.procs import inside_session
 
     procs = {p.pid: p for p in [Proc(1, 0, "init", 0), Proc(10, 1, "claude", 0), Proc(11, 10, "bash", 0),
                                 Proc(12, 11, "claude", 0), Proc(20, 1, "bash", 0), Proc(21, 20, "claude", 0)]}
-    assert [has_ancestor_named(procs, pid, "claude") for pid in (10, 12, 21)] == [False, True, False]
-    assert not has_ancestor_named(procs, 99, "claude")
+    assert [inside_session(procs, pid) for pid in (10, 12, 21)] == [False, True, False]
+    assert not inside_session(procs, 99)
 
 
 def test_unit_of_a_cgroup():
@@ -299,7 +300,7 @@ def test_a_transient_file_still_being_written_is_not_judged(tmp_path):
 
 
 def test_an_agent_cli_is_known_by_its_name_or_its_scripts():
-    from reconciler.observed.procs import agent_name
+    from reconciler.core.agents import agent_name
 
     assert agent_name("claude", ["claude", "-p", "x"]) == "claude"
     assert agent_name("codex", ["/usr/local/bin/codex", "exec"]) == "codex"
@@ -310,6 +311,17 @@ def test_an_agent_cli_is_known_by_its_name_or_its_scripts():
     assert agent_name("python3.12", ["python3.12", "-m", "pytest"]) is None
     assert agent_name("node", ["node", "server.js"]) is None
     assert agent_name("bash", ["bash", "-c", "claude"]) is None
+
+
+def test_a_session_res_keeps_is_a_claude_by_its_name_or_its_argv0():
+    """core.agents.is_session: the sessions res adopts (by the process name alone: the loop's look, the
+    world's sessions) and those whose scratch `res clean` keeps (also by argv[0])."""
+    from reconciler.core.agents import is_session
+
+    assert is_session("claude") and is_session("claude", ["claude", "-p", "x"])
+    assert is_session("node", ["/usr/local/bin/claude", "--resume", "s"])  # argv[0] names it
+    assert not is_session("node", ["node", "/usr/lib/node_modules/claude.js"])  # as res clean always had it
+    assert not is_session("codex") and not is_session("bash", ["bash", "-c", "claude"]) and not is_session("node")
 
 
 def test_res_init_says_what_it_lays_down():
@@ -352,7 +364,7 @@ def test_a_command_line_parses_the_same_with_only_its_own_subcommand_built():
 
 def test_explain_reuses_a_reason_only_for_the_same_kind_detail_and_zone():
     from reconciler.core.models import Action, Plan
-    from reconciler.render.reasons import explained
+    from reconciler.render.reasons import explained, queued_line
 
     def waiting(pos: int, kind: str = "wait") -> Action:
         return Action(kind, f"r-{pos}", detail={"code": "queued", "position": pos, "est_start": None,
@@ -365,8 +377,8 @@ def test_explain_reuses_a_reason_only_for_the_same_kind_detail_and_zone():
         "code": "queued", "position": 3, "est_start": None, "waits_for": "queue_head", "head": "r-1"})])
     explain(p, UTC, last)
     assert p.actions[0].reason == "REUSED"  # same kind, same detail
-    assert p.actions[1].reason == "position 3; est. start unknown; behind queue head r-1"  # another kind
-    assert p.actions[2].reason.startswith("position 3;")  # its detail changed
+    assert p.actions[1].reason == queued_line(p.actions[1].detail, UTC)  # another kind: made again
+    assert p.actions[2].reason == queued_line(p.actions[2].detail, UTC)  # its detail changed: made again
     other_zone = Plan(actions=[waiting(2)])
     explain(other_zone, lambda ts: 3600, last)
     assert other_zone.actions[0].reason != "REUSED"  # another zone: made again

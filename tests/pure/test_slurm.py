@@ -11,8 +11,6 @@ import pytest
 
 from reconciler.core.models import ExitObs, Game, JobObs, JobRecord, Phase, World
 from reconciler.core.plan import settle_outcome
-from reconciler.render.reasons import outcome_why, reason_line
-from reconciler.core.quantities import UTC
 from reconciler.runtime import JobSpec
 from reconciler.runtime.slurm import (ALIVE_STATES, ENDED_RESULTS, SlurmJob, batch_script, parse_squeue,
                                       parse_submitted, parse_test_only, parse_time, sbatch_args, slurm_exit,
@@ -110,22 +108,21 @@ def test_without_an_exit_record_slurm_alone_tells():
 def _settled(ex: ExitObs, est: int = 60):
     rec = JobRecord(request=req(1, est=est, mem=0.5), phase=Phase.running, started=NOW - 100, where="cluster")
     rc, peak, outcome = settle_outcome(rec, ex)
-    return rc, outcome, outcome_why(outcome)
+    return rc, outcome
 
 
 def test_a_cluster_job_over_its_time_limit_says_so_with_the_limit_slurm_used():
-    rc, outcome, why = _settled(with_slurm_state(_record("TERM", "killed"), _job("TIMEOUT")), est=90)
+    rc, outcome = _settled(with_slurm_state(_record("TERM", "killed"), _job("TIMEOUT")), est=90)
     assert rc == 128 + 15 and outcome == {"code": "time_limit", "limit_s": 120}  # whole minutes
-    assert why == "over its time limit on the cluster (2 min, from --for); raise --for"
 
 
 def test_a_cluster_job_killed_at_its_memory_or_node_says_which():
-    _, outcome, why = _settled(with_slurm_state(_record("KILL", "killed", oom=1), _job("OUT_OF_MEMORY")))
-    assert outcome["code"] == "memory_limit" and why.startswith("killed at its memory limit (512 MB")
-    _, outcome, why = _settled(slurm_exit(_job("NODE_FAIL")))
-    assert outcome == {"code": "node_failure"} and why == "its cluster node failed (slurm NODE_FAIL); run it again"
-    # Cancelled from outside res (scancel by hand): the same words as a unit stopped from outside.
-    _, outcome, _ = _settled(with_slurm_state(_record("TERM", "killed"), _job("CANCELLED")))
+    _, outcome = _settled(with_slurm_state(_record("KILL", "killed", oom=1), _job("OUT_OF_MEMORY")))
+    assert outcome == {"code": "memory_limit", "mem_gb": 0.5, "peak_gb": None, "try_mem": "768M"}
+    _, outcome = _settled(slurm_exit(_job("NODE_FAIL")))
+    assert outcome == {"code": "node_failure"}
+    # Cancelled from outside res (scancel by hand): the same outcome as a unit stopped from outside.
+    _, outcome = _settled(with_slurm_state(_record("TERM", "killed"), _job("CANCELLED")))
     assert outcome == {"code": "stopped_outside", "signal": "TERM"}
 
 
@@ -171,15 +168,15 @@ def test_a_cluster_request_is_submitted_by_res_guardrails_not_local_memory():
     p = run_plan([big], w=_cluster_world())
     assert kinds(p) == [("start", "r-1")]
     (a,) = p.actions
-    assert a.detail["where"] == "cluster" and a.reason == "to slurm (40.0 GB, 32 cpus, 10 min)"
+    assert a.detail == {"code": "submit", "where": "cluster", "overflow": False, "queue": False, "est_s": 600}
+    assert (a.mem_gb, a.cpus) == (40.0, 32)
 
 
 def test_a_cluster_that_does_not_answer_keeps_its_requests_waiting_even_without_queue():
     w = _cluster_world(ok=False, error="slurm: squeue: Unable to contact slurm controller (slurmctld down? check: scontrol ping)")
     p = run_plan([req(1, on="cluster"), req(2, on="cluster", queue=True)], w=w)
     assert kinds(p) == [("enqueue", "r-1"), ("enqueue", "r-2")]
-    assert p.actions[0].reason == ("position 1; waits for the cluster: slurm: squeue: Unable to contact slurm controller "
-                                   "(slurmctld down? check: scontrol ping); submitted once it answers")
+    assert [(a.detail["waits_for"], a.detail["error"]) for a in p.actions] == [("cluster", w.cluster_error)] * 2
 
 
 def test_cluster_jobs_hold_no_local_memory_but_count_as_sessions():
@@ -232,13 +229,6 @@ def test_overflow_sends_what_does_not_fit_here_to_the_cluster_and_local_stays_lo
     for policy, cw in ((_overflow_policy("off"), w), (_overflow_policy("cluster"), _cluster_world(ok=False, avail=10.0))):
         p = plan(Desired(requests=requests, game=Game()), {}, cw, NOW, policy)
         assert all((a.detail or {}).get("where") != "cluster" for a in p.actions)
-
-
-def test_the_cluster_busy_line_says_when_slurm_would_start_it_and_what_to_do():
-    detail = {"code": "busy", "resource": "cluster", "partition": "debug", "nodes": "vm",
-              "est_start": 1_780_003_600.0, "retry": "after", "retry_at": 1_780_003_600.0}
-    assert reason_line(detail, UTC) == ("busy: the cluster would start it at ~21:26 (slurm, partition debug); "
-                                        "retry after ~21:26, or --queue to wait in slurm's queue, or work on something else")
 
 
 # ---------------------------------------------------------------- res doctor

@@ -14,7 +14,7 @@ import tomllib
 import pytest
 
 from clihelp import GIB, res, unit_props, wait_for  # noqa: F401
-from reconciler.core.sessions import SESSION_NAME
+from reconciler.core.agents import SESSION_NAME
 from reconciler.observed.procs import processes
 
 pytestmark = pytest.mark.systemd
