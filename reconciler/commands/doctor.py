@@ -92,7 +92,7 @@ def gather(paths: Paths, policy, read: Callable[[str], str | None] = lambda p: _
 
     from reconciler.runtime.usermanager import bus_address, pids
 
-    f = Facts(user=_user(), unit_dir=str(user_unit_dir()), policy_warnings=tuple(reserve_warnings(policy)),
+    f = Facts(user=_user(), unit_dir=str(user_unit_dir()), policy_warnings=tuple(reserve_warnings(policy.rules())),
               private_allowed=policy.private_manager == "auto")
     f.manager, f.manager_version, manager_cgroup, f.unit_path, reached = asyncio.run(_ask_manager(paths, policy))
     if reached is not None and reached == bus_address(paths.root):

@@ -139,7 +139,7 @@ def auto_sized(fields: dict, engine, policy) -> dict:
     learned = ((gatefile.read(str(engine.paths.gate)) or {}).get("learned") or {}).get(fields.get("project") or "")
     table = make_table(gatefile.shipped_table_data(), policy.gate_heavy_add, policy.gate_heavy_remove)
     size = size_for(list(fields.get("cmd") or []), learned if isinstance(learned, dict) else None, table,
-                    policy_default(policy))
+                    policy_default(policy.rules()))
     chosen = {"mem": ("mem_gb", size.mem_gb), "cpus": ("cpus", min(size.cpus, float(os.cpu_count() or 1))),
               "for": ("est_s", size.est_s)}
     return {**fields, **dict(chosen[name] for name in auto if name in chosen), "sized_from": size.source}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from reconciler.core.models import Action, World
+from reconciler.core.rules import Rules
 from reconciler.core.quantities import GIB
 
 SESSION_NAME = "claude"  # the process name of an agent session
@@ -24,7 +25,7 @@ def movable_from(unit: str) -> bool:
     return unit.endswith(".scope") and not unit.startswith(CONTAINER_SCOPES)
 
 
-def session_actions(world: World, policy) -> list[Action]:
+def session_actions(world: World, policy: Rules) -> list[Action]:
     """Sessions outside the agents slice, in a scope that may be left → adopt (with their children
     in the same cgroup) into a new scope; session scopes whose MemoryHigh differs from
     session_mem_gb → set (0: leave them alone). Moving needs adopt_sessions on (or `res adopt`);
@@ -50,7 +51,7 @@ def session_actions(world: World, policy) -> list[Action]:
     return acts
 
 
-def shell_init_line(policy, systemd_run: str = "systemd-run") -> str:
+def shell_init_line(policy: Rules, systemd_run: str = "systemd-run") -> str:
     """The alias that starts each new session in the agents slice, in a scope of its own, with the
     session memory limit."""
     parts = [systemd_run, "--user", "--scope", "--quiet", "--collect", f"--slice={policy.agents_slice}"]

@@ -18,9 +18,10 @@ safety-net interval."""
 from __future__ import annotations
 
 from reconciler.core.models import LIVE, TERMINAL, Desired, JobRecord, Phase
+from reconciler.core.rules import Rules
 
 
-def next_pass_at(desired: Desired, records: dict[str, JobRecord], now: float, policy,
+def next_pass_at(desired: Desired, records: dict[str, JobRecord], now: float, policy: Rules,
                  prune_after_s: float) -> float | None:
     """The latest time the next pass may begin without anything the clock decides being late; None:
     nothing is due by the clock."""

@@ -270,7 +270,7 @@ class Engine:
             if self.adopt_once:  # `res adopt`: this pass adopts even where the policy leaves it to the user
                 policy, self.adopt_once = policy.model_copy(update={"adopt_sessions": True}), False
             zone = zone_of(policy)
-            p = explain(plan(desired, records, world, now, policy, me=self.holder, pricing_error=self.streamer.pricing_error,
+            p = explain(plan(desired, records, world, now, policy.rules(), me=self.holder, pricing_error=self.streamer.pricing_error,
                              zone=zone), zone, self.explained)
             self.explained = explained(p, zone)
             p.notices.extend(notices + side)
@@ -329,7 +329,7 @@ class Engine:
         desired, records, world, policy, zone = self.last_inputs
         if not desired.queue_ok or not world.ok:
             return {"fits": "unknown", "start": None, "line": "; ".join(self.blocked) or None}
-        answer = would_fit(desired, records, world, now, policy, size)
+        answer = would_fit(desired, records, world, now, policy.rules(), size)
         d = answer.pop("detail", None) or {}
         answer["line"] = reason_line(d, zone) if d.get("code") in ("busy", "never_fits") else None
         return answer
@@ -354,7 +354,7 @@ class Engine:
         if soon:
             self.next_at = now + self.policy.tick_s
         else:
-            self.next_at = next_pass_at(desired, records, now, self.policy, PRUNE_AFTER_S)
+            self.next_at = next_pass_at(desired, records, now, self.policy.rules(), PRUNE_AFTER_S)
         self.note_owners = frozenset(r.request.owner_pid for r in records.values()
                                      if r.request.kind == "note" and r.phase == Phase.running and r.request.owner_pid)
 
@@ -485,7 +485,7 @@ async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Pla
                 if connected:
                     await runtime.close()
         zone = zone_of(policy)
-        p = explain(plan(desired, records, world, time.time(), policy, zone=zone), zone)
+        p = explain(plan(desired, records, world, time.time(), policy.rules(), zone=zone), zone)
         p.notices.extend(notices)
         return p, world
     finally:
