@@ -396,7 +396,7 @@ async def start_private_manager(engine, paths: Paths) -> None:
         log.error("no systemd user manager reachable, and a private one could not be started: %s", e)
         return
     await engine.connect()
-    where = getattr(engine.runtime, "address", None) or "?"
+    where = engine.runtime.address or "?"
     log.warning("no systemd user manager was reachable: started a private one for %s (systemd --user pid %s, bus %s)",
                 paths.root, pids(paths.root).get("systemd", "?"), where)
 
