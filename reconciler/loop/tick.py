@@ -7,6 +7,7 @@ import os
 import secrets
 import socket
 import time
+from typing import Awaitable, Callable, TypeVar
 
 from reconciler.apply.attach import Streamer
 from reconciler.apply.executor import Executor
@@ -20,6 +21,7 @@ from reconciler.core.plan import plan
 from reconciler.render.reasons import explain, explained
 
 log = logging.getLogger("res.tick")
+T = TypeVar("T")
 
 
 def holder_id() -> str:
@@ -359,7 +361,7 @@ class Engine:
                                      if r.request.kind == "note" and r.phase == Phase.running and r.request.owner_pid)
 
 
-async def with_engine(paths: Paths, policy, fn):
+async def with_engine(paths: Paths, policy, fn: Callable[[Engine], Awaitable[T]]) -> T:
     """`fn(engine)` on a one-shot reconciler instance: connected first, closed after (its
     attachments given up, so a loop takes them over at once)."""
     engine = Engine(paths, policy)
