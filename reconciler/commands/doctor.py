@@ -73,7 +73,7 @@ async def _ask_manager(paths: Paths, policy) -> tuple[str | None, str, str | Non
         await rt.connect()
         version = str(await rt.manager_property("Version"))
         unit_path = tuple(str(p) for p in await rt.manager_property("UnitPath"))
-        return None, version, rt.manager_cgroup, unit_path, getattr(rt, "address", None)
+        return None, version, rt.manager_cgroup, unit_path, rt.address
     except RuntimeUnavailable as e:
         why = str(e).removeprefix("systemd user manager unreachable").removeprefix(" at ").removeprefix(":")
         return why.strip() or "no answer", "", None, None, None
