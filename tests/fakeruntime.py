@@ -13,6 +13,7 @@ from reconciler.runtime import JobSpec, RuntimeUnavailable
 
 class FakeRuntime:
     name = "fake"
+    address: str | None = None  # talks to nothing
 
     def __init__(self, reachable: bool = True):
         self.reachable = reachable

@@ -10,7 +10,7 @@ def shell_init(policy) -> str:
 
     from reconciler.core.sessions import shell_init_line
 
-    return shell_init_line(policy, shutil.which("systemd-run") or "systemd-run")
+    return shell_init_line(policy.rules(), shutil.which("systemd-run") or "systemd-run")
 
 
 def adopt_report(plan, agents_slice: str) -> tuple[int, list[str]]:

@@ -3,8 +3,16 @@ when no loop answers, and how lines are printed. Import-light: the hot path (`re
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from reconciler.config.paths import Paths
+
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    from reconciler.ops.engine import Engine
+
+    T = TypeVar("T")
 
 
 class Fail(Exception):
@@ -32,14 +40,15 @@ def quiet_logs() -> None:
     logging.getLogger("res").addHandler(logging.NullHandler())
 
 
-async def with_engine(paths: Paths, fn):
+async def with_engine(paths: Paths, fn: Callable[[Engine], Awaitable[T]]) -> T:
     from reconciler.loop.tick import with_engine as run_with_engine
 
     quiet_logs()
     return await run_with_engine(paths, the_policy(), fn)
 
 
-def decide(paths: Paths, request: dict, local, resume=None) -> tuple[int, str, dict | None]:
+def decide(paths: Paths, request: dict, local: Callable[[Engine], Awaitable[tuple[int, str, dict | None]]],
+           resume: Callable[[Engine], Awaitable[tuple[int, str, dict | None]]] | None = None) -> tuple[int, str, dict | None]:
     """Ask the running loop; without one, run the passes here under the same lock. `resume`: what
     to run here instead of `local` when the loop took the request and ended before answering (it may
     have acted on it already)."""

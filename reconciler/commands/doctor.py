@@ -73,7 +73,7 @@ async def _ask_manager(paths: Paths, policy) -> tuple[str | None, str, str | Non
         await rt.connect()
         version = str(await rt.manager_property("Version"))
         unit_path = tuple(str(p) for p in await rt.manager_property("UnitPath"))
-        return None, version, rt.manager_cgroup, unit_path, getattr(rt, "address", None)
+        return None, version, rt.manager_cgroup, unit_path, rt.address
     except RuntimeUnavailable as e:
         why = str(e).removeprefix("systemd user manager unreachable").removeprefix(" at ").removeprefix(":")
         return why.strip() or "no answer", "", None, None, None
@@ -92,7 +92,7 @@ def gather(paths: Paths, policy, read: Callable[[str], str | None] = lambda p: _
 
     from reconciler.runtime.usermanager import bus_address, pids
 
-    f = Facts(user=_user(), unit_dir=str(user_unit_dir()), policy_warnings=tuple(reserve_warnings(policy)),
+    f = Facts(user=_user(), unit_dir=str(user_unit_dir()), policy_warnings=tuple(reserve_warnings(policy.rules())),
               private_allowed=policy.private_manager == "auto")
     f.manager, f.manager_version, manager_cgroup, f.unit_path, reached = asyncio.run(_ask_manager(paths, policy))
     if reached is not None and reached == bus_address(paths.root):

@@ -25,7 +25,7 @@ def game_report(paths: Paths, policy, now: float) -> list[str]:
         records = store.records()
         snap = store.get_meta_json("last_tick", {})
     world = parse(World, snap["world"]) if snap.get("world") else None
-    return game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now, zone_of(policy))
+    return game_lines(policy.rules(), game, world, [r for r in records.values() if r.phase in HOLDING], now, zone_of(policy))
 
 
 def cmd_game(a, paths: Paths, policy, decide) -> tuple[int, list[str]]:

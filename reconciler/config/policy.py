@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import os
 import tomllib
+from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from reconciler.config.memo import ByIdentity
 from reconciler.config.resources import shipped
 from reconciler.core.quantities import BadValue, parse_duration_s
+from reconciler.core.rules import Rules
 
 
 class PolicyError(Exception):
@@ -166,11 +169,23 @@ class Policy(BaseSettings):
             raise ValueError(f"jobs_slice {v!r} must be a child of agents_slice {agents!r} (name it {agents[:-6]}-jobs.slice)")
         return v
 
+    def rules(self) -> Rules:
+        """What the core reads of this policy (core/rules.py), made once per policy object."""
+        return _RULES.get(self, rules_of)
+
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
         # The files as load_policy read them (checked: regular, bounded, UTF-8), the user's over the
         # shipped defaults: pydantic-settings never opens a path itself (a FIFO would hang it).
         return (init_settings, env_settings, _FilesSource(settings_cls))
+
+
+def rules_of(policy: Policy) -> Rules:
+    """The core's values of `policy`: each field of Rules, read from the policy's field of that name."""
+    return Rules(**{f.name: getattr(policy, f.name) for f in fields(Rules)})
+
+
+_RULES = ByIdentity(limit=64)  # a pass asks every time; a policy is replaced only when its files change
 
 
 class _FilesSource(PydanticBaseSettingsSource):

@@ -5,6 +5,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from reconciler.core.models import Game, JobRecord, Phase, Request, World
+from reconciler.core.rules import Rules
 
 HOLDING = (Phase.starting, Phase.running)
 
@@ -76,7 +77,7 @@ def cpu_reserve(configured: float, nproc: int, share: float = USER_CPU_SHARE) ->
     return max(0.0, min(configured, nproc * share))
 
 
-def reserves(policy, game: Game, now: float, nproc: int) -> tuple[float, float, bool]:
+def reserves(policy: Rules, game: Game, now: float, nproc: int) -> tuple[float, float, bool]:
     """(GB, CPUs, game on) kept for the user now. Game mode only ever adds to the user's reserve: a
     policy whose game reserve is the smaller one must not let agents take more while the user plays."""
     on = game.active(now)
@@ -87,11 +88,11 @@ def reserves(policy, game: Game, now: float, nproc: int) -> tuple[float, float, 
     return gb, max(cpu_reserve(policy.game_reserve_cpus, nproc, GAME_CPU_SHARE), user_cpus), on
 
 
-def reserve_warnings(policy) -> list[str]:
+def reserve_warnings(policy: Rules) -> list[str]:
     """Policy values that do not mean what they say: a game reserve below the normal one."""
     out = []
-    for what, unit in (("gb", "GB"), ("cpus", "cpus")):
-        game, user = getattr(policy, f"game_reserve_{what}"), getattr(policy, f"user_reserve_{what}")
+    for what, unit, game, user in (("gb", "GB", policy.game_reserve_gb, policy.user_reserve_gb),
+                                   ("cpus", "cpus", policy.game_reserve_cpus, policy.user_reserve_cpus)):
         if game < user:
             out.append(f"policy: game_reserve_{what} ({game:g} {unit}) is below user_reserve_{what} ({user:g} {unit}); "
                        f"game mode keeps {user:g} {unit} (raise game_reserve_{what} to mean more)")
@@ -120,14 +121,14 @@ def holder_of(rec: JobRecord, used_gb: float, now: float) -> Holder:
 PRESSURE_WINDOW_S = 10  # PSI's avg10: the window the threshold is compared with
 
 
-def pressure_of(policy, world: World) -> dict | None:
+def pressure_of(policy: Rules, world: World) -> dict | None:
     """Memory pressure that holds back new work (DESIGN §5.9): the machine's or the agents slice's
     `full avg10` above the policy's `pressure_full_pct`, the higher of the two; None when neither
     is, when neither was observed, or when the policy says 0 (PSI ignored).
 
     `full` is the share of time in which every non-idle task waited for memory at once (thrashing,
     reclaim storms); avg10 is its average over the last 10 s (docs/pressure.md)."""
-    limit = getattr(policy, "pressure_full_pct", 0) or 0
+    limit = policy.pressure_full_pct
     if limit <= 0:
         return None
     seen = [(pct, where) for pct, where in ((world.pressure_full_pct, "system"), (world.slice_pressure_full_pct, "slice"))
@@ -137,11 +138,11 @@ def pressure_of(policy, world: World) -> dict | None:
     pct, where = max(seen, key=lambda s: s[0])
     d = {"pct": pct, "kind": "full", "window_s": PRESSURE_WINDOW_S, "limit": limit, "where": where}
     if where == "slice":
-        d["slice"] = getattr(policy, "agents_slice", None)
+        d["slice"] = policy.agents_slice
     return d
 
 
-def capacity(policy, game: Game, world: World, holding: list[JobRecord], now: float) -> Capacity:
+def capacity(policy: Rules, game: Game, world: World, holding: list[JobRecord], now: float) -> Capacity:
     """`holding`: the records that claim resources now (running or starting jobs, granted notes)."""
     reserve_gb, reserve_cpus, on = reserves(policy, game, now, world.nproc)
     headroom = policy.small_headroom_gb

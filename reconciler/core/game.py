@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from reconciler.core.capacity import Capacity, freed_by, reserves
 from reconciler.core.models import Action, Desired, Game, World
+from reconciler.core.rules import Rules
 from reconciler.core.quantities import GIB
 
 GAME_WEIGHT = 5
@@ -13,7 +14,7 @@ MEMORY_HIGH_STEP = 256 * 1024 * 1024
 UNSET = 1 << 63  # systemd reports an unset weight or limit as UINT64_MAX; anything this big is "unset"
 
 
-def slice_target(policy, game: Game, now: float, ram_gb: float, slice_used_gb: float) -> dict[str, int]:
+def slice_target(policy: Rules, game: Game, now: float, ram_gb: float, slice_used_gb: float) -> dict[str, int]:
     """What the agents slice should be set to: game on yields CPU/IO and keeps memory for the user
     without squeezing what agents already use; off (or expired) gives the normal share back."""
     reserve_gb, _, on = reserves(policy, game, now, 1)
@@ -33,7 +34,7 @@ def slice_changes(current: dict[str, int | None], target: dict[str, int]) -> dic
             if key in target and current.get(key) != target[key]}
 
 
-def game_actions(desired: Desired, world: World, now: float, policy) -> list[Action]:
+def game_actions(desired: Desired, world: World, now: float, policy: Rules) -> list[Action]:
     """Game mode's time is up → clear it in game.toml; the agents slice differs from what game mode
     (on or off) wants → set it. Nothing when the slice could not be observed."""
     game = desired.game

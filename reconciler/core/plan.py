@@ -13,6 +13,7 @@ from reconciler.core.hist import mem_flag, suggest_mem_gb
 from reconciler.core.capacity import (HOLDING, Capacity, QueueForecast, busy_detail, capacity, daily_detail, holder_of, lock_detail,
                        never_detail, sessions_detail, short_of)
 from reconciler.core.models import LIVE, TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, Plan, Request, World
+from reconciler.core.rules import Rules
 from reconciler.core.game import game_actions
 from reconciler.core.sessions import session_actions
 from reconciler.core.quantities import GIB, UTC, Zone, local_midnight
@@ -26,7 +27,7 @@ ATTACH_FAILURES_MAX = 3  # attachments in a row that fail before the job is fail
 ALIVE = ("active", "activating", "deactivating")
 
 
-def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy,
+def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy: Rules,
          me: str | None = None, pricing_error: str | None = None, zone: Zone = UTC, wake: bool = False) -> Plan:
     """`me`: the attachment holder id of the reconciler that will apply the plan (None: a dry run,
     which claims nothing). `pricing_error`: the pricing table could not be read; no agent session
@@ -72,7 +73,7 @@ def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
 # ---------------------------------------------------------------- running, ended, released
 
 
-def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World, now: float, policy,
+def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World, now: float, policy: Rules,
                me: str | None) -> list[Action]:
     """What a recorded job or note needs this pass (DESIGN §5.3's table, row by row)."""
     req = rec.request
@@ -119,7 +120,7 @@ def _note(rec: JobRecord, gone: bool, world: World, now: float, tag: dict) -> li
     return []
 
 
-def _live_job(rec: JobRecord, gone: bool, world: World, now: float, policy, me: str | None, tag: dict) -> list[Action]:
+def _live_job(rec: JobRecord, gone: bool, world: World, now: float, policy: Rules, me: str | None, tag: dict) -> list[Action]:
     obs = world.jobs.get(rec.id)
     alive = obs is not None and obs.state in ALIVE
     # An exit record counts only once the unit has ended (its own stop step writes it last), and only
@@ -194,7 +195,7 @@ def _lapsed(rec: JobRecord, now: float, gone: list[str]) -> dict:
     return {"code": "lease_lapsed", "holder": holder, "ago_s": ago}
 
 
-def effective_limits(req: Request, policy) -> tuple[float, int, int]:
+def effective_limits(req: Request, policy: Rules) -> tuple[float, int, int]:
     """(max cost USD, max duration s, max iterations) of a job; 0 = no limit. A job's own flags win;
     agent sessions get the policy's defaults."""
     session = req.session
@@ -206,12 +207,14 @@ def effective_limits(req: Request, policy) -> tuple[float, int, int]:
             pick(req.max_iterations, policy.max_iterations))
 
 
-def budget_trip(rec: JobRecord, policy, now: float, log_bytes: int | None = None) -> dict | None:
+def budget_trip(rec: JobRecord, policy: Rules | None, now: float, log_bytes: int | None = None) -> dict | None:
     """The reason (a detail) a job is over one of its budgets (DESIGN §5.5), or None. Codes:
     `attach_failed`, `log_limit`, `budget` (with `budget`: cost, duration or iterations)."""
     if rec.attach_failures >= ATTACH_FAILURES_MAX:
         return {"code": "attach_failed", "failures": rec.attach_failures, "error": rec.last_error}
-    limit_gb = getattr(policy, "max_log_gb", 0) if policy is not None else 0
+    if policy is None:  # settle_outcome's question: the attachment's verdict alone
+        return None
+    limit_gb = policy.max_log_gb
     if limit_gb and log_bytes is not None and log_bytes > limit_gb * GIB:
         return {"code": "log_limit", "limit_gb": limit_gb, "written_gb": log_bytes / GIB}
     max_cost, max_duration, max_iterations = effective_limits(rec.request, policy)
@@ -310,7 +313,7 @@ def spent_today(records: dict[str, JobRecord], now: float, zone: Zone = UTC) -> 
                if r.phase in LIVE or (r.phase == Phase.done and (r.ended or 0) >= midnight))
 
 
-def _session_block(req: Request, cap: Capacity, policy, spent: float, pricing_error: str | None) -> tuple[dict, bool] | None:
+def _session_block(req: Request, cap: Capacity, policy: Rules, spent: float, pricing_error: str | None) -> tuple[dict, bool] | None:
     """Why an agent session may not start now (a structured reason), and whether that can never
     change by waiting."""
     if pricing_error:
@@ -327,7 +330,7 @@ def _refuse(req: Request, detail: dict, never: bool = False) -> Action:
     return Action(kind="refuse", id=req.id, never=never, detail=detail, **_tag(req))
 
 
-def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: float, policy,
+def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: float, policy: Rules,
            spent: float = 0.0, pricing_error: str | None = None, world: World | None = None) -> list[Action]:
     """Every desired entry not yet decided, in queue order: taken back, held, refused, started,
     granted or left waiting (DESIGN §5.2)."""
@@ -353,7 +356,7 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
     return adm.acts
 
 
-def _where(req: Request, cap: Capacity, policy, world: World | None, adm: _Admission) -> str:
+def _where(req: Request, cap: Capacity, policy: Rules, world: World | None, adm: _Admission) -> str:
     """`local`, `cluster` (asked for with --on cluster) or `overflow` (asked for here, does not fit
     here now, or only behind a waiting queue head, and the policy sends such requests to the
     cluster, which answers: DESIGN §6b)."""
@@ -361,7 +364,7 @@ def _where(req: Request, cap: Capacity, policy, world: World | None, adm: _Admis
         return "local"
     if req.on == "cluster":
         return "cluster"
-    if getattr(policy, "overflow", "off") != "cluster" or world is None or world.cluster_ok is not True:
+    if policy.overflow != "cluster" or world is None or world.cluster_ok is not True:
         return "local"
     if cap.never_fits(req) or not cap.fits(req) or (req.queue and adm.waits_behind_head(req)):
         return "overflow"
@@ -371,7 +374,7 @@ def _where(req: Request, cap: Capacity, policy, world: World | None, adm: _Admis
 class _Admission:
     """The state one pass's admission carries from entry to entry."""
 
-    def __init__(self, cap: Capacity, now: float, policy, spent: float, pricing_error: str | None):
+    def __init__(self, cap: Capacity, now: float, policy: Rules, spent: float, pricing_error: str | None):
         self.cap, self.now, self.policy, self.spent, self.pricing_error = cap, now, policy, spent, pricing_error
         self.acts: list[Action] = []
         self.locks = {h.lock: h for h in cap.holders if h.lock}  # lock -> its running holder

@@ -6,6 +6,7 @@ import shlex
 
 from reconciler.core.agents import SESSION_NAME
 from reconciler.core.models import Action, World
+from reconciler.core.rules import Rules
 from reconciler.core.quantities import GIB
 
 
@@ -23,7 +24,7 @@ def movable_from(unit: str) -> bool:
     return unit.endswith(".scope") and not unit.startswith(CONTAINER_SCOPES)
 
 
-def session_actions(world: World, policy) -> list[Action]:
+def session_actions(world: World, policy: Rules) -> list[Action]:
     """Sessions outside the agents slice, in a scope that may be left → adopt (with their children
     in the same cgroup) into a new scope; session scopes whose MemoryHigh differs from
     session_mem_gb → set (0: leave them alone). Moving needs adopt_sessions on (or `res adopt`);
@@ -49,7 +50,7 @@ def session_actions(world: World, policy) -> list[Action]:
     return acts
 
 
-def shell_init_line(policy, systemd_run: str = "systemd-run") -> str:
+def shell_init_line(policy: Rules, systemd_run: str = "systemd-run") -> str:
     """The alias that starts each new session in the agents slice, in a scope of its own, with the
     session memory limit."""
     parts = [systemd_run, "--user", "--scope", "--quiet", "--collect", f"--slice={policy.agents_slice}"]

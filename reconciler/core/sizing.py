@@ -17,9 +17,12 @@ Import-light (the gate's hot path): the gate's own text reading, nothing else.
 from __future__ import annotations
 
 import posixpath
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from reconciler.core.gate import SHELLS, Tool, Unreadable, fingerprint, match_tool, program_of, simple_commands
+
+if TYPE_CHECKING:  # `res hook` imports this module: nothing more than it needs at run time
+    from reconciler.core.rules import Rules
 
 MAX_EST_S = 365 * 86400
 _NOT_WORK = frozenset({"cd", "echo", "true", "export", "set", "source", ".", "pwd", "printf"})
@@ -108,7 +111,7 @@ def size_for(cmd: list[str], learned: dict | None, table: tuple[Tool, ...], defa
     return combined(sizes, default)
 
 
-def policy_default(policy) -> Size:
+def policy_default(policy: Rules) -> Size:
     """The size of a command neither history nor the table knows: the policy's auto_* keys."""
     return Size(float(policy.auto_mem_gb), float(policy.auto_cpus), max(1, int(round(policy.auto_minutes * 60))),
                 "the policy's default")

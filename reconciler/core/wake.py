@@ -22,9 +22,10 @@ The planner decides this once, with the plan (`wake_at`, Plan.next_at); the loop
 from __future__ import annotations
 
 from reconciler.core.models import LIVE, TERMINAL, Desired, JobRecord, Phase, Plan, World
+from reconciler.core.rules import Rules
 
 
-def wake_at(p: Plan, desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy,
+def wake_at(p: Plan, desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy: Rules,
             prune_after_s: float) -> float | None:
     """When the pass after the one that applies `p` is due by the clock; None: by no clock."""
     if p.actions or not world.ok:
@@ -32,7 +33,7 @@ def wake_at(p: Plan, desired: Desired, records: dict[str, JobRecord], world: Wor
     return next_pass_at(desired, records, now, policy, prune_after_s)
 
 
-def next_pass_at(desired: Desired, records: dict[str, JobRecord], now: float, policy,
+def next_pass_at(desired: Desired, records: dict[str, JobRecord], now: float, policy: Rules,
                  prune_after_s: float) -> float | None:
     """The latest time the next pass may begin without anything the clock decides being late; None:
     nothing is due by the clock."""

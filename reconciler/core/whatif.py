@@ -21,6 +21,7 @@ import dataclasses
 
 from reconciler.core.models import LIVE, Desired, JobRecord, Phase, Request, World, parse
 from reconciler.core.plan import plan
+from reconciler.core.rules import Rules
 
 
 def _trial(desired: Desired, records: dict[str, JobRecord], size: dict, now: float, queue: bool) -> Request:
@@ -31,7 +32,7 @@ def _trial(desired: Desired, records: dict[str, JobRecord], size: dict, now: flo
                            "cmd": ["true"], "cwd": size.get("cwd") or "/"})
 
 
-def _action(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy, size: dict, queue: bool):
+def _action(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy: Rules, size: dict, queue: bool):
     req = _trial(desired, records, size, now, queue)
     trial = dataclasses.replace(desired, requests=[*desired.requests, req])
     acts = plan(trial, records, world, now, policy, me=None).for_id(req.id)
@@ -45,7 +46,7 @@ def _gated_ahead(desired: Desired, records: dict[str, JobRecord]) -> bool:
     return any(rec.request.gated and (rec.phase in LIVE or rec.phase == Phase.queued) for rec in records.values())
 
 
-def _ask(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy, size: dict) -> dict:
+def _ask(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy: Rules, size: dict) -> dict:
     req, act = _action(desired, records, world, now, policy, size, queue=True)
     out = {"mem_gb": req.mem_gb, "cpus": req.cpus, "start": None, "detail": None}
     if act is None:
@@ -64,13 +65,13 @@ def _ask(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
     return {**out, "fits": "later", "start": None if _gated_ahead(desired, records) else est}
 
 
-def _why(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy, size: dict) -> dict:
+def _why(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy: Rules, size: dict) -> dict:
     """What the same request asked for now would be told: who holds what, until when, what is free."""
     _, act = _action(desired, records, world, now, policy, size, queue=False)
     return (act.detail or {}) if act is not None and act.kind == "refuse" else {}
 
 
-def would_fit(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy, size: dict) -> dict:
+def would_fit(desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy: Rules, size: dict) -> dict:
     """`size`: mem_gb, cpus, est_s, guessed (and title, project, cwd for the busy line). The answer
     names the size it is for."""
     answer = _ask(desired, records, world, now, policy, size)

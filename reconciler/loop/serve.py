@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from reconciler.ops import requests as ops
 from reconciler.config.locks import LockBusy, acquire, release
@@ -21,6 +22,9 @@ from reconciler.config.paths import Paths
 from reconciler.core.errors import RetryLater, needs_a_person
 
 log = logging.getLogger("res.serve")
+
+if TYPE_CHECKING:
+    from reconciler.ops.engine import Engine
 
 
 # A request is one JSON line: the caller's command and environment (ARG_MAX, 2 MiB on Linux, bounds
@@ -47,7 +51,7 @@ class Ticker:
     """Runs engine passes one at a time; `pass_after_now()` returns the plan of a pass that began after
     the call, so whatever the caller wrote before it is seen."""
 
-    def __init__(self, engine):
+    def __init__(self, engine: Engine):
         self.engine = engine
         self.begun = 0  # passes started
         self.finished = 0
@@ -125,10 +129,10 @@ def take_serve_lock(paths: Paths) -> int:
     return fd
 
 
-async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = False) -> None:
+async def serve(paths: Paths, policy, engine: Engine | None = None, ready=None, standby: bool = False) -> None:
     """The loop. `standby`: wait while another loop holds the state directory, take over when it
     ends (its leases are then claimed as they lapse, or at once if it handed them over)."""
-    from reconciler.loop.tick import Engine
+    from reconciler.loop.tick import Engine as LoopEngine
 
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -137,7 +141,7 @@ async def serve(paths: Paths, policy, engine=None, ready=None, standby: bool = F
     lock_fd = await _serve_lock(paths, stopping, standby)
     if lock_fd is None:
         return  # asked to stop while standing by
-    engine = engine or Engine(paths, policy)
+    engine = engine or LoopEngine(paths, policy)
     from reconciler.loop.group import GroupAdd
 
     engine.adder = GroupAdd(engine.writer)
@@ -228,7 +232,7 @@ def _existing(d: str) -> str:
     return d or "/"
 
 
-def _scheduled(engine, ticker: "Ticker", policy):
+def _scheduled(engine: Engine, ticker: "Ticker", policy):
     """APScheduler's jobs on this event loop (coroutines, so they run on it, not in a thread):
     - `due`: re-armed after every pass for the time it asked for (core/wake.py: entries waiting for
       room and running jobs every tick_s, a note's expiry, game mode's end, …), and removed when
@@ -323,7 +327,7 @@ class Requests:
     MAX_CONNECTIONS × 2 × SMALL_REQUEST + MAX_READING × REQUEST_LIMIT of buffers. A client that hangs
     up early costs nothing but its connection."""
 
-    def __init__(self, engine, ticker: "Ticker"):
+    def __init__(self, engine: Engine, ticker: "Ticker"):
         self.engine, self.ticker = engine, ticker
         self.connections = 0
         self.reading_big = asyncio.Semaphore(MAX_READING)
@@ -392,7 +396,7 @@ class Requests:
                     return b"".join(parts)
 
 
-async def start_private_manager(engine, paths: Paths) -> None:
+async def start_private_manager(engine: Engine, paths: Paths) -> None:
     """No systemd user manager to reach (a container, CI, a root shell without lingering): boot one for
     this state directory (reconciler/runtime/usermanager.py), say so in one line, and connect to it. It
     outlives this loop; a restarted loop, and every `res` call for this state directory, reuse it."""
@@ -404,12 +408,12 @@ async def start_private_manager(engine, paths: Paths) -> None:
         log.error("no systemd user manager reachable, and a private one could not be started: %s", e)
         return
     await engine.connect()
-    where = getattr(engine.runtime, "address", None) or "?"
+    where = engine.runtime.address or "?"
     log.warning("no systemd user manager was reachable: started a private one for %s (systemd --user pid %s, bus %s)",
                 paths.root, pids(paths.root).get("systemd", "?"), where)
 
 
-async def auto_clean(engine, roots, now: float) -> list[str] | None:
+async def auto_clean(engine: Engine, roots, now: float) -> list[str] | None:
     """The loop's silent cleanup: like `res clean --yes` without project patterns,
     at most every `clean_every_minutes` (the last run is kept in state.db, so a restarted loop does
     not clean sooner). The sweep runs in a thread; the loop keeps ticking. None when not due."""
@@ -435,7 +439,7 @@ def _who(req: dict) -> str | None:
     return " ".join(who.split())[:300] if isinstance(who, str) and who.strip() else None
 
 
-async def wait_answer(engine, ticker: Ticker, job_id: str, timeout: float | None, reader=None) -> dict | None:
+async def wait_answer(engine: Engine, ticker: Ticker, job_id: str, timeout: float | None, reader=None) -> dict | None:
     """Answer once the entry is finished (checked after every pass) or `timeout` passed; None if the
     caller hung up meanwhile."""
     from reconciler.loop.waiting import finished
@@ -462,7 +466,7 @@ async def wait_answer(engine, ticker: Ticker, job_id: str, timeout: float | None
             gone.cancel()
 
 
-async def answer_request(engine, ticker: Ticker, req: dict, reader=None, say=None) -> dict | None:
+async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None, say=None) -> dict | None:
     """The answer to one request; `say(obj)` sends a line before it (the id a submit was given)."""
     op = req.get("op")
     data = None

@@ -7,6 +7,7 @@ import os
 import secrets
 import socket
 import time
+from typing import Awaitable, Callable, TypeVar
 
 from reconciler.apply.attach import Streamer
 from reconciler.apply.executor import Executor
@@ -21,6 +22,7 @@ from reconciler.core.plan import plan
 from reconciler.render.reasons import explain, explained
 
 log = logging.getLogger("res.tick")
+T = TypeVar("T")
 
 
 def holder_id() -> str:
@@ -286,7 +288,7 @@ class Engine:
             if self.adopt_once:  # `res adopt`: this pass adopts even where the policy leaves it to the user
                 policy, self.adopt_once = policy.model_copy(update={"adopt_sessions": True}), False
             zone = zone_of(policy)
-            p = explain(plan(desired, records, world, now, policy, me=self.holder, pricing_error=self.streamer.pricing_error,
+            p = explain(plan(desired, records, world, now, policy.rules(), me=self.holder, pricing_error=self.streamer.pricing_error,
                              zone=zone, wake=True), zone, self.explained)
             self.explained = explained(p, zone)
             p.notices.extend(notices + side)
@@ -345,7 +347,7 @@ class Engine:
         desired, records, world, policy, zone = self.last_inputs
         if not desired.queue_ok or not world.ok:
             return {"fits": "unknown", "start": None, "line": "; ".join(self.blocked) or None}
-        answer = would_fit(desired, records, world, now, policy, size)
+        answer = would_fit(desired, records, world, now, policy.rules(), size)
         d = answer.pop("detail", None) or {}
         answer["line"] = reason_line(d, zone) if d.get("code") in ("busy", "never_fits") else None
         return answer
@@ -383,7 +385,7 @@ class Engine:
                                      if r.request.kind == "note" and r.phase == Phase.running and r.request.owner_pid)
 
 
-async def with_engine(paths: Paths, policy, fn):
+async def with_engine(paths: Paths, policy, fn: Callable[[Engine], Awaitable[T]]) -> T:
     """`fn(engine)` on a one-shot reconciler instance: connected first, closed after (its
     attachments given up, so a loop takes them over at once)."""
     engine = Engine(paths, policy)
@@ -509,7 +511,7 @@ async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Pla
                 if connected:
                     await runtime.close()
         zone = zone_of(policy)
-        p = explain(plan(desired, records, world, time.time(), policy, zone=zone), zone)
+        p = explain(plan(desired, records, world, time.time(), policy.rules(), zone=zone), zone)
         p.notices.extend(notices)
         return p, world
     finally:

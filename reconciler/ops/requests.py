@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from reconciler.core.lifecycle import transition
 from reconciler.core.models import LIVE, Phase, Plan
@@ -12,6 +12,9 @@ from reconciler.render.text import fmt_clock, fmt_gb
 
 TickFn = Callable[[], Awaitable[Plan]]
 MAX_PASSES = 6  # a request deferred by the per-pass start cap is decided within a few passes
+
+if TYPE_CHECKING:
+    from reconciler.ops.engine import Engine
 
 
 def _detail(plan: Plan | None, job_id: str, kinds: tuple[str, ...]) -> dict | None:
@@ -23,7 +26,7 @@ def _detail(plan: Plan | None, job_id: str, kinds: tuple[str, ...]) -> dict | No
     return None
 
 
-def outcome(engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | None:
+def outcome(engine: Engine, job_id: str, plan: Plan | None) -> tuple[int, str, dict] | None:
     """(exit code, line, the entry as data) once the request is decided, None while it is not yet."""
     from reconciler.ops.status import entry_json
     from reconciler.config.zone import zone_of
@@ -82,7 +85,7 @@ def _owner(req) -> str:
     return f", while pid {req.owner_pid}" + (f" ({req.owner_name})" if req.owner_name else "") + " runs"
 
 
-def find_submitted(engine, kind: str, fields: dict):
+def find_submitted(engine: Engine, kind: str, fields: dict):
     """The request these very fields were submitted as, if a loop that ended before answering
     recorded it (in the queue file or the records), else None."""
     from reconciler.desired.reader import DesiredError, read_queue
@@ -99,7 +102,7 @@ def find_submitted(engine, kind: str, fields: dict):
     return next((r for r in [*queued, *recorded] if same(r)), None)
 
 
-async def _as(engine, who: str | None, edit):
+async def _as(engine: Engine, who: str | None, edit):
     """Run a writer edit on behalf of `who` (the caller's process chain; None: this process), on a
     worker thread: the writer's lock wait and its file work never stop the loop answering others."""
     import asyncio
@@ -125,7 +128,7 @@ def scoped_lock(fields: dict, policy) -> dict:
     return {**fields, "lock": lock_scope(key, main_tree(fields.get("cwd") or "/"))}
 
 
-def auto_sized(fields: dict, engine, policy) -> dict:
+def auto_sized(fields: dict, engine: Engine, policy) -> dict:
     """The fields with the sizes asked for as `auto` filled in (core/sizing.py: this project's history
     of the command as the loop last published it in gate.json, else the gate's table, else the
     policy's auto_* keys), and where they came from (`sized_from`)."""
@@ -139,13 +142,13 @@ def auto_sized(fields: dict, engine, policy) -> dict:
     learned = ((gatefile.read(str(engine.paths.gate)) or {}).get("learned") or {}).get(fields.get("project") or "")
     table = make_table(gatefile.shipped_table_data(), policy.gate_heavy_add, policy.gate_heavy_remove)
     size = size_for(list(fields.get("cmd") or []), learned if isinstance(learned, dict) else None, table,
-                    policy_default(policy))
+                    policy_default(policy.rules()))
     chosen = {"mem": ("mem_gb", size.mem_gb), "cpus": ("cpus", min(size.cpus, float(os.cpu_count() or 1))),
               "for": ("est_s", size.est_s)}
     return {**fields, **dict(chosen[name] for name in auto if name in chosen), "sized_from": size.source}
 
 
-async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = False,
+async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: bool = False,
                  on_accept=None, who: str | None = None) -> tuple[int, str, dict | None]:
     """`resume`: a loop took this request and ended before answering; decide the request it
     recorded, if it did, rather than add it a second time. `on_accept(id)`: told the id as soon as
@@ -192,7 +195,7 @@ async def submit(engine, tick: TickFn, kind: str, fields: dict, resume: bool = F
     return 0, f"{req.id} accepted; not decided yet (see: res status {req.id})", pending
 
 
-async def release(engine, tick: TickFn, job_id: str, stop: bool, who: str | None = None) -> tuple[int, str, dict | None]:
+async def release(engine: Engine, tick: TickFn, job_id: str, stop: bool, who: str | None = None) -> tuple[int, str, dict | None]:
     from reconciler.desired.reader import DesiredError
     from reconciler.ops.status import entry_json
 
@@ -245,7 +248,7 @@ async def release(engine, tick: TickFn, job_id: str, stop: bool, who: str | None
     return answer(0, f"{job_id} released ({rec.phase.value}" + (f", rc={rec.rc}" if rec.rc is not None else "") + ")", rec)
 
 
-def request_hint(engine, kind: str, fields: dict) -> str | None:
+def request_hint(engine: Engine, kind: str, fields: dict) -> str | None:
     """`hint: …` when the request asks for more than 2× what its kind needed before (res hist)."""
     from reconciler.core.hist import suggestion_for
     from reconciler.render.hist import hint_for

@@ -150,13 +150,13 @@ def user_side(policy, game: Game, world_data: dict, records: dict[str, JobRecord
     return {
         "game": {"on": game.active(now), "until": game.until if game.active(now) else None,
                  "left_s": round(game.until - now) if game.active(now) and game.until else None,
-                 "lines": game_lines(policy, game, world, [r for r in records.values() if r.phase in HOLDING], now, zone)},
+                 "lines": game_lines(policy.rules(), game, world, [r for r in records.values() if r.phase in HOLDING], now, zone)},
         "agents_memory": agents_memory_line(world) if world else None,
         "pressure": {"full_avg10_pct": world.pressure_full_pct if world else None,
                      "slice_full_avg10_pct": world.slice_pressure_full_pct if world else None,
-                     "limit_pct": policy.pressure_full_pct, "line": pressure_line(world, policy)},
+                     "limit_pct": policy.pressure_full_pct, "line": pressure_line(world, policy.rules())},
         "agents_slice": dump(world.agents_slice) if world and world.agents_slice else None,
-        "warnings": (status_warnings(world, live, policy) if world else []) + reserve_warnings(policy),
+        "warnings": (status_warnings(world, live, policy) if world else []) + reserve_warnings(policy.rules()),
     }
 
 
@@ -232,7 +232,7 @@ def overview(paths: Paths, policy, records: dict[str, JobRecord], snap: dict, ga
     warn = notices(paths, snap)
     world = snap.get("world") or {}
     nproc = int(world.get("nproc") or 1)
-    reserve_gb, reserve_cpus, _ = reserves(policy, game, now, nproc)
+    reserve_gb, reserve_cpus, _ = reserves(policy.rules(), game, now, nproc)
     spent = spent_today(records, now, zone)
     budget = {"mem_gb": snap.get("budget_mem_gb"), "cpus": snap.get("budget_cpus"),
               "reserve_gb": reserve_gb, "reserve_cpus": reserve_cpus, "as_of": snap.get("at"),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from reconciler.core.capacity import capacity
+from reconciler.core.rules import Rules
 from reconciler.core.game import UNSET, reserve_shortfall, slice_changes
 from reconciler.core.models import Game, World
 from reconciler.core.quantities import GIB, Zone
@@ -29,7 +30,7 @@ def slice_diff(current: dict[str, int | None], target: dict[str, int]) -> str | 
     return changes_text(slice_changes(current, target)) or None
 
 
-def game_lines(policy, game: Game, world: World | None, holding, now: float, zone: Zone) -> list[str]:
+def game_lines(policy: Rules, game: Game, world: World | None, holding, now: float, zone: Zone) -> list[str]:
     """`res game status` and the game part of `res status`: on/off with the time left, and while on
     the shortfall line when agents still hold part of the reserve (`world`: the last pass's view)."""
     if not game.active(now):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from reconciler.core.models import JobRecord, Phase
+from reconciler.core.rules import Rules
 from reconciler.render.reasons import spend_notes
 from reconciler.core.quantities import Zone
 from reconciler.render.text import escaped, fmt_clock, fmt_cpus, fmt_gb, fmt_span, lock_text, one_line, quoted
@@ -63,7 +64,7 @@ def status_line(v: dict, zone: Zone) -> str:
             f"{started:>5}  {one_line(tail.strip(), 160)} {who}").rstrip()
 
 
-def pressure_line(world, policy) -> str | None:
+def pressure_line(world, policy: Rules) -> str | None:
     """`memory pressure 25 % (full, 10 s) is over pressure_full_pct (10 %): nothing new starts until it
     falls; running jobs go on`: the line `res status` shows while memory pressure holds back new work
     (DESIGN §5.9), from the last pass's World; None when it does not (or nothing was observed)."""

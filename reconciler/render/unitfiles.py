@@ -33,7 +33,7 @@ def slice_units(policy, ram_gb: float, oomd: bool) -> dict[str, str]:
     from reconciler.core.game import slice_target
     from reconciler.core.models import Game
 
-    normal = slice_target(policy, Game(), 0.0, ram_gb, 0.0)
+    normal = slice_target(policy.rules(), Game(), 0.0, ram_gb, 0.0)
     return {
         policy.agents_slice: render("agents.slice.j2", name=policy.agents_slice, cpu_weight=normal["CPUWeight"],
                                     io_weight=normal["IOWeight"], memory_high=normal["MemoryHigh"]),

@@ -70,6 +70,10 @@ class JobSpec:
 
 class Runtime(Protocol):
     name: str
+    # What it talks to, for the lines that say where (the D-Bus address of the user manager it is
+    # connected to); None when there is none to name (not connected yet, or a runtime whose tools find
+    # their controller themselves).
+    address: str | None
 
     async def connect(self) -> None: ...
 

@@ -203,6 +203,7 @@ class SlurmRuntime:
     [cluster] table (partition, account, qos)."""
 
     name = "slurm"
+    address: str | None = None  # the tools find the controller (slurm.conf); res holds no address of it
 
     def __init__(self, state_root: Path, logs_dir: Path, cluster=None, env: dict[str, str] | None = None,
                  shared_dir: str = ""):

@@ -274,14 +274,10 @@ class SystemdRuntime:
         except RuntimeError:
             same = False
         if bus is not None and not same:
-            # Its event loop (an earlier asyncio.run) is gone, so it cannot be disconnected the
-            # usual way; close the socket itself (dbus-fast has no public call for that).
-            sock = getattr(bus, "_sock", None)
-            if sock is not None:
-                try:
-                    sock.close()
-                except OSError:
-                    pass
+            # Its event loop (an earlier asyncio.run) is gone, so it cannot be waited for the usual
+            # way: disconnect() shuts the socket down at once, without a loop (the manager sees this
+            # client gone), and the bus's file is closed when the bus is collected.
+            bus.disconnect()
             return None
         return bus
 

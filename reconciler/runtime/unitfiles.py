@@ -94,4 +94,4 @@ def slice_units_key(policy, ram_gb: float, oomd: bool) -> str:
     from reconciler.config.resources import shipped
 
     stats = [(st.st_size, st.st_mtime_ns) for st in (os.stat(shipped("templates/units") / t) for t in SLICE_TEMPLATES)]
-    return json.dumps([policy.agents_slice, policy.jobs_slice, slice_target(policy, Game(), 0.0, ram_gb, 0.0), oomd, stats])
+    return json.dumps([policy.agents_slice, policy.jobs_slice, slice_target(policy.rules(), Game(), 0.0, ram_gb, 0.0), oomd, stats])

@@ -4,7 +4,7 @@ the head's expected start never moves because of it."""
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
+from dataclasses import replace
 
 from reconciler.core.models import Desired, JobObs, Phase, copy
 from tests.pure.test_plan import NOW, POLICY, kinds, plan, req, run_plan, running, world
@@ -76,7 +76,7 @@ def test_a_request_without_queue_is_granted_by_backfill_or_refused_naming_the_he
 def test_a_job_that_may_backfill_stays_here_instead_of_overflowing_to_the_cluster():
     """With `overflow = "cluster"`, what waits behind a head pinned here goes to the cluster, unless
     it may backfill here."""
-    policy = SimpleNamespace(**vars(POLICY), overflow="cluster")
+    policy = replace(POLICY, overflow="cluster")
     w = world(**W)
     w.cluster_ok = True
     w.jobs["r-1"] = JobObs(state="active")

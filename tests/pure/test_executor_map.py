@@ -7,7 +7,7 @@ import ast
 import inspect
 import typing
 from pathlib import Path
-from types import SimpleNamespace
+from ruleset import rules
 
 import pytest
 
@@ -116,7 +116,7 @@ def test_no_event_leads_to_exited_and_an_old_exited_record_is_still_settled():
 
 # ---------------------------------------------------------------- the plan speaks it
 
-POLICY = SimpleNamespace(
+POLICY = rules(
     user_reserve_gb=0, user_reserve_cpus=0, game_reserve_gb=0, game_reserve_cpus=0, small_headroom_gb=0,
     max_starts_per_tick=4, max_concurrent_sessions=3, max_cost_usd=0, max_duration=0, max_iterations=0,
     daily_cost_usd=0, tick_s=2.0, sweep_s=5.0, adopt_sessions=True, agents_slice="agents.slice", session_mem_gb=0,

@@ -1,16 +1,15 @@
 """Pure tier: game mode's slice values, the diff line and the shortfall line, with literals."""
-from types import SimpleNamespace
-
 from reconciler.core.capacity import capacity
 from reconciler.core.game import slice_target
 from reconciler.core.models import Game, JobObs, JobRecord, Phase, Request, World, copy
 from reconciler.core.quantities import GIB, UTC
 from reconciler.render.text import fmt_clock
 from reconciler.render.game import on_line, shortfall_line, slice_diff
+from ruleset import rules
 
 NOW = 1_780_000_000.0
-POLICY = SimpleNamespace(user_reserve_gb=6, user_reserve_cpus=0, game_reserve_gb=12, game_reserve_cpus=0,
-                         small_headroom_gb=2)
+POLICY = rules(user_reserve_gb=6, user_reserve_cpus=0, game_reserve_gb=12, game_reserve_cpus=0,
+               small_headroom_gb=2)
 
 
 def test_game_on_yields_cpu_and_io_and_keeps_memory_without_squeezing_agents():

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
 import pytest
 
@@ -13,10 +12,11 @@ from reconciler.core.quantities import UTC
 from reconciler.render.text import fmt_clock
 from reconciler.render.lines import render_plan
 from reconciler.render.reasons import explain
+from ruleset import rules
 
 NOW = 1_780_000_000.0  # a fixed instant; the planner never reads the clock
 
-POLICY = SimpleNamespace(
+POLICY = rules(
     user_reserve_gb=6, user_reserve_cpus=4, game_reserve_gb=12, game_reserve_cpus=8, small_headroom_gb=2,
     max_starts_per_tick=4, max_concurrent_sessions=3, max_cost_usd=0, max_duration=0, max_iterations=0,
     daily_cost_usd=0,
@@ -112,8 +112,7 @@ def test_game_reserve_below_the_user_reserve_never_loosens_admission():
     from reconciler.core.capacity import reserve_warnings
     from reconciler.core.game import slice_target
 
-    odd = SimpleNamespace(**{**vars(POLICY), "user_reserve_gb": 17, "game_reserve_gb": 12,
-                             "user_reserve_cpus": 4, "game_reserve_cpus": 1})
+    odd = dataclasses.replace(POLICY, user_reserve_gb=17, game_reserve_gb=12, user_reserve_cpus=4, game_reserve_cpus=1)
     on, off = Game(on=True, until=NOW + 3600), Game()
     w = world(avail=30.0, total=32.0, nproc=16)
     assert capacity(odd, on, w, [], NOW).mem_gb == capacity(odd, off, w, [], NOW).mem_gb == pytest.approx(11.0)
@@ -565,7 +564,7 @@ def test_budget_trips_stop_the_job_with_the_reason():
 
 
 def test_sessions_get_the_policy_default_budget_plain_commands_do_not():
-    policy = SimpleNamespace(**{**vars(POLICY), "max_cost_usd": 1.0})
+    policy = dataclasses.replace(POLICY, max_cost_usd=1.0)
     spent = DigestState(agent="claude", spend_usd=1.5)
     sess = attached(running(1, agent="claude"), holder=ME, digest=spent)
     plain = attached(running(2), holder=ME, digest=DigestState(spend_usd=1.5))
@@ -602,7 +601,7 @@ def test_sessions_started_in_one_pass_count_against_the_cap():
 
 
 def test_daily_cost_cap_refuses_new_sessions_once_reached():
-    policy = SimpleNamespace(**{**vars(POLICY), "daily_cost_usd": 5.0})
+    policy = dataclasses.replace(POLICY, daily_cost_usd=5.0)
     done_today = JobRecord(request=session(1), phase=Phase.done, started=NOW - 600, ended=NOW - 60,
                            digest=DigestState(agent="claude", spend_usd=4.0))
     running_now = attached(running(2, agent="claude"), holder=ME, digest=DigestState(agent="claude", spend_usd=1.2))

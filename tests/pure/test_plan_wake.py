@@ -2,14 +2,14 @@
 by the planner for the loop that applies it."""
 from __future__ import annotations
 
-from types import SimpleNamespace
+from ruleset import rules
 
 from reconciler.core.models import Desired, Game, JobObs, JobRecord, Phase, Request, World
 from reconciler.core.plan import PRUNE_AFTER_S, plan
 from reconciler.core.wake import next_pass_at
 
 NOW = 1_780_000_000.0
-POLICY = SimpleNamespace(
+POLICY = rules(
     user_reserve_gb=0, user_reserve_cpus=0, game_reserve_gb=0, game_reserve_cpus=0, small_headroom_gb=0,
     max_starts_per_tick=4, max_concurrent_sessions=3, max_cost_usd=0, max_duration=0, max_iterations=0,
     daily_cost_usd=0, tick_s=2.0, sweep_s=0.5,

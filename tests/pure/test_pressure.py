@@ -2,7 +2,7 @@
 (nothing new starts, nothing running stops), its words, and the trigger line the loop arms."""
 from __future__ import annotations
 
-from types import SimpleNamespace
+from dataclasses import replace
 
 import pytest
 
@@ -15,10 +15,11 @@ from reconciler.loop.events import TRIGGER_WINDOW_US, trigger_line
 from reconciler.observed import pressure
 from reconciler.render.reasons import explain
 from reconciler.render.status import pressure_line
+from ruleset import rules
 
 NOW = 1_780_000_000.0
 
-POLICY = SimpleNamespace(
+POLICY = rules(
     user_reserve_gb=6, user_reserve_cpus=4, game_reserve_gb=12, game_reserve_cpus=8, small_headroom_gb=2,
     max_starts_per_tick=4, max_concurrent_sessions=3, max_cost_usd=0, max_duration=0, max_iterations=0,
     daily_cost_usd=0, pressure_full_pct=10.0, agents_slice="agents.slice", tick_s=2.0, sweep_s=5.0,
@@ -151,11 +152,10 @@ def test_pressure_at_or_under_the_threshold_or_not_observed_blocks_nothing(syste
     assert capacity(POLICY, Game(), world(system=system, slice_=slice_), [], NOW).fits(req(1))
 
 
-def test_zero_ignores_pressure_and_so_does_a_policy_without_the_key():
-    off = SimpleNamespace(**{**vars(POLICY), "pressure_full_pct": 0})
+def test_zero_ignores_pressure():
+    # (A policy without the key, once read as 0, is no longer made: Rules, like Policy, needs every key.)
+    off = replace(POLICY, pressure_full_pct=0)
     assert pressure_of(off, world(system=99.0, slice_=99.0)) is None
-    bare = SimpleNamespace(**{k: v for k, v in vars(POLICY).items() if k != "pressure_full_pct"})
-    assert pressure_of(bare, world(system=99.0)) is None
     assert kinds(run([req(1)], w=world(system=99.0), policy=off)) == [("start", "r-1")]
 
 
@@ -254,7 +254,7 @@ def test_the_trigger_line_is_the_threshold_over_a_ten_second_window():
 def test_with_overflow_to_the_cluster_what_pressure_holds_back_here_goes_there():
     """DESIGN §6b: a local request that cannot start here now goes to the cluster when the policy says
     so; pressure here is such a reason. The cluster's own pressure is Slurm's business."""
-    policy = SimpleNamespace(**vars(POLICY), overflow="cluster")
+    policy = replace(POLICY, overflow="cluster")
     w = world(system=25.0)
     w.cluster_ok = True
     p = run([req(1, queue=True), req(2, on="local")], w=w, policy=policy)

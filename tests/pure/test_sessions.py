@@ -1,6 +1,6 @@
 """Pure tier: the user's side of a plan, with literals: game mode on the agents slice, sessions kept
 in their slice, the status warnings, and the small parsers they rest on."""
-from types import SimpleNamespace
+from dataclasses import replace
 
 from reconciler.config.paths import Paths
 from reconciler.observed import cgroup
@@ -14,6 +14,7 @@ from reconciler.core.sessions import scope_name, session_actions as decide_sessi
 from reconciler.core.quantities import GIB, UTC
 from reconciler.render.reasons import action_reason, explain
 from reconciler.render.unitfiles import slice_units
+from ruleset import policy
 
 
 def _explained(actions):
@@ -34,11 +35,12 @@ def plan(*args, **kw):
     return explain(decide(*args, **kw), UTC)
 
 NOW = 1_780_000_000.0
-POLICY = SimpleNamespace(user_reserve_gb=6, user_reserve_cpus=0, game_reserve_gb=12, game_reserve_cpus=0,
-                         small_headroom_gb=2, session_mem_gb=6, agents_slice="agents.slice", adopt_sessions=True,
-                         jobs_slice="agents-jobs.slice", unit_prefix="res", max_concurrent_sessions=3,
-                         max_starts_per_tick=4, max_cost_usd=0, max_duration=0, max_iterations=0,
-                         daily_cost_usd=0)
+LOADED = policy(user_reserve_gb=6, user_reserve_cpus=0, game_reserve_gb=12, game_reserve_cpus=0,
+                small_headroom_gb=2, session_mem_gb=6, agents_slice="agents.slice", adopt_sessions=True,
+                jobs_slice="agents-jobs.slice", unit_prefix="res", max_concurrent_sessions=3,
+                max_starts_per_tick=4, max_cost_usd=0, max_duration=0, max_iterations=0,
+                daily_cost_usd=0)
+POLICY = LOADED.rules()  # what the core's functions take; the shell's (slice_units) take LOADED
 NORMAL = {"CPUWeight": 20, "IOWeight": 20, "MemoryHigh": 26 * GIB}
 GAME = {"CPUWeight": 5, "IOWeight": 5, "MemoryHigh": 20 * GIB}
 
@@ -112,7 +114,7 @@ def test_a_session_outside_is_adopted_with_its_children_and_the_session_memory_l
     (a,) = session_actions(world(sessions=[SessionObs(pid=7, in_slice=False, unit="vte-spawn-1.scope", children=[8])]), POLICY)
     assert (a.kind, a.id, a.pids, a.props) == ("adopt", "res-claude-7.scope", [7, 8], {"MemoryHigh": 6 * GIB})
     assert a.detail == {"code": "outside_slice", "pid": 7, "children": 1, "slice": "agents.slice"}
-    off = SimpleNamespace(**{**vars(POLICY), "adopt_sessions": False})
+    off = replace(POLICY, adopt_sessions=False)
     assert session_actions(world(sessions=[SessionObs(pid=7, in_slice=False)]), off) == []
     sized = SessionObs(pid=8, in_slice=True, scope="run-u3.scope", scope_memory_high=None)
     assert [a.kind for a in session_actions(world(sessions=[sized]), off)] == ["set"]  # sizing is not moving
@@ -138,7 +140,7 @@ def test_sessions_in_place_in_a_job_or_with_limits_off_are_left_alone():
     fine = SessionObs(pid=7, in_slice=True, scope="res-claude-7.scope", scope_memory_high=6 * GIB)
     in_job = SessionObs(pid=8, in_slice=True, scope=None)
     assert session_actions(world(sessions=[fine, in_job]), POLICY) == []
-    off = SimpleNamespace(**{**vars(POLICY), "session_mem_gb": 0})
+    off = replace(POLICY, session_mem_gb=0)
     odd = SessionObs(pid=7, in_slice=True, scope="res-claude-7.scope", scope_memory_high=2 * GIB)
     assert session_actions(world(sessions=[odd]), off) == []
     (a,) = session_actions(world(sessions=[SessionObs(pid=9, in_slice=False)]), off)
@@ -151,7 +153,7 @@ def test_scope_name_and_shell_init_line():
     assert shell_init_line(POLICY, "/usr/bin/systemd-run") == (
         "alias claude='/usr/bin/systemd-run --user --scope --quiet --collect --slice=agents.slice "
         "-p MemoryHigh=6442450944 claude'")
-    odd = SimpleNamespace(**{**vars(POLICY), "session_mem_gb": 0})
+    odd = replace(POLICY, session_mem_gb=0)
     assert shell_init_line(odd, "/opt/my tools/systemd-run") == (
         "alias claude=''\"'\"'/opt/my tools/systemd-run'\"'\"' --user --scope --quiet --collect --slice=agents.slice claude'")
 
@@ -278,11 +280,11 @@ def test_the_loop_the_first_call_started_is_not_a_stray(tmp_path):
 
 
 def test_slice_unit_files_carry_the_normal_share_and_oomd_only_where_present():
-    texts = slice_units(POLICY, 32.0, oomd=True)
+    texts = slice_units(LOADED, 32.0, oomd=True)
     assert set(texts) == {"agents.slice", "agents-jobs.slice"}
     assert "CPUWeight=20\nIOWeight=20\nMemoryHigh=27917287424\n" in texts["agents.slice"]
     assert "ManagedOOMMemoryPressure=kill" in texts["agents-jobs.slice"]
-    assert "ManagedOOMMemoryPressure" not in slice_units(POLICY, 32.0, oomd=False)["agents-jobs.slice"]
+    assert "ManagedOOMMemoryPressure" not in slice_units(LOADED, 32.0, oomd=False)["agents-jobs.slice"]
 
 
 def test_slice_values_line():

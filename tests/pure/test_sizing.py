@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import tomllib
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -28,6 +27,7 @@ from reconciler.core.sizing import (
     seen_entry,
     size_for,
 )
+from ruleset import rules
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = make_table(tomllib.loads((ROOT / "policies" / "heavy.toml").read_text())["heavy"])
@@ -435,11 +435,11 @@ def test_the_rules_numbers():
 
 
 def test_the_policys_default_is_its_auto_keys():
-    size = policy_default(SimpleNamespace(auto_mem_gb=2, auto_cpus=1, auto_minutes=10))
+    size = policy_default(rules(auto_mem_gb=2, auto_cpus=1, auto_minutes=10))
     assert size == Size(2.0, 1.0, 600, "the policy's default", 0, "")
     assert type(size.mem_gb) is float and type(size.cpus) is float and type(size.est_s) is int
-    assert policy_default(SimpleNamespace(auto_mem_gb=0.5, auto_cpus=0.5, auto_minutes=2.5)).est_s == 150
-    assert policy_default(SimpleNamespace(auto_mem_gb=1, auto_cpus=1, auto_minutes=0.001)).est_s == 1  # at least a second
-    assert policy_default(SimpleNamespace(auto_mem_gb=1, auto_cpus=1, auto_minutes=15)) == DEFAULT
-    default = policy_default(SimpleNamespace(auto_mem_gb=3, auto_cpus=2, auto_minutes=20))
+    assert policy_default(rules(auto_mem_gb=0.5, auto_cpus=0.5, auto_minutes=2.5)).est_s == 150
+    assert policy_default(rules(auto_mem_gb=1, auto_cpus=1, auto_minutes=0.001)).est_s == 1  # at least a second
+    assert policy_default(rules(auto_mem_gb=1, auto_cpus=1, auto_minutes=15)) == DEFAULT
+    default = policy_default(rules(auto_mem_gb=3, auto_cpus=2, auto_minutes=20))
     assert size_for(bash("./run-it.sh"), None, TABLE, default) is default

@@ -1,12 +1,11 @@
 """Pure tier: when the loop needs a pass by the clock alone (core/wake.py)."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from reconciler.core.models import Desired, Game, JobRecord, Phase, Request
 from reconciler.core.wake import next_pass_at
+from ruleset import rules
 
-POLICY = SimpleNamespace(tick_s=2.0, sweep_s=5.0)
+POLICY = rules(tick_s=2.0, sweep_s=5.0)
 NOW = 1_000_000.0
 PRUNE = 86400.0
 
@@ -38,7 +37,7 @@ def test_a_running_job_is_read_every_tick_or_sweep_whichever_is_sooner():
     for phase in (Phase.starting, Phase.running, Phase.exited):
         r = req(1)
         assert at(Desired(requests=[r]), [rec(r, phase, started=NOW - 10)]) == NOW + 2.0
-    quick_sweep = SimpleNamespace(tick_s=2.0, sweep_s=0.5)
+    quick_sweep = rules(tick_s=2.0, sweep_s=0.5)
     r = req(1)
     assert next_pass_at(Desired(requests=[r]), {r.id: rec(r, Phase.running, started=NOW)}, NOW, quick_sweep, PRUNE) == NOW + 0.5
 
