@@ -22,6 +22,11 @@ from typing import Any
 
 from loopback import LoopbackAPI, LoopbackHandler
 
+# How long Codex's exec_command waits for the command before it answers with a session still running
+# (its default is 10 s): a command the gate queued can take longer on a loaded machine, and a model
+# that knows it runs a test suite asks for a longer wait.
+YIELD_MS = 30000
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -89,11 +94,12 @@ class OpenAIServer(LoopbackAPI):
         if reply.shell is not None and _offers(body, "exec_command") and not _offers(body, "exec"):
             # the function tool `exec_command` (Codex with gpt-5.5 and older models)
             item = {"type": "function_call", "id": f"fc_{n:04d}", "call_id": f"call_{n:04d}", "name": "exec_command",
-                    "arguments": json.dumps({"cmd": reply.shell}), "status": "completed"}
+                    "arguments": json.dumps({"cmd": reply.shell, "yield_time_ms": YIELD_MS}), "status": "completed"}
             yield {"type": "response.output_item.added", "output_index": 0, "item": {**item, "arguments": ""}}
             yield {"type": "response.output_item.done", "output_index": 0, "item": item}
         elif reply.shell is not None:  # the one JavaScript `exec` tool that reaches the others (gpt-5.6 and later)
-            code = f"const r = await tools.exec_command({{cmd: {json.dumps(reply.shell)}}});\ntext(r);"
+            code = (f"const r = await tools.exec_command({{cmd: {json.dumps(reply.shell)}, yield_time_ms: {YIELD_MS}}});\n"
+                    "text(r);")
             item = {"type": "custom_tool_call", "id": f"ctc_{n:04d}", "call_id": f"call_{n:04d}", "name": "exec",
                     "input": code, "status": "completed"}
             yield {"type": "response.output_item.added", "output_index": 0, "item": {**item, "input": ""}}
