@@ -81,3 +81,25 @@ class FakeRuntime:
                                                                    peak_gb=0.25, invocation=self.invocations.get(job_id)))
         if self._watch is not None:
             self._watch(job_id, "inactive")
+
+
+def fake_engine(tmp_path, monkeypatch):
+    """A loop's Engine on a FakeRuntime, over real files in `tmp_path`, with the shipped policy and no
+    reserve or headroom (so small test jobs always fit); yields (engine, runtime), closed after. For
+    a pytest fixture: `yield from fake_engine(tmp_path, monkeypatch)`."""
+    import asyncio
+
+    from reconciler.config.paths import Paths
+    from reconciler.config.policy import load_policy
+    from reconciler.loop.tick import Engine
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no user policy: the shipped one
+    monkeypatch.setenv("RES_USER_RESERVE_GB", "0")
+    monkeypatch.setenv("RES_SMALL_HEADROOM_GB", "0")
+    monkeypatch.setenv("RES_USER_RESERVE_CPUS", "0")
+    runtime = FakeRuntime()
+    e = Engine(Paths(tmp_path / "state"), load_policy(), runtime=runtime)
+    try:
+        yield e, runtime
+    finally:
+        asyncio.run(e.close())

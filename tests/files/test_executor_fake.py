@@ -10,24 +10,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fakeruntime import FakeRuntime  # noqa: E402
+from fakeruntime import fake_engine  # noqa: E402
 
-from reconciler.config.paths import Paths  # noqa: E402
-from reconciler.config.policy import load_policy  # noqa: E402
 from reconciler.core.models import Phase  # noqa: E402
-from reconciler.loop.tick import Engine  # noqa: E402
 
 
 @pytest.fixture
 def engine(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no user policy: the shipped one
-    monkeypatch.setenv("RES_USER_RESERVE_GB", "0")
-    monkeypatch.setenv("RES_SMALL_HEADROOM_GB", "0")
-    monkeypatch.setenv("RES_USER_RESERVE_CPUS", "0")
-    runtime = FakeRuntime()
-    e = Engine(Paths(tmp_path / "state"), load_policy(), runtime=runtime)
-    yield e, runtime
-    asyncio.run(e.close())
+    yield from fake_engine(tmp_path, monkeypatch)
 
 
 def job(title: str, **kw) -> dict:

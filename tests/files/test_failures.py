@@ -12,25 +12,18 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fakeruntime import FakeRuntime  # noqa: E402
+from fakeruntime import fake_engine  # noqa: E402
 
 from reconciler.apply.executor import Executor  # noqa: E402
-from reconciler.config.paths import Paths  # noqa: E402
-from reconciler.config.policy import load_policy  # noqa: E402
 from reconciler.core.lifecycle import IllegalTransition  # noqa: E402
 from reconciler.core.models import Phase  # noqa: E402
-from reconciler.loop.tick import PERSON_RETRY_S, Engine  # noqa: E402
+from reconciler.loop.tick import PERSON_RETRY_S  # noqa: E402
 
 
 @pytest.fixture
 def engine(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no user policy: the shipped one
-    monkeypatch.setenv("RES_USER_RESERVE_GB", "0")
-    monkeypatch.setenv("RES_SMALL_HEADROOM_GB", "0")
-    monkeypatch.setenv("RES_USER_RESERVE_CPUS", "0")
-    e = Engine(Paths(tmp_path / "state"), load_policy(), runtime=FakeRuntime())
-    yield e
-    asyncio.run(e.close())
+    for e, _runtime in fake_engine(tmp_path, monkeypatch):
+        yield e
 
 
 def job(title: str) -> dict:
