@@ -300,7 +300,7 @@ class Executor:
     }
     # Kinds the pass does not even hand to `apply` (those of `_nothing`): thousands of waiting entries
     # a pass under a crowd.
-    NOTHING_TO_DO = frozenset({"wait", "hold"})
+    NOTHING_TO_DO = frozenset(kind for kind, handler in HANDLERS.items() if handler.__name__ == "_nothing")
 
 
 def _append_line(path: Path, line: str) -> None:
