@@ -76,7 +76,7 @@ class Ticker:
 
     async def _run(self) -> None:
         while self.dirty:
-            adder = getattr(self.engine, "adder", None)
+            adder = self.engine.adder
             if adder is not None:
                 await adder.written(WRITE_WAIT_S)  # requests being written now are decided by this pass
             self.dirty = False

@@ -46,7 +46,7 @@ def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idl
                 if ok:
                     continue
         except TimeoutError:
-            from reconciler.ops.status import EXIT_TIMEOUT
+            from reconciler.core.exits import EXIT_TIMEOUT
 
             return EXIT_TIMEOUT, f"res: {job_id} still not done after the wait's --timeout", None
         return _wait_here(paths, policy_of(), job_id, left, on_idle)
@@ -93,7 +93,8 @@ def _wait_here(paths: Paths, policy, job_id: str, timeout: float | None, on_idle
 def finished(store, paths: Paths, job_id: str, timed_out: bool, timeout: float | None) -> tuple[int, str, dict | None] | None:
     """The answer to a wait once there is one: the entry is finished, gone, or the time is up."""
     from reconciler.core.models import TERMINAL
-    from reconciler.ops.status import EXIT_TIMEOUT, entry_json, wait_code
+    from reconciler.core.exits import EXIT_TIMEOUT
+    from reconciler.ops.status import entry_json, wait_code
     from reconciler.render.status import done_line
     from reconciler.render.text import fmt_span
 

@@ -163,7 +163,7 @@ async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: 
     req = find_submitted(engine, kind, fields) if resume else None
     if req is None:
         try:
-            adder = getattr(engine, "adder", None)  # the loop's group commit; None: this call writes alone
+            adder = engine.adder  # the loop's group commit; None: this call writes alone
             req = await (adder.add(fields, kind, who, prepare) if adder is not None
                          else _as(engine, who, lambda w: w.add(prepare(fields), kind)))
         except DesiredError as e:

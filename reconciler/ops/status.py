@@ -10,6 +10,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from reconciler.core.exits import EXIT_NEVER_RAN
 from reconciler.core.capacity import reserves
 from reconciler.desired import lastgood
 from reconciler.desired.changes import SHOWN_FOR_S, change_line, recorded_and_pending
@@ -268,10 +269,6 @@ def status(paths: Paths, policy, job_id: str | None, as_json: bool, show_all: bo
     return o.text(zone), 0
 
 
-# `res wait` and `res run --wait` exit with the job's own code (128+N when a signal killed it), like
-# `systemd-run --wait`; these two are res's own (README: exit codes).
-EXIT_TIMEOUT = 124  # --timeout passed first (as timeout(1))
-EXIT_NEVER_RAN = 125  # no exit code: refused, cancelled, the start failed, or the outcome was lost
 
 # The outcome code of a record whose detail has none (started, queued, a record from an older res).
 _PHASE_CODE = {Phase.queued: "queued", Phase.starting: "starting", Phase.running: "started",

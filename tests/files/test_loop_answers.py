@@ -18,7 +18,7 @@ def test_a_request_not_decided_in_answer_timeout_s_is_answered_with_its_id():
     engine = SimpleNamespace(
         policy=SimpleNamespace(answer_timeout_s=0.2, lock_title_words=[]),
         writer=SimpleNamespace(who=None, add=lambda fields, kind: SimpleNamespace(id="r-7", queue=False)),
-        store=SimpleNamespace(get=lambda job_id: None), blocked=[])
+        store=SimpleNamespace(get=lambda job_id: None), blocked=[], adder=None)
 
     async def never():  # a pass that does not end (the manager hangs, say)
         await asyncio.sleep(3600)
@@ -92,7 +92,7 @@ def test_a_failed_pass_hands_back_no_plan_not_the_one_before():
         return Plan(notices=[f"pass {len(calls)}"])
 
     async def go():
-        ticker = Ticker(SimpleNamespace(tick=tick))
+        ticker = Ticker(SimpleNamespace(tick=tick, adder=None))
         first = await ticker.pass_after_now()
         failed = await ticker.pass_after_now()
         third = await ticker.pass_after_now()
