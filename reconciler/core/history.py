@@ -60,15 +60,22 @@ def _bucketed(samples: list[dict], width: float, older_than: float) -> list[dict
 
 
 def size_of(samples: list[dict]) -> int:
-    """Bytes of `samples` as saved (a JSON list)."""
-    return 2 + sum(len(json.dumps(s, separators=(",", ":"))) + 1 for s in samples)
+    """Bytes of `samples` as saved (a compact JSON list)."""
+    return 1 + sum(_size(s) for s in samples) if samples else 2
+
+
+def _size(sample: dict) -> int:
+    """Its bytes in the list, with the comma (or the closing bracket) after it."""
+    return len(json.dumps(sample, separators=(",", ":"))) + 1
 
 
 def capped(samples: list[dict], max_count: int = MAX_COUNT, max_bytes: int = MAX_BYTES) -> list[dict]:
     """The newest of `samples` that fit in `max_count` and `max_bytes`."""
     samples = samples[-max_count:] if max_count > 0 else []
-    sizes = [len(json.dumps(s, separators=(",", ":"))) + 1 for s in samples]
-    total, first = 2 + sum(sizes), 0
+    if len(json.dumps(samples, separators=(",", ":"))) <= max_bytes:
+        return samples  # the usual case, told by one call of the C encoder
+    sizes = [_size(s) for s in samples]
+    total, first = 1 + sum(sizes), 0
     while first < len(samples) and total > max_bytes:
         total -= sizes[first]
         first += 1

@@ -196,14 +196,14 @@ def locks(records: dict[str, JobRecord]) -> list[dict]:
     return list(held.values())
 
 
-def spend(records: dict[str, JobRecord], zone: Zone) -> list[dict]:
-    """What each agent session spent, by the local day it ended (a live one: the day so far), newest
-    day first, the dearest first within a day."""
+def spend(records: dict[str, JobRecord], now: float, zone: Zone) -> list[dict]:
+    """What each agent session spent, by the local day it ended (a live one: today so far, as the
+    daily cap counts it), newest day first, the dearest first within a day."""
     rows = []
     for rec in records.values():
         if not rec.request.session or rec.spend_usd <= 0:
             continue
-        at = rec.ended if rec.phase in TERMINAL and rec.ended else rec.started or rec.request.created
+        at = rec.ended if rec.phase in TERMINAL and rec.ended else now
         rows.append({"day": local_date(at, zone), "id": rec.id, "session": _title(rec), "usd": round(rec.spend_usd, 6)})
     rows.sort(key=lambda r: (r["day"], r["usd"]), reverse=True)
     return rows[:MAX_ROWS]
@@ -279,7 +279,7 @@ def machine_view(now: Readings, before: Readings | None, records: dict[str, JobR
         "owners": owners(now, before, records, snap, zone),
         "status": status or {},
         "locks": locks(records),
-        "spend": spend(records, zone),
+        "spend": spend(records, now.at, zone),
         "timeline": timeline(records, now.at),
         "marks": marks(records, now.at),
         "actions": actions,
