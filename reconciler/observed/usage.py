@@ -24,9 +24,9 @@ def parse_meminfo(text: str) -> dict[str, float]:
         key, _, rest = line.partition(":")
         if key in keys:
             out[keys[key]] = int(rest.split()[0]) / (1024 * 1024)
-    missing = set(keys.values()) - out.keys()
+    missing = [k for k, v in keys.items() if v not in out]
     if missing:
-        raise ValueError(f"/proc/meminfo without {', '.join(sorted(missing))}")
+        raise ValueError(f"/proc/meminfo without {', '.join(missing)}")
     return out
 
 
