@@ -54,7 +54,7 @@ def job_key(job_id: str) -> str:
 
 
 def _gb(x: float | None) -> float:
-    return round(max(x or 0.0, 0.0), 3)
+    return round(max(x or 0.0, 0.0), 4)  # 0.1 MB: a small job still shows
 
 
 def cpu_pct(now: Readings, before: Readings | None, key: str) -> float | None:

@@ -99,12 +99,15 @@ def build_view(engine, previous: Readings | None, actions: bool = False) -> tupl
 def history_sample(engine) -> dict:
     """The history's sample of now, cheaply: /proc/meminfo and the cgroups' memory, no walk of /proc,
     no status (the loop takes one at a pass while nobody watches)."""
-    from reconciler.ops.status import read_status
+    from reconciler.core.models import Game
+    from reconciler.desired import lastgood
 
     now = time.time()
     policy = engine.policy
     zone = zone_of(policy)
-    records, snap, game, _ = read_status(engine.paths, now, engine.store)
+    # What read_status reads, less the changes to show (file reads a sample does not need).
+    store = engine.store
+    records, snap, game = store.records(), store.get_meta_json("last_tick", {}), lastgood.game(store) or Game()
     readings = read_usage(policy, engine_manager_cgroup(engine), records, snap, deep=False, now=now)
     return cheap_sample(readings, records, snap, policy.rules(), game, zone)
 
