@@ -63,6 +63,7 @@ class Ticker:
         self.on_fatal = None  # called with an error after which no pass may run
         self.on_begin = None  # called right before each pass begins
         self.on_end = None  # called after each pass, whatever its outcome
+        self.web = None  # the page's server (loop/web.py), started by the first `res web`
 
     def kick(self, before=None) -> int:
         """Ask for a pass; returns the number of the pass that will answer. `before()` is called
@@ -538,6 +539,10 @@ async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None,
         # adopts it, instead of the next look finding it.
         ticker.kick()
         return {"code": 0, "line": "noted"}
+    elif op == "web":
+        from reconciler.loop.web import web_answer
+
+        return await web_answer(engine, ticker, ticker.watchers)
     elif op == "ping":
         return {"code": 0, "line": f"pid {os.getpid()}", "code_id": engine.code_id}
     else:
