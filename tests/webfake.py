@@ -53,8 +53,9 @@ def a_history(hours: float) -> list[dict]:
 
 
 class FakeWatchers:
-    """loop/watch.py's Watchers as web.py uses them: view(), subscribe() (a queue of size 1 where the
-    newest view replaces an unread one), unsubscribe(), history()."""
+    """loop/watch.py's Watchers as web.py uses them: view(), subscribe() (a queue of size 1 holding
+    the current view at once, where the newest view replaces an unread one; None: the loop ends),
+    unsubscribe(), history()."""
 
     def __init__(self):
         self.current = a_view()
@@ -66,6 +67,7 @@ class FakeWatchers:
 
     def subscribe(self) -> asyncio.Queue:
         q = asyncio.Queue(maxsize=1)
+        q.put_nowait(self.current)  # the first at once
         self.queues.add(q)
         return q
 
@@ -76,7 +78,7 @@ class FakeWatchers:
         self.asked_hours.append(hours)
         return a_history(hours)
 
-    def push(self, view: dict) -> None:
+    def push(self, view: dict | None) -> None:
         self.current = view
         for q in self.queues:
             if q.full():

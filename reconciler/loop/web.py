@@ -358,20 +358,19 @@ class WebServer:
         return response(200, as_json(self.watchers.history(hours)), "application/json")
 
     async def _events(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One `data:` line per view: the first at once, then as the watchers push them; until the
-        browser goes (its end of the connection reads as EOF)."""
+        """One `data:` line per view the watchers push (the first at once: subscribe() gives it),
+        until the browser goes (its end of the connection reads as EOF) or the loop ends (None)."""
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
                      b"X-Content-Type-Options: nosniff\r\nConnection: keep-alive\r\n\r\n")
         queue = self.watchers.subscribe()
         gone = asyncio.ensure_future(reader.read(1))
         got: asyncio.Future | None = None
         try:
-            writer.write(self._event(await self._view()))
             await writer.drain()
             while True:
                 got = asyncio.ensure_future(queue.get())
                 await asyncio.wait((got, gone), return_when=asyncio.FIRST_COMPLETED)
-                if gone.done():
+                if not got.done() or got.result() is None:
                     return
                 view = dict(got.result())
                 view["actions"] = bool(self.policy.web_actions)

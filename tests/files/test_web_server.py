@@ -280,6 +280,19 @@ def test_events_stream_a_view_at_once_then_each_pushed_one_and_unsubscribe_when_
     assert served.server.connections == 0
 
 
+def test_events_end_when_the_loop_ends(served):
+    """The watchers hand None when the loop is ending: the stream closes (the browser then says so)."""
+    close, _, next_view = _events(served.port, served.token)
+    try:
+        assert next_view()["marker"] == "first"
+        served.soon(served.watchers.push, None)
+        with pytest.raises(AssertionError, match="the stream ended"):
+            next_view()
+        assert not served.watchers.queues
+    finally:
+        close()
+
+
 # ---------------------------------------------------------------- POST /act
 
 
