@@ -29,10 +29,11 @@ numbers.
     p  `res run --on cluster` (serve running) to Slurm's RUNNING vs `sbatch --wrap` to RUNNING
                                                                           target ≤ 1.5×
     q  200 cluster requests by 8 agents through `res serve`: 0 lost, 0 duplicated in squeue, wall
+    s  the loop's CPU over 60 s with the page's /events open (`res web`)    target < 1 % of a core
 
 Exit status: 0 when everything was measured, whether or not a speed target was met; 1 when the thing
 measured is broken (an entry lost, an id handed out twice, a run not started, a benchmark that
-errored). a, d, e, g, i and j need a systemd user manager; without one they are skipped (and say so);
+errored). a, d, e, g, i, j and s need a systemd user manager; without one they are skipped (and say so);
 p and q need Slurm's packages (they boot a private single-node cluster unless SLURM_CONF names one
 tests/slurmcluster.py booted).
 Everything started here runs under a private state directory, unique slices and unit prefix, and is
@@ -76,7 +77,7 @@ def machine() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="res benchmarks: figures as ratios")
     ap.add_argument("--smoke", action="store_true", help="a small, fast version (CI)")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r", help="which benchmarks, e.g. b,c")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s", help="which benchmarks, e.g. b,c")
     a = ap.parse_args(argv)
     size = SMOKE if a.smoke else FULL
     only = set(a.only.split(","))
@@ -105,6 +106,7 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
     from wait_bench import bench_kill_settle, bench_lock_chain, bench_next_start, bench_run_wait, bench_wait_latency
     from writers_bench import bench_loop_writers, bench_writers
     from cluster_bench import bench_cluster_crowd, bench_cluster_run
+    from web_bench import bench_web_events
 
     have_manager = manager_reachable()
     benchmarks = [
@@ -127,6 +129,7 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
         ("o", True, lambda: bench_lock_chain(report, size["chain_jobs"])),
         ("p", True, lambda: bench_cluster_run(report, size["cluster_rounds"])),
         ("q", True, lambda: bench_cluster_crowd(report, *size["cluster_crowd"])),
+        ("s", True, lambda: bench_web_events(report, a.smoke)),
     ]
     print(f"res benchmarks ({'smoke' if a.smoke else 'full'}) · {machine()}", flush=True)
     started = time.monotonic()

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent.parent  # the package directory
-_INSTALLED = {"policies": "policies", "templates/units": "templates/units", "state": "state_templates"}
+_INSTALLED = {"policies": "policies", "templates/units": "templates/units", "templates/web": "templates/web",
+              "state": "state_templates"}
 
 
 def shipped(top: str) -> Path:

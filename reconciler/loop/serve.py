@@ -380,6 +380,10 @@ class Requests:
             if isinstance(req, dict) and req.get("op") == "watch" and self.watchers is not None:
                 await self._watch(reader, writer)
                 return None
+            if isinstance(req, dict) and req.get("op") == "web" and self.watchers is not None:
+                from reconciler.loop.web import web_answer  # the page's server (loop/web.py)
+
+                return await web_answer(self.engine, self.ticker, self.watchers)
             return await answer_request(self.engine, self.ticker, req, reader,
                                         say=lambda obj: writer.write(json.dumps(obj).encode() + b"\n"))
         except asyncio.TimeoutError:

@@ -33,6 +33,7 @@ class Watchers:
         self.sample_due = False  # a pass asked for a sample: the next view gives it
         self.last_sample_at: float | None = None
         self.failing: str | None = None  # the last build's error, logged once until it changes
+        self.web = None  # the page's server (loop/web.WebServer), started by the first `res web`
         self.path = engine.paths.root / HISTORY_FILE
         self.samples = load_history(self.path)
         if self.samples:
@@ -94,6 +95,8 @@ class Watchers:
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
             self.task = None
+        if self.web is not None:
+            await self.web.close()
 
     # ------------------------------------------------------------ inside
 

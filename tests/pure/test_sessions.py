@@ -351,6 +351,7 @@ def test_a_command_line_parses_the_same_with_only_its_own_subcommand_built():
         ["game", "on", "--for", "2h"], ["hist", "--changes"], ["clean", "--yes"], ["service", "install"],
         ["adopt"], ["shell-init"], ["doctor"], ["agent-rules"], ["init", "--force"], ["observe", "--json"],
         ["hook", "--print-config"],
+        ["web", "--open"],
     ]
     assert {line[0] for line in lines} == _NAMES  # every subcommand tried
     for line in lines:
