@@ -128,6 +128,10 @@ class Engine:
         # inputs of the gate.json it wrote (written again only when they change).
         self.last_inputs: tuple | None = None
         self._gate_key: tuple | None = None
+        # The loop's (serve.py): gate.json after a pass that settled a run is written once that
+        # pass's waiters have been answered (Ticker), not before: rebuilding it reads the history.
+        self.defer_gate = False
+        self.gate_pending = False  # a settled run is not in gate.json yet (publish_pending_gate)
         from reconciler import code_fingerprint
 
         self.code_id = code_fingerprint()  # the code this instance runs (`res service install` compares)
@@ -313,12 +317,23 @@ class Engine:
                 log.warning("%s", n)
             self.last_plan, self.last_pass_at = p, now
             self.last_inputs = (desired, records, world, policy, zone)
-            # A run settled this pass is learned before its waiter hears of it: the agent's next
-            # `--mem auto` of the same command, a second later, is sized from it.
-            settled = any(a.kind in ("settle", "retry") for a in p.actions)
-            self.publish_gate(self.store.records() if settled else records)
+            # A run settled this pass is learned before the agent's next `--mem auto` of the same
+            # command is sized (ops/requests.py publishes what is pending first); in the loop, after
+            # this pass's waiters have heard (Ticker), elsewhere now.
+            if any(a.kind in ("settle", "retry") for a in p.actions):
+                self.gate_pending = True
+                if not self.defer_gate:
+                    self.publish_pending_gate()
+            else:
+                self.publish_gate(records)
             self._ask_next(p, records, now, soon=failed > 0 or not self.connected)
             return p
+
+    def publish_pending_gate(self) -> None:
+        """gate.json with the runs settled since it was last written, if any."""
+        if self.gate_pending:
+            self.gate_pending = False
+            self.publish_gate(self.store.records())
 
     def publish_gate(self, records: dict) -> None:
         """gate.json for the hook (config/gatefile.py), when the policy or the finished runs changed.
