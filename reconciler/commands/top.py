@@ -114,10 +114,11 @@ class TopApp(App):
     #banner { background: $boost; color: $text; text-style: bold; height: 1; }
     #banner.away { background: $warning 40%; }
     #totals { height: auto; padding: 0 1; }
-    #middle { height: 1fr; min-height: 8; }
-    #owners { width: 2fr; }
-    #side { width: 1fr; padding: 0 1; }
-    #entries { height: 1fr; min-height: 6; }
+    #middle { height: auto; max-height: 50%; }
+    #owners { width: 2fr; height: auto; max-height: 100%; }
+    #side { width: 1fr; height: auto; padding: 0 1; }
+    .title { text-style: bold; padding: 1 1 0 1; }
+    #entries { height: 1fr; min-height: 4; }
     #log { height: 12; border-top: solid $accent; display: none; }
     #bar { height: 1; background: $boost; padding: 0 1; }
     """
@@ -152,6 +153,7 @@ class TopApp(App):
             with Vertical(id="side"):
                 yield self.w_locks
                 yield self.w_spend
+        yield Label("the queue and running entries (r release · s stop · l log)", classes="title")
         yield self.w_entries
         yield self.w_log
         yield self.w_bar

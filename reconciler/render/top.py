@@ -47,8 +47,12 @@ class OwnerRow:
         return self.key.removeprefix("job:") if self.kind == "job" else None
 
 
-def _owner_row(o: dict, indent: str = "") -> OwnerRow:
-    label = one_line(str(o.get("label") or o.get("key") or "?"), 60)
+LABEL_WIDTH = 44
+
+
+def _owner_row(o: dict, indent: str = "", project: str = "") -> OwnerRow:
+    label = str(o.get("label") or o.get("key") or "?")
+    label = one_line(f"{one_line(project, 16)} · {label}" if project else label, LABEL_WIDTH - len(indent))
     return OwnerRow(str(o.get("key") or label), str(o.get("kind") or "?"), indent + label, o.get("gb"),
                     o.get("cpu_pct"), o.get("spend_today_usd"))
 
@@ -66,11 +70,7 @@ def owner_rows(view: dict) -> list[OwnerRow]:
         rows += [_owner_row(j, "  └ ") for j in jobs if j.get("session") == s.get("key")]
     loose = [j for j in jobs if j.get("session") not in session_keys]
     for project in sorted({str(j.get("project") or "") for j in loose}):
-        for j in loose:
-            if str(j.get("project") or "") == project:
-                row = _owner_row(j)
-                rows.append(row if not project else
-                            OwnerRow(row.key, row.kind, f"{one_line(project, 20)} · {row.label}", row.gb, row.cpu_pct, None))
+        rows += [_owner_row(j, project=project) for j in loose if str(j.get("project") or "") == project]
     rows += [_owner_row(o) for o in owners if o.get("kind") not in ("session", "job")]
     cache = (view.get("memory") or {}).get("cache_gb")
     if cache is not None:
