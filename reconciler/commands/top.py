@@ -389,7 +389,7 @@ def cmd_top(a, paths: Paths) -> int:
     from reconciler.commands.base import Fail, the_policy
     from reconciler.config.zone import zone_of
 
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):  # Textual draws on stderr (stdout may be redirected)
         raise Fail("res: res top draws in a terminal (res status --json for the entries as data)")
     policy = the_policy()
     TopApp(paths, lambda: view_here(paths, policy), zone_of(policy)).run()

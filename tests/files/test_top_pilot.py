@@ -16,11 +16,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("textual")
-
-from reconciler.commands.top import TopApp  # noqa: E402
-from reconciler.config.paths import Paths  # noqa: E402
-from reconciler.render import top as draw  # noqa: E402
+from reconciler.commands.top import TopApp
+from reconciler.config.paths import Paths
+from reconciler.render import top as draw
 
 UTC = lambda ts: 0  # noqa: E731 - the zone: clock times in UTC, whatever the machine's
 SIZE = (160, 45)
