@@ -158,8 +158,12 @@ async def serve(paths: Paths, policy, engine: Engine | None = None, ready=None, 
     await engine.connect()
     if not engine.connected and engine.manager_absent and policy.private_manager == "auto":
         await start_private_manager(engine, paths)
-    server = await _listen(paths, Requests(engine, ticker).handle)
+    from reconciler.loop.watch import Watchers
+
+    watchers = Watchers(engine, ticker)
+    server = await _listen(paths, Requests(engine, ticker, watchers).handle)
     scheduler = _scheduled(engine, ticker, policy)
+    _chain_after_pass(ticker, watchers)
     ticker.kick()
     log.info("serving %s (pid %d): a pass on every event, a look every %gs, a pass at least every %gs",
              paths.root, os.getpid(), policy.tick_s, SAFETY_NET_S)
@@ -171,6 +175,7 @@ async def serve(paths: Paths, policy, engine: Engine | None = None, ready=None, 
         scheduler.shutdown(wait=False)
         scheduler.res_events.close()
         server.close()
+        await watchers.close()
         await server.wait_closed()
         if ticker.task is not None:
             await asyncio.gather(ticker.task, return_exceptions=True)
@@ -182,6 +187,22 @@ async def serve(paths: Paths, policy, engine: Engine | None = None, ready=None, 
         release(lock_fd)
     if fatal:
         raise ServeStopped(str(fatal[0]))
+
+
+def _chain_after_pass(ticker: Ticker, watchers) -> None:
+    """After each pass, what was called before (the scheduler's re-arming), then the watchers: a view
+    for those watching, the history's sample."""
+    before = ticker.on_end
+
+    def on_end() -> None:
+        if before is not None:
+            before()
+        try:
+            watchers.after_pass()
+        except Exception:  # noqa: BLE001 - the view is for people watching: never a pass's failure
+            log.exception("the watchers after a pass")
+
+    ticker.on_end = on_end
 
 
 async def _serve_lock(paths: Paths, stopping: asyncio.Event, standby: bool) -> int | None:
@@ -327,8 +348,9 @@ class Requests:
     MAX_CONNECTIONS × 2 × SMALL_REQUEST + MAX_READING × REQUEST_LIMIT of buffers. A client that hangs
     up early costs nothing but its connection."""
 
-    def __init__(self, engine: Engine, ticker: "Ticker"):
+    def __init__(self, engine: Engine, ticker: "Ticker", watchers=None):
         self.engine, self.ticker = engine, ticker
+        self.watchers = watchers  # loop/watch.Watchers: the machine view, for `watch` and the web page
         self.connections = 0
         self.reading_big = asyncio.Semaphore(MAX_READING)
 
@@ -354,7 +376,11 @@ class Requests:
             line = await asyncio.wait_for(self._request_line(reader), REQUEST_S)
             if line is None:
                 return None  # hung up (or past the size limit) before a whole request: nothing was asked
-            return await answer_request(self.engine, self.ticker, json.loads(line), reader,
+            req = json.loads(line)
+            if isinstance(req, dict) and req.get("op") == "watch" and self.watchers is not None:
+                await self._watch(reader, writer)
+                return None
+            return await answer_request(self.engine, self.ticker, req, reader,
                                         say=lambda obj: writer.write(json.dumps(obj).encode() + b"\n"))
         except asyncio.TimeoutError:
             return None  # a client that stalls mid-request is dropped
@@ -369,6 +395,26 @@ class Requests:
                 log.exception("answering a request")
             return {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
 
+
+    async def _watch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """`watch`: one JSON line per view until the caller hangs up (its connection counts against
+        MAX_CONNECTIONS meanwhile). Anything the caller sends after its request ends the stream."""
+        q = self.watchers.subscribe()
+        gone = asyncio.ensure_future(reader.read(1))
+        got = None
+        try:
+            while True:
+                got = asyncio.ensure_future(q.get())
+                done, _ = await asyncio.wait({got, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if got not in done or got.result() is None:
+                    return  # the caller hung up, or the loop is ending
+                writer.write(json.dumps(got.result()).encode() + b"\n")
+                await writer.drain()
+        finally:
+            for task in (got, gone):
+                if task is not None:
+                    task.cancel()
+            self.watchers.unsubscribe(q)
 
     async def _request_line(self, reader: asyncio.StreamReader) -> bytes | None:
         """The request's one line, or None if the caller hung up before its end or it is past
@@ -538,6 +584,8 @@ async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None,
         # adopts it, instead of the next look finding it.
         ticker.kick()
         return {"code": 0, "line": "noted"}
+    elif op == "watch":  # streamed by Requests (it holds the connection); here there is no stream
+        return {"code": 2, "line": "res: watch is answered on the loop's socket only"}
     elif op == "ping":
         return {"code": 0, "line": f"pid {os.getpid()}", "code_id": engine.code_id}
     else:
