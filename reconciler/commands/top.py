@@ -41,44 +41,19 @@ _SEGMENT_STYLE = {"sessions": "bold magenta", "jobs": "bold blue", "you": "bold 
 _SEGMENT_CHAR = {"free": "░"}
 
 
-def view_here(paths: Paths, policy) -> dict:
-    """The machine view without a loop."""
-    try:
-        from reconciler.ops.view import view_here as made_here
-    except ImportError:  # until issue 27's loop side (ops/view.py) is merged: the status part alone
-        return _status_view(paths, policy)
-    return made_here(paths, policy)
+def views_here(paths: Paths, policy) -> Callable[[], dict]:
+    """The machine view without a loop, made again on each call; each call's CPU figures are the
+    use since the one before (the first has none, as the loop's first view)."""
+    previous = None
 
+    def made() -> dict:
+        nonlocal previous
+        from reconciler.ops.view import build_view_here
 
-def _status_view(paths: Paths, policy) -> dict:
-    """The view's fields `res status` already has (entries, budget, game, pressure) and /proc/meminfo's
-    totals; no owners but the running jobs, no CPU, locks, spend or history."""
-    from reconciler.config.zone import zone_of
-    from reconciler.ops.status import overview, read_status
+        view, previous = build_view_here(paths, policy, previous)
+        return view
 
-    now = time.time()
-    zone = zone_of(policy)
-    records, snap, game, recent = read_status(paths, now)
-    st = overview(paths, policy, records, snap, game, recent, now, zone).as_json()
-    meminfo = {}
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                meminfo[key] = int(rest.split()[0]) / (1 << 20)
-    except (OSError, ValueError, IndexError):
-        pass
-    avail, free = meminfo.get("MemAvailable"), meminfo.get("MemFree")
-    owners = [{"key": f"job:{j['id']}", "kind": "job", "label": f"{j['id']} \"{j['title'] or ''}\"",
-               "project": j.get("project"), "gb": j.get("used_gb") or j.get("mem_gb"), "cpu_pct": None}
-              for j in st["jobs"] if j["kind"] == "job" and j["state"] in draw.LIVE_STATES]
-    return {"v": 1, "at": now, "loop": None,
-            "memory": {"total_gb": meminfo.get("MemTotal"), "available_gb": avail, "free_gb": free,
-                       "cache_gb": max(avail - free, 0) if avail is not None and free is not None else None,
-                       "agents_budget_gb": st["budget"]["mem_gb"], "reserve_gb": st["budget"]["reserve_gb"],
-                       "pressure_full_pct": st["pressure"]["full_avg10_pct"]},
-            "cpu": {"nproc": os.cpu_count(), "busy_pct": None}, "owners": owners, "status": st,
-            "locks": [], "spend": [], "timeline": [], "marks": [], "actions": True}
+    return made
 
 
 class Confirm(ModalScreen[bool]):
@@ -392,5 +367,5 @@ def cmd_top(a, paths: Paths) -> int:
     if not (sys.stdin.isatty() and sys.stderr.isatty()):  # Textual draws on stderr (stdout may be redirected)
         raise Fail("res: res top draws in a terminal (res status --json for the entries as data)")
     policy = the_policy()
-    TopApp(paths, lambda: view_here(paths, policy), zone_of(policy)).run()
+    TopApp(paths, views_here(paths, policy), zone_of(policy)).run()
     return 0

@@ -5,9 +5,9 @@ page and the terminal draw the same fields). Strings only: commands/top.py gives
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from reconciler.core.quantities import Zone
+from reconciler.core.view import local_date, sample
 from reconciler.render.text import escaped_path, fmt_clock, fmt_gb, fmt_span, lock_text, one_line
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -90,19 +90,14 @@ def memory_line(view: dict) -> str:
 
 def memory_segments(view: dict, width: int) -> list[tuple[str, int]]:
     """The total as one stacked bar: (sessions | jobs | you | res | cache | free, cells), summing to
-    `width` (free takes what is left)."""
+    `width` (free takes what is left). The groups are the history's (core.view.sample)."""
     total = (view.get("memory") or {}).get("total_gb") or 0
     if total <= 0 or width <= 0:
         return [("free", max(width, 0))]
-    sums = {"sessions": 0.0, "jobs": 0.0, "you": 0.0, "res": 0.0}
-    for o in view.get("owners") or []:
-        kind = {"session": "sessions", "job": "jobs"}.get(o.get("kind"), o.get("kind"))
-        if kind in sums and isinstance(o.get("gb"), (int, float)):
-            sums[kind] += o["gb"]
-    sums["cache"] = (view.get("memory") or {}).get("cache_gb") or 0.0
+    groups = sample(view.get("at") or 0, view.get("owners") or [], view["memory"])["gb"]
     out, used = [], 0
-    for name, gb in sums.items():
-        cells = min(round(gb / total * width), width - used)
+    for name in ("sessions", "jobs", "you", "res", "cache"):
+        cells = min(round((groups.get(name) or 0) / total * width), width - used)
         if cells > 0:
             out.append((name, cells))
             used += cells
@@ -181,19 +176,15 @@ def lock_lines(view: dict, zone: Zone) -> list[str]:
     return out or ["no locks held"]
 
 
-def day_of(ts: float, zone: Zone) -> str:
-    """YYYY-MM-DD of `ts` in `zone` (the day the view's spend rows are keyed by)."""
-    return datetime.fromtimestamp(ts + zone(ts), timezone.utc).date().isoformat()
-
-
 def spend_lines(view: dict, zone: Zone) -> list[str]:
     """Today's spend by agent session, dearest first, and their sum."""
-    today = day_of(view.get("at") or 0, zone)
+    today = local_date(view.get("at") or 0, zone)
     rows = sorted((r for r in view.get("spend") or [] if r.get("day") == today),
                   key=lambda r: -(r.get("usd") or 0))
     if not rows:
         return ["no agent spend today"]
-    total = sum(r.get("usd") or 0 for r in rows)
+    total = ((view.get("status") or {}).get("budget") or {}).get("spend_today_usd")
+    total = sum(r.get("usd") or 0 for r in rows) if total is None else total
     return [f"${r.get('usd') or 0:>7.2f}  {one_line(str(r.get('session') or '?'), 48)}" for r in rows] + \
            [f"${total:>7.2f}  today in all"]
 

@@ -18,6 +18,7 @@ import pytest
 
 from reconciler.commands.top import TopApp
 from reconciler.config.paths import Paths
+from reconciler.core.view import local_date
 from reconciler.render import top as draw
 
 UTC = lambda ts: 0  # noqa: E731 - the zone: clock times in UTC, whatever the machine's
@@ -56,10 +57,11 @@ def hand_built_view(now: float | None = None, game_on: bool = False) -> dict:
             ],
             "game": {"on": game_on, "until": now + 3600 if game_on else None, "left_s": 3600 if game_on else None},
             "pressure": {"full_avg10_pct": 0.0, "limit_pct": 10.0},
+            "budget": {"spend_today_usd": 1.77},
         },
         "locks": [{"lock": "e2e@proj-a", "holder": "r-4", "until": now + 600, "waiting": ["r-5"]}],
-        "spend": [{"day": draw.day_of(now, UTC), "session": "claude pid 4121", "usd": 0.52},
-                  {"day": draw.day_of(now, UTC), "session": "codex pid 5555", "usd": 1.25},
+        "spend": [{"day": local_date(now, UTC), "session": "claude pid 4121", "usd": 0.52},
+                  {"day": local_date(now, UTC), "session": "codex pid 5555", "usd": 1.25},
                   {"day": "2000-01-01", "session": "long ago", "usd": 99.0}],
         "timeline": [], "marks": [], "actions": False,
     }

@@ -16,7 +16,7 @@ def test_a_bar_fills_eighths_of_cells_and_is_blank_when_unknown():
 
 
 def test_the_stacked_memory_bar_sums_to_its_width_in_the_owners_order():
-    view = {"memory": {"total_gb": 10.0, "cache_gb": 2.0},
+    view = {"at": 0.0, "memory": {"total_gb": 10.0, "cache_gb": 2.0, "agents_budget_gb": 3.0, "reserve_gb": 4.0},
             "owners": [{"kind": "session", "gb": 1.0}, {"kind": "job", "gb": 3.0}, {"kind": "job", "gb": 1.0},
                        {"kind": "you", "gb": 2.0}, {"kind": "res", "gb": 0.0}]}
     assert draw.memory_segments(view, 20) == [("sessions", 2), ("jobs", 8), ("you", 4), ("cache", 4), ("free", 2)]

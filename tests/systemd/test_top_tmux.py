@@ -95,7 +95,7 @@ def test_res_top_in_a_terminal_shows_the_running_job_follows_its_log_and_q_ends_
 def test_r_then_y_releases_a_real_note_through_the_real_command_line(res):
     """The key runs `res release ID` itself: the note is gone from the state dir afterwards."""
     from reconciler.commands.base import the_policy
-    from reconciler.commands.top import TopApp, view_here
+    from reconciler.commands.top import TopApp, views_here
     from reconciler.config.paths import Paths
     from reconciler.config.zone import zone_of
 
@@ -106,7 +106,7 @@ def test_r_then_y_releases_a_real_note_through_the_real_command_line(res):
     policy = the_policy()
 
     async def go():
-        app = TopApp(paths, lambda: view_here(paths, policy), zone_of(policy), here_every_s=0.5)
+        app = TopApp(paths, views_here(paths, policy), zone_of(policy), here_every_s=0.5)
         async with app.run_test(size=(160, 45)) as pilot:
             deadline = time.monotonic() + 60
             while note not in app.entries:
