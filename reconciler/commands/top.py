@@ -1,7 +1,7 @@
 """`res top`: the live terminal view (Textual) of the machine view the loop streams (docs/watching.md).
 
 It asks the loop's socket for `{"op": "watch"}` and draws every view it pushes. With no loop it
-draws the view made here from state.db and the machine (ops.view.view_here) every HERE_EVERY_S under
+draws the view made here from state.db and the machine (ops.view.build_view_here) every HERE_EVERY_S under
 a banner that says so, and goes back to the loop's views as soon as one listens. The keys act on the
 selected row by running the command line itself (`res release`, `res release --stop`, `res game`),
 so a key does exactly what the command does, and its one line and exit code show in the status bar.

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -19,11 +20,6 @@ import pytest
 from clihelp import PY, res, wait_for  # noqa: F401 - res: the fixture
 
 pytestmark = pytest.mark.systemd
-
-ROOT = Path(__file__).resolve().parents[2]
-# Once the loop side of issue 27 is merged, `res serve` streams views (op watch) and the banner must
-# name it; before, res top says the loop does not stream and shows state.db.
-LOOP_STREAMS = (ROOT / "reconciler" / "loop" / "watch.py").exists()
 
 LAUNCH = """import json, os, subprocess, sys
 env = json.load(open(sys.argv[1]))
@@ -50,7 +46,7 @@ def _keep(name: str, text: str, tmp: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="no tmux on this machine")
 def test_res_top_in_a_terminal_shows_the_running_job_follows_its_log_and_q_ends_it(res):
-    _serve(res)
+    serve = _serve(res)
     go = res.tmp / "go"
     job = res.started("sh", "-c", 'echo "log-line-$((6*7))"; until [ -e "$0" ]; do sleep 0.05; done', str(go),
                       mem="128M", est="10m")
@@ -75,15 +71,18 @@ def test_res_top_in_a_terminal_shows_the_running_job_follows_its_log_and_q_ends_
         _keep("top-tmux.txt", shown, res.tmp)
         assert "memory" in shown and job in shown
         first = shown.splitlines()[0]
-        if LOOP_STREAMS:
-            assert first.startswith("res serve (pid "), first
-        else:
-            assert first.startswith("this res serve does not stream views"), first
+        assert first.startswith("res serve (pid "), first  # the loop's own views (op watch), not state.db read here
         # the entries table has focus and the running job is its first row: l follows its log
         subprocess.run([*tmux, "send-keys", "-t", "top", "l"], check=True, timeout=30)
         with_log = wait_for(lambda: (lambda s: s if "log-line-42" in s else "")(screen()),
                             "res top showed the job's log", limit_s=60)
         _keep("top-tmux-log.txt", with_log, res.tmp)
+        serve.send_signal(signal.SIGTERM)  # ours, by its pid: res top says the loop went away
+        assert serve.wait(30) == 0
+        gone = wait_for(lambda: (lambda s: s if s.startswith("the loop went away at ") else "")(screen()),
+                        "res top said the loop went away", limit_s=60)
+        _keep("top-tmux-gone.txt", gone, res.tmp)
+        assert row.search(gone), gone  # the job still shown, now from state.db
         subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True, timeout=30)
         wait_for(rc_file.exists, "res top ended on q", limit_s=60)
         assert rc_file.read_text() == "0"
