@@ -235,6 +235,7 @@ _COMMANDS = (  # (name, help, what fills its parser)
     ("service", "res serve as a user service: install, uninstall, status", _service_args),
     ("doctor", "check what res needs from this machine; one line per gap, with the fix", None),
     ("agent-rules", "print the lines for an agent's instructions file (CLAUDE.md, AGENTS.md)", None),
+    ("top", "the live view: memory and CPU by owner, the queue, locks, game mode, spend (keys: r s l g q)", None),
     ("web", "the address of the page the loop serves: memory, queue, spend, live (--open: in the browser)",
      lambda p: p.add_argument("--open", action="store_true", help="open it with xdg-open")),
 )
@@ -442,7 +443,8 @@ COMMANDS = {"run": "run:cmd_run", "note": "run:cmd_note", "wait": "run:cmd_wait"
             "status": cmd_status, "serve": cmd_serve, "init": cmd_init, "game": cmd_game, "hook": cmd_hook,
             "hist": cmd_hist, "clean": cmd_clean, "adopt": cmd_adopt, "shell-init": cmd_shell_init,
             "service": cmd_service, "doctor": cmd_doctor, "agent-rules": cmd_agent_rules,
-            "web": "web:cmd_web"}
+            "web": "web:cmd_web",
+            "top": "top:cmd_top"}  # Textual is imported by commands/top.py alone
 
 
 def _command(name: str):

@@ -350,7 +350,7 @@ def test_a_command_line_parses_the_same_with_only_its_own_subcommand_built():
         ["release", "r-2", "--stop"], ["reconcile", "--dry-run", "--json"], ["serve", "--standby"],
         ["game", "on", "--for", "2h"], ["hist", "--changes"], ["clean", "--yes"], ["service", "install"],
         ["adopt"], ["shell-init"], ["doctor"], ["agent-rules"], ["init", "--force"], ["observe", "--json"],
-        ["hook", "--print-config"],
+        ["hook", "--print-config"], ["top"],
         ["web", "--open"],
     ]
     assert {line[0] for line in lines} == _NAMES  # every subcommand tried
