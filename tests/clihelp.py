@@ -300,6 +300,15 @@ def wait_for(pred, what: str, limit_s: float = 60, step: float = 0.1):
         time.sleep(step)
 
 
+def serving(res) -> subprocess.Popen:
+    """`res serve` started for the fixture's state directory, once its socket is there."""
+    p = res.spawn("serve")
+    sock = res.state / "serve.sock"
+    wait_for(lambda: sock.exists() or p.poll() is not None, "saw the serve socket")
+    assert p.poll() is None, p.communicate()
+    return p
+
+
 # ---------------------------------------------------------------- the fake agent (the fault tiers)
 
 FAKE = str(Path(__file__).resolve().parent / "fake_agent.py")

@@ -108,6 +108,20 @@ def local_midnight(ts: float, zone: Zone) -> float:
     return midnight + (zone(ts) - zone(midnight))
 
 
+def civil_date(ts: float, zone: Zone) -> tuple[int, int, int]:
+    """(year, month, day) of an epoch timestamp in `zone`, proleptic Gregorian (Howard Hinnant's
+    civil_from_days: no datetime import on the paths that show dates)."""
+    z = int((ts + zone(ts)) // 86400) + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    day = doy - (153 * mp + 2) // 5 + 1
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, day
+
+
 THROTTLE_USED = 0.85  # of the job's own --mem
 THROTTLE_PRESSURE = 20.0  # memory.pressure some avg60, percent
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from reconciler.core.capacity import reserves
 from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase
-from reconciler.core.quantities import Zone, local_midnight
+from reconciler.core.quantities import Zone, civil_date, local_midnight
 from reconciler.core.rules import Rules
 
 VERSION = 1
@@ -95,17 +95,8 @@ def _title(rec: JobRecord) -> str:
 
 
 def local_date(ts: float, zone: Zone) -> str:
-    """YYYY-MM-DD of an epoch timestamp in `zone` (proleptic Gregorian: Howard Hinnant's
-    civil_from_days)."""
-    z = int((ts + zone(ts)) // 86400) + 719468
-    era = z // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    day = doy - (153 * mp + 2) // 5 + 1
-    month = mp + 3 if mp < 10 else mp - 9
-    return f"{yoe + era * 400 + (month <= 2):04d}-{month:02d}-{day:02d}"
+    """YYYY-MM-DD of an epoch timestamp in `zone`."""
+    return "%04d-%02d-%02d" % civil_date(ts, zone)
 
 
 def _spent_on_or_after(rec: JobRecord, since: float) -> bool:

@@ -5,7 +5,7 @@ for one line (`one_line`, `quoted`, `lock_text`, `escaped`, `escaped_path`). Pur
 from __future__ import annotations
 
 from reconciler.core.hist import flat
-from reconciler.core.quantities import Zone
+from reconciler.core.quantities import Zone, civil_date
 
 
 def fmt_usd_pair(value: float, limit: float) -> tuple[str, str]:
@@ -37,17 +37,8 @@ def fmt_clock(ts: float, zone: Zone) -> str:
 
 
 def fmt_day(ts: float, zone: Zone) -> str:
-    """MM-DD of an epoch timestamp in `zone` (proleptic Gregorian, from the days since 1970)."""
-    days = int((ts + zone(ts)) // 86400)
-    # Howard Hinnant's civil_from_days
-    z = days + 719468
-    era = z // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    day = doy - (153 * mp + 2) // 5 + 1
-    month = mp + 3 if mp < 10 else mp - 9
+    """MM-DD of an epoch timestamp in `zone`."""
+    _, month, day = civil_date(ts, zone)
     return f"{month:02d}-{day:02d}"
 
 

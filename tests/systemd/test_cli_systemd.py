@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from clihelp import CLOCK, GIB, ME, PY, meminfo_gb, nproc, res, unit_props, wait_for  # noqa: F401
+from clihelp import CLOCK, GIB, ME, PY, meminfo_gb, nproc, res, unit_props, serving, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.systemd
 
@@ -570,20 +570,13 @@ def test_dry_run_with_a_bad_world_file_is_one_line(res):
 # ---------------------------------------------------------------- item 11: res serve
 
 
-def _serve(res) -> subprocess.Popen:
-    p = res.spawn("serve")
-    sock = res.state / "serve.sock"
-    wait_for(lambda: sock.exists() or p.poll() is not None, "saw the serve socket")
-    assert p.poll() is None, p.communicate()
-    return p
-
 
 def test_status_is_answered_by_the_loop_with_the_policy_it_enforces(res):
     res.env["RES_USER_RESERVE_GB"] = "3"
     assert res("note", "--mem", "256M", "--for", "10m", "held by me").code == 0
     res.ok("reconcile")
     here = res.status_all()
-    serve = _serve(res)
+    serve = serving(res)
     other = {"RES_USER_RESERVE_GB": "5"}  # the caller's environment differs from the loop's
     answer = json.loads(res.ok("status", "--json", env=other).out)
     assert answer["budget"]["reserve_gb"] == 3  # the loop's policy: the loop answered
@@ -598,7 +591,7 @@ def test_status_is_answered_by_the_loop_with_the_policy_it_enforces(res):
 def test_serve_answers_runs_and_is_the_single_writer(res):
     res.env["RES_TICK_S"] = "0.5"
     res.shape(1.5)
-    serve = _serve(res)
+    serve = serving(res)
     hold, hold_go = blocker(res, "1")
     assert res.started(*hold, mem="1G") == "r-1"
     st = res.status("r-1")

@@ -8,11 +8,10 @@ import asyncio
 import json
 import re
 import signal
-import subprocess
 
 import pytest
 
-from clihelp import CLOCK, res, wait_for  # noqa: F401
+from clihelp import CLOCK, res, serving, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.systemd
 
@@ -39,13 +38,6 @@ def _pressure_files(res, system: float = 0.0, slice_: float = 0.0):
     return system_file, slice_file
 
 
-def _serve(res) -> subprocess.Popen:
-    p = res.spawn("serve")
-    sock = res.state / "serve.sock"
-    wait_for(lambda: sock.exists() or p.poll() is not None, "saw the serve socket")
-    assert p.poll() is None, p.communicate()
-    return p
-
 
 def _replace(path, text: str) -> None:
     """Write the whole file at once (rename), so the loop never reads half of it."""
@@ -57,7 +49,7 @@ def _replace(path, text: str) -> None:
 def test_pressure_holds_back_new_work_and_lets_it_go_when_it_falls(res):
     res.env["RES_TICK_S"] = "0.5"
     system_file, _ = _pressure_files(res)
-    serve = _serve(res)
+    serve = serving(res)
 
     # a job started before the pressure keeps running through it
     hold, hold_go = blocker(res, "1")

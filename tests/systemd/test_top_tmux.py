@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from clihelp import PY, res, wait_for  # noqa: F401 - res: the fixture
+from clihelp import PY, res, serving, wait_for  # noqa: F401 - res: the fixture
 
 pytestmark = pytest.mark.systemd
 
@@ -27,13 +27,6 @@ code = subprocess.run([sys.argv[2], "-c", "from reconciler.entry import main; ma
 open(sys.argv[4], "w").write(str(code))
 """
 
-
-def _serve(res) -> subprocess.Popen:
-    p = res.spawn("serve")
-    sock = res.state / "serve.sock"
-    wait_for(lambda: sock.exists() or p.poll() is not None, "saw the serve socket")
-    assert p.poll() is None, p.communicate()
-    return p
 
 
 def _keep(name: str, text: str, tmp: Path) -> None:
@@ -46,7 +39,7 @@ def _keep(name: str, text: str, tmp: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="no tmux on this machine")
 def test_res_top_in_a_terminal_shows_the_running_job_follows_its_log_and_q_ends_it(res):
-    serve = _serve(res)
+    serve = serving(res)
     go = res.tmp / "go"
     job = res.started("sh", "-c", 'echo "log-line-$((6*7))"; until [ -e "$0" ]; do sleep 0.05; done', str(go),
                       mem="128M", est="10m")

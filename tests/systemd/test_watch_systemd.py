@@ -6,22 +6,14 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import time
 
 import pytest
 
-from clihelp import res, wait_for  # noqa: F401
+from clihelp import res, serving, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.systemd
 
-
-def _serve(r) -> subprocess.Popen:
-    p = r.spawn("serve")
-    sock = r.state / "serve.sock"
-    wait_for(lambda: sock.exists() or p.poll() is not None, "saw the serve socket")
-    assert p.poll() is None, p.communicate()
-    return p
 
 
 class Watching:
@@ -62,7 +54,7 @@ def owner(view: dict, key: str) -> dict | None:
 
 
 def test_a_watch_client_sees_a_running_job_and_not_after_its_release(res):
-    serve = _serve(res)
+    serve = serving(res)
     job = res.started("sleep", "30", mem="256M", est="1m")
     w = Watching(res.state / "serve.sock")
     try:
