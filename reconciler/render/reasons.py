@@ -120,22 +120,38 @@ def busy_line(d: dict, zone: Zone) -> str:
 def queued_line(d: dict, zone: Zone) -> str:
     """`position 2; est. start ~14:40; lock 'e2e' held by r-1`: a waiting queue entry (its detail from core.plan)."""
     if d["waits_for"] == "cluster":
-        return (f"position {d['position']}; waits for the cluster: {d.get('error') or 'not asked yet'}; "
-                "submitted once it answers")
+        return f"position {d['position']}; waits for {waits_for_text(d, zone)}"
     if d["waits_for"] in ("sessions", "daily_cost", "pricing"):
-        why = reason_line(d["block"], zone).removeprefix("busy: ") if d.get("block") else "behind an earlier session that waits"
-        return f"position {d['position']}; {why}"
+        return f"position {d['position']}; {waits_for_text(d, zone)}"
     eta = f"est. start ~{fmt_clock(d['est_start'], zone)}" if d["est_start"] is not None else "est. start unknown"
     text = f"position {d['position']}; {eta}"
     if "pressure" in d["waits_for"].split("+"):
-        p = d.get("pressure")
-        return text + (f"; waits for {pressure_text(p)} to fall under {p['limit']:g} % (pressure_full_pct)" if p
-                       else "; waits for memory pressure to fall (pressure_full_pct)")
-    if d["waits_for"] == "lock":
-        text += f"; lock {lock_text(d['lock'], quote=chr(39))} held by {d['lock_holder']}"
-    elif d["waits_for"] == "queue_head":
-        text += f"; behind queue head {d['head']}"
+        return text + f"; waits for {waits_for_text(d, zone)}"
+    if d["waits_for"] in ("lock", "queue_head"):
+        text += f"; {waits_for_text(d, zone)}"
     return text
+
+
+_RESOURCE_WORDS = {"memory": "memory", "cpus": "CPUs"}
+
+
+def waits_for_text(d: dict, zone: Zone) -> str:
+    """What a waiting entry waits for, alone (the views' "waits for" column): `lock 'e2e' held by r-1`,
+    `behind queue head r-3`, `memory and CPUs`, the cluster, memory pressure, the session cap."""
+    waits = d["waits_for"]
+    if waits == "cluster":
+        return f"the cluster: {d.get('error') or 'not asked yet'}; submitted once it answers"
+    if waits in ("sessions", "daily_cost", "pricing"):
+        return reason_line(d["block"], zone).removeprefix("busy: ") if d.get("block") else "behind an earlier session that waits"
+    if "pressure" in waits.split("+"):
+        p = d.get("pressure")
+        return (f"{pressure_text(p)} to fall under {p['limit']:g} % (pressure_full_pct)" if p
+                else "memory pressure to fall (pressure_full_pct)")
+    if waits == "lock":
+        return f"lock {lock_text(d['lock'], quote=chr(39))} held by {d['lock_holder']}"
+    if waits == "queue_head":
+        return f"behind queue head {d['head']}"
+    return " and ".join(_RESOURCE_WORDS.get(w, w) for w in waits.split("+"))
 
 
 def backfill_text(d: dict, zone: Zone) -> str:
