@@ -60,7 +60,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "log_offset": rec.log_offset, "attach_failures": rec.attach_failures, "last_error": rec.last_error,
         "reason": reason_of(rec, queued), "position": (queued or {}).get("position"),
         "est_start": (queued or {}).get("est_start"), "waits": queued_line(queued, zone) if queued else None,
-        "waits_for": waits_for_text(queued, zone) if queued else None,
+        "waits_for_text": waits_for_text(queued, zone) if queued else None,
         "where": where_of(rec, obs), "pending": obs.get("pending") if rec.phase in LIVE else None,
         "slurm_est_start": obs.get("est_start") if rec.phase in LIVE else None,
     }

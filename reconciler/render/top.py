@@ -152,7 +152,7 @@ def entry_rows(view: dict, zone: Zone) -> list[EntryRow]:
         if j.get("used_gb") is not None:
             mem = f"{gb_text(j['used_gb'])} of {mem}"
         if state == "queued":
-            tail = j.get("waits_for") or j.get("waits") or "waiting (no pass has looked at it yet)"
+            tail = j.get("waits_for_text") or j.get("waits") or "waiting (no pass has looked at it yet)"
         elif state in ENDED_STATES:  # its why says the exit code ("exited 0"); rc alone when there is none
             tail = j.get("why") or (f"rc={j['rc']}" if j.get("rc") is not None else "")
         elif j.get("eta"):
