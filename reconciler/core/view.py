@@ -11,6 +11,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
+from reconciler.core.agents import SESSION_NAME  # the only sessions the pass observes
 from reconciler.core.capacity import reserves
 from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase
 from reconciler.core.quantities import Zone, civil_date, local_midnight
@@ -21,7 +22,6 @@ RES, YOU = "res", "you"
 TIMELINE_S = 24 * 3600  # finished entries shown on the timeline this long
 MARKS_S = 48 * 3600  # … and their marks (as long as the history goes back)
 MAX_ROWS = 300  # timeline rows, marks and spend rows each: the newest kept
-SESSION_NAME = "claude"  # core/agents.SESSION_NAME: the only sessions the pass observes
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +122,9 @@ def owners(now: Readings, before: Readings | None, records: dict[str, JobRecord]
     out: list[dict] = []
     by_session: dict[int, list[JobRecord]] = {}
     for rec in records.values():
-        pid = asking_session(rec.request.by, live_sessions)
+        # A note is the session's by its owner (the process whose end ends it); anything else by who asked.
+        owner = rec.request.owner_pid if rec.request.kind == "note" else None
+        pid = owner if owner in live_sessions else asking_session(rec.request.by, live_sessions)
         if pid is not None:
             by_session.setdefault(pid, []).append(rec)
     for pid in sorted(live_sessions):
@@ -130,7 +132,10 @@ def owners(now: Readings, before: Readings | None, records: dict[str, JobRecord]
         asked = sorted(by_session.get(pid, []), key=lambda r: r.request.number)
         out.append({"key": key, "kind": "session", "label": f"{SESSION_NAME} pid {pid}",
                     "gb": _gb(now.use.get(key, Use()).gb), "cpu_pct": cpu_pct(now, before, key),
-                    "jobs": [r.id for r in asked if r.phase in LIVE],
+                    "jobs": [r.id for r in asked if r.phase in LIVE and r.request.kind == "job"],
+                    # what it holds in the ledger for work outside res (its notes: res note --mem)
+                    "notes": [r.id for r in asked if r.phase in LIVE and r.request.kind == "note"],
+                    "noted_gb": round(sum(r.request.mem_gb for r in asked if r.phase in LIVE and r.request.kind == "note"), 3),
                     "spend_today_usd": round(sum(r.spend_usd for r in asked if _spent_on_or_after(r, midnight)), 6)})
     for rec in local_jobs(records):
         key = job_key(rec.id)

@@ -52,6 +52,8 @@ LABEL_WIDTH = 44
 
 def _owner_row(o: dict, indent: str = "", project: str = "") -> OwnerRow:
     label = str(o.get("label") or o.get("key") or "?")
+    if o.get("notes"):  # a session's notes: what it holds in the ledger for work outside res
+        label += f" · {gb_text(o.get('noted_gb'))} noted ({', '.join(map(str, o['notes']))})"
     label = one_line(f"{one_line(project, 16)} · {label}" if project else label, LABEL_WIDTH - len(indent))
     return OwnerRow(str(o.get("key") or label), str(o.get("kind") or "?"), indent + label, o.get("gb"),
                     o.get("cpu_pct"), o.get("spend_today_usd"))

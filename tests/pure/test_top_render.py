@@ -56,3 +56,13 @@ def test_the_banner_says_where_the_view_comes_from():
 
 def test_log_text_keeps_lines_and_shows_escapes():
     assert draw.log_text("a\tb\n\x1b[31mred\r\n") == "a\tb\n\\x1b[31mred\\r\n"
+
+
+def test_a_session_row_names_the_notes_it_holds():
+    view = {"at": 0.0, "memory": {"total_gb": 10.0},
+            "owners": [{"key": "session:4121", "kind": "session", "label": "claude pid 4121", "gb": 1.0,
+                        "notes": ["r-6"], "noted_gb": 4.0},
+                       {"key": "you", "kind": "you", "label": "your programs", "gb": 2.0}]}
+    labels = [row.label for row in draw.owner_rows(view)]
+    assert labels[0] == "claude pid 4121 · 4.0 GB noted (r-6)"
+    assert labels[1] == "your programs"

@@ -65,6 +65,19 @@ def test_owners_are_sessions_jobs_you_and_res_biggest_first():
     assert "job:r-5" not in o  # queued: holds nothing yet
 
 
+def test_a_session_holds_its_notes_by_their_owner_and_its_jobs_by_who_asked():
+    note = rec(6, kind="note", mem=4.0, by="res pid 900 < bash pid 899")  # `by` names no session ...
+    note.request.owner_pid = 4121  # ... but the note ends with session 4121: it is that session's
+    other = rec(7, kind="note", mem=2.0)
+    other.request.owner_pid = 5555  # a person's shell, not a session
+    ended = rec(8, kind="note", mem=3.0, phase=Phase.done, ended=NOW - 5)
+    ended.request.owner_pid = 4121
+    job = rec(4, by="claude pid 4121")
+    got = by_key(owners(readings(session_4121=Use(gb=1.0)), None, records(note, other, ended, job), snap(sessions=[4121]), UTC))
+    s = got["session:4121"]
+    assert (s["jobs"], s["notes"], s["noted_gb"]) == (["r-4"], ["r-6"], 4.0)
+
+
 def test_you_is_never_below_zero():
     now = readings(total=32.0, available=28.0, job_r_1=Use(gb=6.0), res=Use(gb=0.1))  # 4 GB used, 6 GB counted
     assert by_key(owners(now, None, records(rec(1)), snap(), UTC))["you"]["gb"] == 0.0
