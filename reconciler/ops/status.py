@@ -45,6 +45,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "mem_gb": req.mem_gb, "cpus": req.cpus, "used_gb": used if rec.phase in LIVE else None,
         "peak_gb": rec.peak_gb, "rc": rec.rc, "why": rec.why, "queue": req.queue, "lock": req.lock,
         "by": asker_data(req), "auto": list(req.auto), "sized_from": req.sized_from, "grown_from_gb": req.grown_from_gb,
+        "node_requeues": req.node_requeues,
         "cpu_s": rec.cpu_s,
         "created": req.created, "started": rec.started, "ended": rec.ended, "eta": rec.eta(),
         "overdue": bool(rec.phase in LIVE and expires is not None and now > expires),
