@@ -70,7 +70,10 @@ def where_of(rec: JobRecord, obs: dict) -> str:
     """`local`, or where on the cluster: `slurm:4121@node` (as the last pass saw it), else `slurm:4121`."""
     if rec.where != "cluster" and not (rec.phase == Phase.queued and rec.request.on == "cluster"):
         return "local"
-    return obs.get("place") or (f"slurm:{rec.invocation}" if rec.invocation else "slurm")
+    place = obs.get("place")
+    if place and rec.invocation and place.split("@")[0] != f"slurm:{rec.invocation}":
+        place = None  # the last pass saw an earlier attempt (one submitted again after its node failed)
+    return place or (f"slurm:{rec.invocation}" if rec.invocation else "slurm")
 
 
 FINISHED_GRACE_S = 300  # finished entries stay in the default `res status` view this long (--all: all)
