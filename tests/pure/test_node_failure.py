@@ -97,3 +97,15 @@ def test_the_requeue_is_a_new_attempt_of_the_same_record():
 def test_the_count_is_on_the_entry_only_once_it_was_requeued():
     assert "node_requeues" not in entry_dict(req())
     assert entry_dict(req(node_requeues=1))["node_requeues"] == 1
+
+
+def test_doctor_names_every_node_that_wrote_the_logs_and_the_ones_not_asked():
+    from reconciler.core.doctor import Facts, decide
+
+    f = Facts(user="me", cgroup_version=2, controllers=frozenset({"memory", "cpu", "io"}), linger=True,
+              oomd_running=True, unit_dir="/u", unit_path=("/u",), cluster_checked=True, cluster_logs="/s/logs",
+              cluster_partitions=("debug",), cluster_nodes_checked=("node1", "node3"),
+              cluster_nodes_skipped=("node2 (drain)",))
+    lines = [line for line in decide(f)[1] if "cluster node" in line]
+    assert lines == ["ok   every cluster node up (2: node1, node3) can write /s/logs (cluster jobs' logs and exit "
+                     "records); not checked: node2 (drain)"]

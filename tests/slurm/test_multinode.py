@@ -217,6 +217,21 @@ def test_a_drained_node_takes_nothing_new_and_work_lands_there_again_once_resume
     assert done(ncl, after)["rc"] == 0
 
 
+def test_doctor_has_every_node_up_write_the_log_directory_and_names_a_drained_one(ncl):
+    """`res doctor`: one srun with a task on each node up, each writing a file named for its node into
+    the logs directory, each seen from this host; a drained node is named, not asked."""
+    r = ncl("doctor")
+    logs = ncl.state / "logs"
+    assert (f"ok   every cluster node up (3: node1, node2, node3) can write {logs} (cluster jobs' logs and "
+            "exit records)") in r.out.splitlines(), str(r)
+    scontrol(ncl.env, "update", "nodename=node2", "state=drain", "reason=maint")
+    r = ncl("doctor")
+    assert (f"ok   every cluster node up (2: node1, node3) can write {logs} (cluster jobs' logs and exit "
+            "records); not checked: node2 (drain)") in r.out.splitlines(), str(r)
+    assert [p.name for p in logs.iterdir()] == []  # the probes' files removed
+    assert [j for j in ncl.slurm_jobs()] == []  # (srun's jobs are not res's: no comment of ours)
+
+
 # ---------------------------------------------------------------- a node lost
 
 
