@@ -48,8 +48,8 @@ def _exe(name: str) -> str:
     return shutil.which(name) or f"/usr/sbin/{name}"
 
 
-def write_config(base: Path) -> Path:
-    host = socket.gethostname()
+def prepare(base: Path) -> None:
+    """BASE's folders and its munge key (made once)."""
     for d in ("state", "spool", "log", "run", "munge"):
         (base / d).mkdir(parents=True, exist_ok=True)
     os.chmod(base / "munge", 0o700)
@@ -57,58 +57,53 @@ def write_config(base: Path) -> Path:
     if not key.exists():
         key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o400)
-    cpus = os.cpu_count() or 1
+
+
+def conf_text(base: Path, controller: str, nodes: list[str], partition_nodes: str, **settings: str) -> str:
+    """slurm.conf of a private cluster under BASE: `controller` (SlurmctldHost), the NodeName lines,
+    the nodes of its one partition; `settings` replace or add keys (SlurmdTimeout="10")."""
     # Job ids of their own: two clusters booted at once on one machine (two test runs) never share a
     # job's cgroup (/sys/fs/cgroup/memory/slurm/uid_0/job_N).
     first_job = int.from_bytes(os.urandom(3), "big") % 900_000 + 1000
-    conf = base / "slurm.conf"
-    conf.write_text(f"""\
-# A private single-node cluster for res's tests (tests/slurmcluster.py).
-ClusterName=restest
-FirstJobId={first_job}
-SlurmctldHost={host}
-SlurmUser=root
-SlurmdUser=root
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
-AuthType=auth/munge
-AuthInfo=socket={base}/munge/munge.sock
-CredType=cred/munge
-StateSaveLocation={base}/state
-SlurmdSpoolDir={base}/spool/slurmd-%n
-SlurmctldPidFile={base}/run/slurmctld.pid
-SlurmdPidFile={base}/run/slurmd-%n.pid
-SlurmctldLogFile={base}/log/slurmctld.log
-SlurmdLogFile={base}/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-ProctrackType=proctrack/cgroup
-TaskPlugin=task/cgroup
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core_Memory
-SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0
-ReturnToService=2
-MpiDefault=none
-JobAcctGatherType=jobacct_gather/cgroup
-JobAcctGatherFrequency=1
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-MinJobAge=300
-KillWait=5
-InactiveLimit=0
-SlurmctldTimeout=30
-SlurmdTimeout=60
-NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={REAL_MEMORY_MB} State=UNKNOWN
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
-""")
-    (base / "cgroup.conf").write_text("""\
+    keys = {
+        "ClusterName": "restest", "FirstJobId": str(first_job), "SlurmctldHost": controller,
+        "SlurmUser": "root", "SlurmdUser": "root", "SlurmctldPort": str(_free_port()),
+        "SlurmdPort": str(_free_port()), "AuthType": "auth/munge", "AuthInfo": f"socket={base}/munge/munge.sock",
+        "CredType": "cred/munge", "StateSaveLocation": f"{base}/state", "SlurmdSpoolDir": f"{base}/spool/slurmd-%n",
+        "SlurmctldPidFile": f"{base}/run/slurmctld.pid", "SlurmdPidFile": f"{base}/run/slurmd-%n.pid",
+        "SlurmctldLogFile": f"{base}/log/slurmctld.log", "SlurmdLogFile": f"{base}/log/slurmd.log",
+        "SlurmctldDebug": "info", "SlurmdDebug": "info", "ProctrackType": "proctrack/cgroup",
+        "TaskPlugin": "task/cgroup", "SelectType": "select/cons_tres", "SelectTypeParameters": "CR_Core_Memory",
+        "SchedulerType": "sched/backfill", "SchedulerParameters": "batch_sched_delay=0", "ReturnToService": "2",
+        "MpiDefault": "none", "JobAcctGatherType": "jobacct_gather/cgroup", "JobAcctGatherFrequency": "1",
+        "AccountingStorageType": "accounting_storage/none", "JobCompType": "jobcomp/none", "MinJobAge": "300",
+        "KillWait": "5", "InactiveLimit": "0", "SlurmctldTimeout": "30", "SlurmdTimeout": "60",
+    }
+    keys.update(settings)
+    lines = ["# A private cluster for res's tests (tests/slurmcluster.py, tests/slurmnodes.py)."]
+    lines += [f"{k}={v}" for k, v in keys.items()]
+    lines += nodes
+    lines.append(f"PartitionName=debug Nodes={partition_nodes} Default=YES MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"
+
+
+CGROUP_CONF = """\
 CgroupAutomount=yes
 ConstrainCores=no
 ConstrainRAMSpace=yes
 ConstrainSwapSpace=yes
 AllowedSwapSpace=0
-""")
+"""
+
+
+def write_config(base: Path) -> Path:
+    host = socket.gethostname()
+    prepare(base)
+    cpus = os.cpu_count() or 1
+    conf = base / "slurm.conf"
+    conf.write_text(conf_text(base, host, [f"NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={REAL_MEMORY_MB} State=UNKNOWN"],
+                              host))
+    (base / "cgroup.conf").write_text(CGROUP_CONF)
     return conf
 
 

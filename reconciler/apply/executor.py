@@ -194,7 +194,7 @@ class Executor:
         try:
             # A job started again bigger after a kill (DESIGN §5.9) writes on in the same log: the one
             # who waits for it reads one job's output.
-            self._fresh_log(self.paths.log(req.id, log_dir), attempt, keep=req.grown_from_gb is not None)
+            self._fresh_log(self.paths.log(req.id, log_dir), attempt, keep=req.grown_from_gb is not None or req.node_requeues is not None)
             invocation = await runtime.start(spec)
         except RuntimeUnavailable as e:
             log.warning("start of %s: %s", req.id, e)
@@ -249,13 +249,16 @@ class Executor:
 
     async def _retry(self, a, req, rec, now):
         """An auto-sized job killed at its memory limit goes back in the queue once, at the size the
-        plan chose (DESIGN §5.9). The queue entry first, then the record: both edits are idempotent,
+        plan chose (DESIGN §5.9); a cluster job whose node failed, at its own size (its count of
+        requeues on the entry). The queue entry first, then the record: both edits are idempotent,
         and a reconciler that dies between them decides the same retry again."""
         d = a.detail or {}
-        grown, killed_at = float(d["mem_gb"]), rec.request.mem_gb
-        await asyncio.to_thread(self.writer.update, rec.id, {"mem_gb": grown, "grown_from_gb": killed_at, "queue": True})
-        bigger = copy(rec.request, mem_gb=grown, grown_from_gb=killed_at, queue=True)
-        again = planned(rec, a, now, request=bigger, peak_gb=a.peak_gb, detail=d)
+        if d.get("cause") == "node_failure":  # its cluster node failed: the same size, submitted again
+            changes = {"node_requeues": int(d["requeue"]), "queue": True}
+        else:
+            changes = {"mem_gb": float(d["mem_gb"]), "grown_from_gb": rec.request.mem_gb, "queue": True}
+        await asyncio.to_thread(self.writer.update, rec.id, changes)
+        again = planned(rec, a, now, request=copy(rec.request, **changes), peak_gb=a.peak_gb, detail=d)
         if not self.store.put(again, expect_phase=rec.phase, expect_holder=rec.attached_by):
             return
         from reconciler.render.lines import retry_line

@@ -174,22 +174,51 @@ def gather_cluster(f: Facts, paths: Paths, policy) -> None:
     if why is not None:
         f.cluster_write_error = f"it {why}"
         return
+    part = [f"--partition={f.cluster_partition}"] if f.cluster_partition else []
+    up, f.cluster_nodes_skipped = _nodes_up(part)
     probe = logs / f".doctor-{os.getpid()}"
-    argv = ["srun", "--nodes=1", "--ntasks=1", "--mem=16M", "--time=1", "--immediate=30", "--job-name=res-doctor"]
-    if f.cluster_partition:
-        argv.append(f"--partition={f.cluster_partition}")
-    # The node writes a file and this host must see it: a directory that is only local here (a
-    # mount point left empty by an unmount) fails, as it must.
-    rc, out = _run([*argv, "sh", "-c", 'echo res-doctor > "$0"', str(probe)], 60)
-    try:
-        seen = probe.read_text() == "res-doctor\n"
-        probe.unlink()
-    except OSError:
-        seen = False
+    argv = ["srun", "--ntasks-per-node=1", "--mem=16M", "--time=1", "--immediate=30", "--job-name=res-doctor", *part]
+    # One job step on every node up (a bounded number of them: one srun, not one per node), each
+    # writing a file named for its node, and this host must see each: a directory that is only
+    # local somewhere (a mount point left empty by an unmount) fails, naming the node.
+    argv += [f"--nodes={len(up)}", f"--nodelist={','.join(up)}"] if up else ["--nodes=1"]
+    mark = '"$0.$SLURMD_NODENAME"' if up else '"$0.node"'
+    rc, out = _run([*argv, "sh", "-c", f"echo res-doctor > {mark}", str(probe)], 60)
+    seen, missing = [], []
+    for node in up or ["node"]:
+        mark = probe.with_name(f"{probe.name}.{node}")
+        try:
+            (seen if mark.read_text() == "res-doctor\n" else missing).append(node)
+            mark.unlink()
+        except OSError:
+            missing.append(node)
+    for stray in logs.glob(f"{probe.name}.*"):  # (a node of another name than sinfo's)
+        stray.unlink(missing_ok=True)
+    f.cluster_nodes_checked = tuple(seen) if up else ()
     if rc != 0:
         f.cluster_write_error = out[:300] or f"srun exited {rc}"
-    elif not seen:
-        f.cluster_write_error = "a node wrote a file there and this host does not see it: not the same filesystem"
+    elif missing:
+        which = f" ({', '.join(missing)})" if up else ""
+        f.cluster_write_error = f"a node{which} wrote a file there and this host does not see it: not the same filesystem"
+
+
+PROBE_NODES_MAX = 64  # `res doctor` asks at most this many nodes (a large cluster: a sample, in one srun)
+
+
+def _nodes_up(part: list[str]) -> tuple[list[str], tuple[str, ...]]:
+    """(nodes that could run the probe now, "node (state)" of the others) of the partition, by
+    `sinfo --Node`: idle or mixed and answering; drained, down, fully allocated ones are named."""
+    rc, out = _run(["sinfo", "--Node", "--noheader", "--format=%N|%t", *part], 20)
+    if rc != 0:
+        return [], ()
+    up, other = [], []
+    for item in sorted(set(out.split())):
+        node, _, state = item.partition("|")
+        if state in ("idle", "mix"):
+            up.append(node)
+        elif node:
+            other.append(f"{node} ({state})")
+    return up[:PROBE_NODES_MAX], tuple(other + [f"{n} (past the first {PROBE_NODES_MAX})" for n in up[PROBE_NODES_MAX:]][:20])
 
 
 RULES_FILES = ("CLAUDE.md", "AGENTS.md", ".claude/CLAUDE.md")

@@ -128,6 +128,7 @@ class Policy(BaseSettings):
     answer_timeout_s: float = Field(ge=1, le=3600)
     time_zone: str = Field(max_length=100)
     overflow: Literal["off", "cluster"]
+    cluster_requeue_on_node_failure: int = Field(ge=0, le=100)
     web_port: int = Field(ge=0, le=65535)
     web_actions: bool
     cluster: ClusterPolicy

@@ -40,6 +40,8 @@ class Facts:
     cluster_logs: str = ""  # the logs directory cluster jobs write to
     cluster_shared: bool = False  # it is in the policy's [cluster] shared_dir (else: the state directory's logs/)
     cluster_write_error: str | None = None  # a job on a node could not write there (None: it could, or not tried)
+    cluster_nodes_checked: tuple[str, ...] = ()  # the nodes that wrote there (each by name; empty: any one node)
+    cluster_nodes_skipped: tuple[str, ...] = ()  # "node7 (drained)": not up for a job, so not asked
     # The agents' instructions in the repository doctor runs in (`res agent-rules`): "" outside one.
     rules_repo: str = ""
     rules_files: tuple[str, ...] = ()  # CLAUDE.md / AGENTS.md there
@@ -176,5 +178,9 @@ def _cluster(f: Facts, good, fix) -> None:
             if f.cluster_shared else
             "set [cluster] shared_dir in the policy to a directory this host and the nodes share, "
             "or put the state directory (RES_STATE_DIR) on one")
+    elif len(f.cluster_nodes_checked) > 1:
+        skipped = f"; not checked: {', '.join(f.cluster_nodes_skipped)}" if f.cluster_nodes_skipped else ""
+        good(f"every cluster node up ({len(f.cluster_nodes_checked)}: {', '.join(f.cluster_nodes_checked)}) can write "
+             f"{f.cluster_logs} (cluster jobs' logs and exit records){skipped}")
     else:
         good(f"a cluster node can write {f.cluster_logs} (cluster jobs' logs and exit records)")

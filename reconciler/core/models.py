@@ -108,6 +108,9 @@ class Request:
     # An auto-sized job killed at its memory limit is started again once, bigger: the limit it was
     # killed at (None: not retried).
     grown_from_gb: Annotated[float | None, _typed(ge=MIN_GB, le=65536)] = None
+    # A cluster job whose node failed under it (Slurm's NODE_FAIL) is submitted again, as many times as
+    # the policy's cluster_requeue_on_node_failure: how many times it was (None: never).
+    node_requeues: Annotated[int | None, _typed(ge=1, le=100)] = None
     # jobs
     cmd: Annotated[list[str], _typed(max_length=65536)] = field(default_factory=list)
     cwd: Annotated[str, _typed(max_length=4096)] = ""

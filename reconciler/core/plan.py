@@ -143,6 +143,13 @@ def _live_job(rec: JobRecord, gone: bool, world: World, now: float, policy: Rule
                                detail={"code": "retry", "killed_at_gb": rec.request.mem_gb, "mem_gb": grown,
                                        "peak_gb": peak, "took_s": took}, **tag))
             return acts
+        if outcome["code"] == "node_failure" and may_requeue(rec, policy):
+            # The same entry again, a new attempt: Slurm does not place it on a node that is down.
+            acts.append(Action(kind="retry", id=rec.id, peak_gb=peak, at=ex.at or None, rc=rc,
+                               detail={"code": "retry", "cause": "node_failure", "place": obs.place,
+                                       "requeue": (rec.request.node_requeues or 0) + 1,
+                                       "of": policy.cluster_requeue_on_node_failure, "took_s": took}, **tag))
+            return acts
         acts.append(Action(kind="settle", id=rec.id, rc=rc, peak_gb=peak, at=ex.at or None,
                            detail={**outcome, "rc": rc, "peak_gb": peak, "took_s": took,
                                    **({"cpu_s": ex.cpu_s} if ex.cpu_s is not None else {})}, **tag))
@@ -164,6 +171,15 @@ def may_retry(req: Request) -> bool:
     gated job has no limit to be killed at, and an agent session would run its whole turn again."""
     return ("mem" in req.auto and req.grown_from_gb is None and req.kind == "job" and not req.gated
             and req.agent == "none")
+
+
+def may_requeue(rec: JobRecord, policy: Rules) -> bool:
+    """A cluster job whose node failed under it is submitted again, up to the policy's
+    cluster_requeue_on_node_failure times: what failed was the node, not the job. Never an agent
+    session (its whole turn would run, and be paid for, again)."""
+    req = rec.request
+    return (rec.where == "cluster" and req.kind == "job" and req.agent == "none"
+            and (req.node_requeues or 0) < policy.cluster_requeue_on_node_failure)
 
 
 def _starting(rec: JobRecord, alive: bool, world: World, now: float, tag: dict) -> list[Action]:

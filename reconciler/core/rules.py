@@ -38,6 +38,8 @@ class Rules:
     daily_cost_usd: float
     max_starts_per_tick: int
     overflow: Literal["off", "cluster"]
+    # How many times a cluster job whose node failed under it is submitted again (0: never).
+    cluster_requeue_on_node_failure: int
     # When the next pass is due by the clock (wake.py).
     tick_s: float
     sweep_s: float

@@ -45,6 +45,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "mem_gb": req.mem_gb, "cpus": req.cpus, "used_gb": used if rec.phase in LIVE else None,
         "peak_gb": rec.peak_gb, "rc": rec.rc, "why": rec.why, "queue": req.queue, "lock": req.lock,
         "by": asker_data(req), "auto": list(req.auto), "sized_from": req.sized_from, "grown_from_gb": req.grown_from_gb,
+        "node_requeues": req.node_requeues,
         "cpu_s": rec.cpu_s,
         "created": req.created, "started": rec.started, "ended": rec.ended, "eta": rec.eta(),
         "overdue": bool(rec.phase in LIVE and expires is not None and now > expires),
@@ -70,7 +71,10 @@ def where_of(rec: JobRecord, obs: dict) -> str:
     """`local`, or where on the cluster: `slurm:4121@node` (as the last pass saw it), else `slurm:4121`."""
     if rec.where != "cluster" and not (rec.phase == Phase.queued and rec.request.on == "cluster"):
         return "local"
-    return obs.get("place") or (f"slurm:{rec.invocation}" if rec.invocation else "slurm")
+    place = obs.get("place")
+    if place and rec.invocation and place.split("@")[0] != f"slurm:{rec.invocation}":
+        place = None  # the last pass saw an earlier attempt (one submitted again after its node failed)
+    return place or (f"slurm:{rec.invocation}" if rec.invocation else "slurm")
 
 
 FINISHED_GRACE_S = 300  # finished entries stay in the default `res status` view this long (--all: all)

@@ -42,6 +42,9 @@ _SUMMARY = [("start", "to start"), ("grant", "to note"), ("refuse", "to refuse")
 def retry_text(d: dict) -> str:
     """Why an auto-sized job goes back in the queue (core.plan.may_retry): `killed at its memory limit
     (256 MB, peak 250 MB); res sized it, so it starts again once, at 384 MB`."""
+    if d.get("cause") == "node_failure":  # core.plan.may_requeue
+        where = f" ({d['place']})" if d.get("place") else ""
+        return f"its cluster node failed under it (slurm NODE_FAIL{where}); submitted again ({d['requeue']} of {d['of']})"
     peak = f", peak {fmt_gb(d['peak_gb'])}" if d.get("peak_gb") is not None else ""
     return (f"killed at its memory limit ({fmt_gb(d['killed_at_gb'])}{peak}); res sized it, so it starts again "
             f"once, at {fmt_gb(d['mem_gb'])}")
