@@ -30,15 +30,22 @@ def shipped_table_data() -> dict:
         return tomllib.load(f)["heavy"]
 
 
-def build(policy, records) -> dict:
-    """gate.json's content for this policy and these records."""
-    from reconciler.core.gate import line_fingerprint, make_table, table_data
+def heavy_table(policy) -> dict:
+    """The heavy table as the policy makes it (the shipped one, its additions and removals), as data."""
+    from reconciler.core.gate import make_table, table_data
+
+    return table_data(make_table(shipped_table_data(), policy.gate_heavy_add, policy.gate_heavy_remove))
+
+
+def build(policy, records, table: dict | None = None, fingerprint_of=None) -> dict:
+    """gate.json's content for this policy and these records. `table`: heavy_table(policy), when the
+    caller keeps it; `fingerprint_of`: core.gate.line_fingerprint, or a caller's memory of it."""
+    from reconciler.core.gate import line_fingerprint
     from reconciler.core.hist import learned
 
-    table = make_table(shipped_table_data(), policy.gate_heavy_add, policy.gate_heavy_remove)
     return {"v": 1, "wait_s": policy.gate_wait_s, "heavy_mem_gb": policy.heavy_mem_gb,
-            "table": table_data(table),
-            "learned": learned(records, policy.heavy_mem_gb, policy.heavy_minutes, line_fingerprint)}
+            "table": heavy_table(policy) if table is None else table,
+            "learned": learned(records, policy.heavy_mem_gb, policy.heavy_minutes, fingerprint_of or line_fingerprint)}
 
 
 def write(path, data: dict) -> None:

@@ -106,8 +106,6 @@ class Ticker:
             self.finished = self.begun
             async with self.done:
                 self.done.notify_all()
-            if self.engine.gate_pending:  # once the waiters woken above have written their answers
-                asyncio.get_running_loop().call_later(GATE_AFTER_S, self.engine.publish_pending_gate)
 
     async def pass_after_now(self, before=None) -> Plan | None:
         want = self.kick(before)
@@ -147,7 +145,6 @@ async def serve(paths: Paths, policy, engine: Engine | None = None, ready=None, 
     from reconciler.loop.group import GroupAdd
 
     engine.adder = GroupAdd(engine.writer)
-    engine.defer_gate = True  # gate.json after a settling pass's waiters have heard (Ticker)
     ticker = Ticker(engine)
     fatal: list[Exception] = []
 
@@ -244,9 +241,6 @@ SAFETY_NET_S = 60.0
 # How long a pass about to begin waits for a write of new requests under way (loop/group.py): one
 # such write takes 2-30 ms.
 WRITE_WAIT_S = 0.1
-# How long after a pass that settled a run its gate.json is written (Engine.publish_pending_gate): its
-# waiters' answers go first; an agent's next command comes later than this (a new process).
-GATE_AFTER_S = 0.05
 # How often an idle loop looks (a queue file edited by hand, an agent session started): tick_s when
 # anything is queued, live or noted.
 IDLE_LOOK_S = 5.0

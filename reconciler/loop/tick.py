@@ -54,6 +54,7 @@ def policy_files_key() -> tuple:
 
 
 HISTORY_LEARNED = 2000  # the latest pruned records the gate and `--mem auto` learn from, besides state.db's own
+FINGERPRINTS_KEPT = 10_000  # command lines whose fingerprint is remembered (then forgotten all at once)
 WRITER_WAIT_S = 2.0  # how long a pass waits for a writer at work before it tracks changes next pass
 # An action that failed in a way no retry mends (core/errors.py) is tried again only after this (or by
 # a new loop): every pass meanwhile says it failed, as before, without trying it.
@@ -128,10 +129,11 @@ class Engine:
         # inputs of the gate.json it wrote (written again only when they change).
         self.last_inputs: tuple | None = None
         self._gate_key: tuple | None = None
-        # The loop's (serve.py): gate.json after a pass that settled a run is written once that
-        # pass's waiters have been answered (Ticker), not before: rebuilding it reads the history.
-        self.defer_gate = False
-        self.gate_pending = False  # a settled run is not in gate.json yet (publish_pending_gate)
+        # What gate.json is built from that changes rarely, kept between passes: a settled run is
+        # learned before its waiter is answered, so building it must cost little (bench l).
+        self._gate_table: tuple | None = None  # (policy key, the heavy table as the policy makes it)
+        self._gate_history: tuple[int, list] | None = None  # (history rows, the latest HISTORY_LEARNED parsed)
+        self._fingerprints: dict[tuple, str | None] = {}  # a command line -> its fingerprint (core.gate)
         from reconciler import code_fingerprint
 
         self.code_id = code_fingerprint()  # the code this instance runs (`res service install` compares)
@@ -317,23 +319,12 @@ class Engine:
                 log.warning("%s", n)
             self.last_plan, self.last_pass_at = p, now
             self.last_inputs = (desired, records, world, policy, zone)
-            # A run settled this pass is learned before the agent's next `--mem auto` of the same
-            # command is sized (ops/requests.py publishes what is pending first); in the loop, after
-            # this pass's waiters have heard (Ticker), elsewhere now.
-            if any(a.kind in ("settle", "retry") for a in p.actions):
-                self.gate_pending = True
-                if not self.defer_gate:
-                    self.publish_pending_gate()
-            else:
-                self.publish_gate(records)
+            # A run settled this pass is learned before its waiter hears of it: the agent's next
+            # `--mem auto` of the same command, a second later, is sized from it.
+            settled = any(a.kind in ("settle", "retry") for a in p.actions)
+            self.publish_gate(self.store.records() if settled else records)
             self._ask_next(p, records, now, soon=failed > 0 or not self.connected)
             return p
-
-    def publish_pending_gate(self) -> None:
-        """gate.json with the runs settled since it was last written, if any."""
-        if self.gate_pending:
-            self.gate_pending = False
-            self.publish_gate(self.store.records())
 
     def publish_gate(self, records: dict) -> None:
         """gate.json for the hook (config/gatefile.py), when the policy or the finished runs changed.
@@ -347,10 +338,27 @@ class Engine:
 
         try:
             # The pruned history too: what a command needed is not forgotten a day after it ran.
-            gatefile.write(self.paths.gate, gatefile.build(self.policy, [*records.values(), *self.store.history(HISTORY_LEARNED)]))
+            if self._gate_table is None or self._gate_table[0] != self._policy_key:
+                self._gate_table = (self._policy_key, gatefile.heavy_table(self.policy))
+            rows = key[2]  # the history only grows: its row count says whether it changed
+            if self._gate_history is None or self._gate_history[0] != rows:
+                self._gate_history = (rows, self.store.history(HISTORY_LEARNED))
+            gatefile.write(self.paths.gate, gatefile.build(self.policy, [*records.values(), *self._gate_history[1]],
+                                                           table=self._gate_table[1], fingerprint_of=self._fingerprint))
             self._gate_key = key
         except Exception as e:  # noqa: BLE001 - bookkeeping: the pass goes on
             log.warning("writing %s: %s", self.paths.gate, e)
+
+    def _fingerprint(self, cmd) -> str | None:
+        """core.gate.line_fingerprint, remembered: the same commands settle again and again."""
+        from reconciler.core.gate import line_fingerprint
+
+        key = tuple(cmd or ())
+        if key not in self._fingerprints:
+            if len(self._fingerprints) >= FINGERPRINTS_KEPT:
+                self._fingerprints.clear()
+            self._fingerprints[key] = line_fingerprint(list(key))
+        return self._fingerprints[key]
 
     def would_fit(self, size: dict, now: float) -> dict:
         """The gate's question against the last pass's inputs (core/whatif.py), with the busy line."""

@@ -35,7 +35,6 @@ class Engine(Protocol):
     writer: Writer
     runtime: Runtime
     adder: Adder | None  # the loop's group commit of new requests; None: each writes alone
-    gate_pending: bool  # a run settled since gate.json was written (publish_pending_gate writes it)
     connected: bool  # the runtime answered the last connect
     manager_absent: bool  # ... and when it did not: there is none to reach (not one slow or broken)
     blocked: list[str]  # why the last pass could admit nothing ([] if it could)
@@ -53,10 +52,6 @@ class Engine(Protocol):
 
     async def tick(self) -> Plan:
         """One pass."""
-        ...
-
-    def publish_pending_gate(self) -> None:
-        """gate.json with the runs settled since it was last written, if any."""
         ...
 
     def would_fit(self, size: dict, now: float) -> dict:

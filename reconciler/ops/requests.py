@@ -160,8 +160,6 @@ async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: 
     def prepare(given: dict) -> dict:  # on a worker thread: it stats the caller's cwd, reads gate.json
         return scoped_lock(auto_sized(given, engine, policy), policy) if kind == "job" else given
 
-    if kind == "job" and fields.get("auto"):
-        engine.publish_pending_gate()  # a run settled a moment ago is learned before this one is sized
     req = find_submitted(engine, kind, fields) if resume else None
     if req is None:
         try:

@@ -92,7 +92,7 @@ def test_a_failed_pass_hands_back_no_plan_not_the_one_before():
         return Plan(notices=[f"pass {len(calls)}"])
 
     async def go():
-        ticker = Ticker(SimpleNamespace(tick=tick, adder=None, gate_pending=False))
+        ticker = Ticker(SimpleNamespace(tick=tick, adder=None))
         first = await ticker.pass_after_now()
         failed = await ticker.pass_after_now()
         third = await ticker.pass_after_now()
