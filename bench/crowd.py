@@ -2,7 +2,7 @@
 use instead.
 
     python3 bench/crowd.py [--mix cpu|memory|mixed] [--agents N] [--arms a,b,…] [--mem-gb W]
-                           [--seed S] [--smoke] [--json FILE] [--plot FILE.png]
+                           [--cluster-gb A,B,C] [--seed S] [--smoke] [--json FILE] [--plot FILE.png]
     python3 bench/crowd.py --replot RUN.json --plot FILE.png      (draw a saved run again)
 
 N agents (default 8) each run their own seeded list of jobs one after another, as coding agents do:
@@ -40,6 +40,15 @@ The arms (the same workload, back to back):
                    used. History is kept per project: a test suite's own, an agent's own for its builds
                    and e2e runs (as res-gated's). Kills res answered by starting a job again count as
                    OOM-killed attempts too (the agent saw one run); the warm-up's are reported apart
+    res-overflow   the res arm with `overflow = "cluster"` (issue 28): the same requests, loop and budget
+                   W, plus a private Slurm cluster booted for the arm (tests/slurmnodes.py: three slurmd,
+                   each in a network namespace of its own, RealMemory --cluster-gb, default 2, 2 and
+                   4 GB; their memory is their own, outside the container, and their CPUs are this
+                   machine's cores). What does not fit in W now, or would wait behind the queue's head,
+                   is submitted there by res and runs there. Reported beside the row: how many attempts
+                   went there, the idle cluster's own start latency (sbatch → the job's process runs),
+                   res's submit → the job's process runs, and the line against the res arm. Needs root,
+                   Slurm's packages and W + the nodes' memory + 2 GB free on this machine
 
 Per arm: makespan and makespan ÷ the lower bound max(Σ peak·t / W, Σ cpu·t / cores, the longest
 agent's own chain) (t: each job's time alone, from set-up; the same bound with the declared sizes is
@@ -105,6 +114,8 @@ CACHE = Path(os.environ.get("CROWD_CACHE", "/tmp/res-crowd-cache"))
 
 ARMS = ["free-for-all", "slots-2", "slots-3", "cgroup-only", "res", "res-flat", "res-gated", "res-learned",
         "res-overflow"]
+# res-overflow boots a Slurm cluster (root, Slurm's packages): only when asked for by name
+DEFAULT_ARMS = [a for a in ARMS if a != "res-overflow"]
 GATE_RETRY_S = 5.0  # a refused agent does other work and asks again this much later
 MARGIN = 1.25  # honest declaration: true peak × 1.25
 PROBE_MB, PROBE_PERIOD = 50, 0.2
@@ -1530,7 +1541,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="a crowded workstation, side by side (issue 23)")
     ap.add_argument("--mix", choices=sorted(MIXES), default="mixed")
     ap.add_argument("--agents", type=int)
-    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--arms", default=",".join(DEFAULT_ARMS),
+                    help="which arms, in order (default: all but res-overflow, which boots a Slurm cluster)")
     ap.add_argument("--mem-gb", type=float, help="W, the simulated workstation's memory (default 6; smoke 1)")
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("--smoke", action="store_true", help="2 agents × 2 small jobs on 1 GB (CI)")
