@@ -119,6 +119,9 @@ DEFAULT_ARMS = [a for a in ARMS if a != "res-overflow"]
 GATE_RETRY_S = 5.0  # a refused agent does other work and asks again this much later
 MARGIN = 1.25  # honest declaration: true peak × 1.25
 PROBE_MB, PROBE_PERIOD = 50, 0.2
+# res-overflow pays when its makespan is at most this × the local-only res arm's: a gain past the
+# run-to-run spread of one arm on this machine (2–5 % between back-to-back runs, docs/crowd.md)
+OVERFLOW_TARGET = 0.90
 ASK_SKEW = 0.25  # s: two asks closer than this may reach an arm in either order (a client's start-up)
 # What res writes into a job's log when it starts an auto-sized job again after a kill at its memory
 # limit (render/lines.retry_text: "… killed at its memory limit (…); res sized it, so it starts again
@@ -1462,12 +1465,12 @@ def overflow_notes(r: dict, local: dict | None) -> list[str]:
                        f"(ask → running on a node); the same jobs in the res arm waited p50 "
                        f"{pct([p[1] for p in pairs], 0.5):.1f} s; {worse} of {len(pairs)} waited longer for the cluster")
         ratio = r["makespan_s"] / local["makespan_s"]
-        ok = ratio < 1.0 and r["oom_killed"] == 0 and r["failed"] == 0
+        ok = ratio <= OVERFLOW_TARGET and r["oom_killed"] == 0 and r["failed"] == 0
         out.append(f"{r['arm']} against res, local only (issue 28): makespan {ratio:.2f}× ({r['makespan_s']:.1f} s "
                    f"against {local['makespan_s']:.1f} s), wait p50 {r['wait_p50_s']:.1f} s against "
                    f"{local['wait_p50_s']:.1f} s, p95 {r['wait_p95_s']:.1f} s against {local['wait_p95_s']:.1f} s, "
                    f"OOM-killed {r['oom_killed']} against {local['oom_killed']}, failed {r['failed']}; target: "
-                   f"sooner than res with 0 OOM-killed and 0 failed: {'met' if ok else 'not met'}")
+                   f"makespan ≤ {OVERFLOW_TARGET:.2f}× with 0 OOM-killed and 0 failed: {'met' if ok else 'not met'}")
     return out
 
 

@@ -64,7 +64,7 @@ def plot(doc: dict, path: str) -> None:
         ax.set_xlim(0, end)
         ax.grid(axis="y", alpha=0.25)
     axes[-1, 0].set_xlabel("seconds since the first job was asked for")
-    fig.supylabel("memory in use, GB (stacked by agent)" + ("; below 0: on the cluster" if remote else ""), fontsize=10)
+    fig.supylabel("memory in use, GB (stacked by agent)", fontsize=10)
     mix = f"{doc['mix']} mix" + (" (smoke)" if doc.get("smoke") else "")
     fig.suptitle(f"{agents} agents on a {cap:g} GB workstation, {doc['cores']} cores, {mix}", fontsize=12,
                  y=1 - 0.1 / height, va="top")
@@ -73,7 +73,7 @@ def plot(doc: dict, path: str) -> None:
                 Line2D([], [], color=OOM_COLOUR, marker="x", linestyle="", markersize=7, label="OOM kill (at its own limit or the cap)"),
                 Line2D([], [], color="#555555", linestyle=":", label=f"lower bound {bound:.0f} s")]
     if remote:
-        handles.append(Patch(facecolor="#bbbbbb", hatch="///", edgecolor="white", label="below 0: on the cluster's nodes"))
+        handles.append(Patch(facecolor="#bbbbbb", hatch="///", edgecolor="white", label="on the cluster (below 0)"))
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.4 / height), ncol=min(n_legend, 8),
                fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - top_in / height))

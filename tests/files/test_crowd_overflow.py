@@ -79,6 +79,9 @@ def test_the_comparison_line_against_local_res_says_met_only_when_sooner_with_no
     assert text.rstrip().endswith("met") and "not met" not in text
     slower, local = _rows(tmp_path / "b", makespan=31.0, local_makespan=30.0)
     assert crowd.overflow_notes(slower, local)[-1].endswith("not met")
+    # sooner, but within one arm's run-to-run spread: not a gain
+    noise, local = _rows(tmp_path / "n", makespan=29.0, local_makespan=30.0)
+    assert crowd.overflow_notes(noise, local)[-1].endswith("not met")
     killed, local = _rows(tmp_path / "c", makespan=20.0, local_makespan=30.0, oom=1)
     assert crowd.overflow_notes(killed, local)[-1].endswith("not met")
 
