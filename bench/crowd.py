@@ -2,7 +2,7 @@
 use instead.
 
     python3 bench/crowd.py [--mix cpu|memory|mixed] [--agents N] [--arms a,b,…] [--mem-gb W]
-                           [--seed S] [--smoke] [--json FILE] [--plot FILE.png]
+                           [--cluster-gb A,B,C] [--seed S] [--smoke] [--json FILE] [--plot FILE.png]
     python3 bench/crowd.py --replot RUN.json --plot FILE.png      (draw a saved run again)
 
 N agents (default 8) each run their own seeded list of jobs one after another, as coding agents do:
@@ -40,6 +40,15 @@ The arms (the same workload, back to back):
                    used. History is kept per project: a test suite's own, an agent's own for its builds
                    and e2e runs (as res-gated's). Kills res answered by starting a job again count as
                    OOM-killed attempts too (the agent saw one run); the warm-up's are reported apart
+    res-overflow   the res arm with `overflow = "cluster"` (issue 28): the same requests, loop and budget
+                   W, plus a private Slurm cluster booted for the arm (tests/slurmnodes.py: three slurmd,
+                   each in a network namespace of its own, RealMemory --cluster-gb, default 2, 2 and
+                   4 GB; their memory is their own, outside the container, and their CPUs are this
+                   machine's cores). What does not fit in W now, or would wait behind the queue's head,
+                   is submitted there by res and runs there. Reported beside the row: how many attempts
+                   went there, the idle cluster's own start latency (sbatch → the job's process runs),
+                   res's submit → the job's process runs, and the line against the res arm. Needs root,
+                   Slurm's packages and W + the nodes' memory + 2 GB free on this machine
 
 Per arm: makespan and makespan ÷ the lower bound max(Σ peak·t / W, Σ cpu·t / cores, the longest
 agent's own chain) (t: each job's time alone, from set-up; the same bound with the declared sizes is
@@ -103,10 +112,16 @@ SMOKE_TESTS = [
 ]
 CACHE = Path(os.environ.get("CROWD_CACHE", "/tmp/res-crowd-cache"))
 
-ARMS = ["free-for-all", "slots-2", "slots-3", "cgroup-only", "res", "res-flat", "res-gated", "res-learned"]
+ARMS = ["free-for-all", "slots-2", "slots-3", "cgroup-only", "res", "res-flat", "res-gated", "res-learned",
+        "res-overflow"]
+# res-overflow boots a Slurm cluster (root, Slurm's packages): only when asked for by name
+DEFAULT_ARMS = [a for a in ARMS if a != "res-overflow"]
 GATE_RETRY_S = 5.0  # a refused agent does other work and asks again this much later
 MARGIN = 1.25  # honest declaration: true peak × 1.25
 PROBE_MB, PROBE_PERIOD = 50, 0.2
+# res-overflow pays when its makespan is at most this × the local-only res arm's: a gain past the
+# run-to-run spread of one arm on this machine (2–5 % between back-to-back runs, docs/crowd.md)
+OVERFLOW_TARGET = 0.90
 ASK_SKEW = 0.25  # s: two asks closer than this may reach an arm in either order (a client's start-up)
 # What res writes into a job's log when it starts an auto-sized job again after a kill at its memory
 # limit (render/lines.retry_text: "… killed at its memory limit (…); res sized it, so it starts again
@@ -121,8 +136,13 @@ MIXES = {
     "memory": dict(odds={"test": 0.3, "build": 0.2, "e2e": 0.5}, build_cpu=(3, 6), e2e_hold=(15, 22), e2e_duty=0.05),
     "mixed": dict(odds={"test": 0.4, "build": 0.3, "e2e": 0.3}, build_cpu=(4, 7), e2e_hold=(12, 18), e2e_duty=0.2),
 }
-FULL = dict(mem_gb=6.0, agents=8, jobs=(3, 4), build_gb=(1.2, 1.6), e2e_gb=(2.2, 2.8), idle_s=30.0)  # idle: 150 probes
+# cluster_gb: res-overflow's nodes' RealMemory (node1, node2, node3 of tests/slurmnodes.py; 2, 2 and 4
+# CPUs configured). Every job's declared size (true peak × 1.25) fits node3; builds fit node1/node2.
+# sbatch_rounds: the cluster's own start latency, measured on it idle before the arm.
+FULL = dict(mem_gb=6.0, agents=8, jobs=(3, 4), build_gb=(1.2, 1.6), e2e_gb=(2.2, 2.8), idle_s=30.0,  # idle: 150 probes
+            cluster_gb=(2.0, 2.0, 4.0), sbatch_rounds=5)
 SMOKE = dict(mem_gb=1.0, agents=2, jobs=(2, 2), build_gb=(0.35, 0.45), e2e_gb=(0.55, 0.65), idle_s=2.0,
+             cluster_gb=(0.5, 0.5, 1.0), sbatch_rounds=2,
              build_cpu=(0.8, 1.2), e2e_hold=(1.5, 2.5),
              # res-learned's first guess (the policy's auto_mem_gb, 2 GB, would never fit 1 GB): as in a
              # full run, the builds fit it and every e2e run is killed at it once and started again by res
@@ -141,6 +161,7 @@ class Started:
         self.tags: list[str] = []  # unit-name prefixes (every unit and slice of ours starts with one)
         self.unit_files: list[str] = []  # slice unit files res wrote for us
         self.dirs: list[Path] = []
+        self.clusters: list[Path] = []  # private Slurm clusters booted here (tests/slurmnodes.py), by directory
         self.stopping = threading.Event()
 
     def popen(self, argv, **kw) -> subprocess.Popen:
@@ -181,6 +202,8 @@ class Started:
                 p.wait(5)
         for tag in self.tags:
             self.stop_units(tag)
+        for base in self.clusters:
+            stop_cluster(base)
         removed = False
         if self.unit_files:
             from reconciler.runtime.unitfiles import remove_unit, user_unit_dir
@@ -194,7 +217,7 @@ class Started:
             systemctl("daemon-reload")
         for d in self.dirs:
             shutil.rmtree(d, ignore_errors=True)
-        self.tags, self.unit_files, self.dirs = [], [], []
+        self.tags, self.unit_files, self.dirs, self.clusters = [], [], [], []
 
 
 STARTED = Started()
@@ -319,6 +342,70 @@ def check_cap(tag: str, mem_gb: float) -> str:
         return f"cap checked: {over} MB killed (rc {r.returncode if r.returncode else 137}), {under} MB lived"
     finally:
         STARTED.stop_units(f"{tag}cap")
+
+
+# ------------------------------------------------------------------ the cluster (res-overflow)
+
+def slurmnodes():
+    """tests/slurmnodes.py: the private multi-node cluster the tests boot (imported when needed)."""
+    if str(REPO / "tests") not in sys.path:
+        sys.path.insert(0, str(REPO / "tests"))
+    import slurmnodes as mod
+
+    return mod
+
+
+def cluster_sizes(cluster_gb: tuple) -> dict:
+    """tests/slurmnodes.py's nodes, their RealMemory set to `cluster_gb` (their CPUs and Weight kept)."""
+    nodes = slurmnodes().NODES
+    return {name: (cpus, int(gb * 1024), weight) for (name, (cpus, _, weight)), gb in zip(nodes.items(), cluster_gb)}
+
+
+def cluster_refusal(mem_gb: float, cluster_gb: tuple) -> str | None:
+    """Why res-overflow cannot run here (None: it can): no Slurm or no namespaces, or the workstation
+    and the nodes together would not fit well inside this machine's free memory (every GB the nodes
+    offer is real memory of this machine: they are namespaces on it)."""
+    why = slurmnodes().missing()
+    if why:
+        return f"res-overflow needs a private Slurm cluster: {why}"
+    with open("/proc/meminfo") as f:
+        avail = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:")) / (1 << 20)
+    want = mem_gb + sum(cluster_gb) + 2.0
+    if want > avail:
+        return (f"res-overflow: W {mem_gb:g} GB + the nodes' {'+'.join(f'{g:g}' for g in cluster_gb)} GB + 2 GB "
+                f"to spare is {want:g} GB, more than this machine has free ({avail:.1f} GB); --cluster-gb smaller")
+    return None
+
+
+def stop_cluster(base: Path) -> None:
+    try:
+        slurmnodes().stop(base)  # by the pids recorded at its start; its network and cgroups removed
+    except Exception as e:  # noqa: BLE001 - said, and the rest of the cleanup goes on
+        print(f"crowd: the cluster in {base} may be left running: {e}", file=sys.stderr)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def sbatch_latency(env: dict, rounds: int, workdir: Path) -> list[float]:
+    """The idle cluster's own start latency: `sbatch --wrap` of a job that writes the wall clock, from
+    just before sbatch to that time (the job's process running on its node), one job at a time.
+    Nothing polls Slurm: the answer is a file (the nodes share this machine's filesystem)."""
+    out = []
+    for i in range(rounds):
+        f = workdir / f"sbatch-{i}.t"
+        t0 = time.time()
+        r = subprocess.run(["sbatch", "--parsable", "--job-name=crowd-latency", "--mem=16M", "--time=1",
+                            f"--output={workdir / f'sbatch-{i}.out'}", f"--wrap=date +%s.%N > {f}.tmp && mv {f}.tmp {f}"],
+                           env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"sbatch on the crowd's cluster: {' '.join(r.stderr.split())[:300]}")
+        deadline = time.monotonic() + 60
+        while not f.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the crowd's cluster did not start a 16 MB job within 60 s (slurm job {r.stdout.strip()})")
+            time.sleep(0.02)
+        out.append(float(f.read_text()) - t0)
+        time.sleep(0.5)  # its end reached slurmctld: the next one finds the node as this one did
+    return out
 
 
 # ------------------------------------------------------------------ set-up: the real test suites
@@ -712,6 +799,39 @@ class Learned(Res):
         super().teardown()
 
 
+class Overflow(Res):
+    """res with `overflow = "cluster"`: the res arm's requests, loop and budget (W), plus a private
+    Slurm cluster of three nodes (tests/slurmnodes.py, their RealMemory `cluster_gb`) booted for the
+    arm and stopped after it. A request that does not fit in W now, or would wait behind the queue's
+    head, is submitted there (`sbatch`, into Slurm's queue, `--queue`) and runs there; the nodes'
+    memory is their own (outside the container). Their CPUs are this machine's two cores."""
+
+    def __init__(self, name: str, ctx: "ArmRun"):
+        super().__init__(name, ctx, flat=False)
+        self.base: Path | None = None
+        self.slurm_env: dict = {}
+
+    def more_env(self) -> dict:
+        return {"RES_OVERFLOW": "cluster", **self.slurm_env}
+
+    def setup(self):
+        c = self.ctx
+        self.base = Path(tempfile.mkdtemp(prefix=f"res-crowd-slurm-{c.tag}-"))
+        STARTED.clusters.append(self.base)
+        self.slurm_env = slurmnodes().start(self.base, cluster_sizes(c.cluster_gb))
+        c.sbatch_s = sbatch_latency(self.slurm_env, c.sbatch_rounds, c.logdir)
+        super().setup()
+
+    def teardown(self):
+        super().teardown()
+        self.ctx.records = res_records(self.state_dir())  # where each ran: read before the state goes
+        if self.base is not None:
+            shutil.copytree(self.base / "log", self.ctx.logdir / "slurm-log", dirs_exist_ok=True)
+            stop_cluster(self.base)
+            STARTED.clusters.remove(self.base)
+            self.base = None
+
+
 def make_arm(name: str, ctx: "ArmRun") -> Arm:
     if name == "free-for-all":
         return Arm(name, ctx)
@@ -725,6 +845,8 @@ def make_arm(name: str, ctx: "ArmRun") -> Arm:
         return Gated(name, ctx)
     if name == "res-learned":
         return Learned(name, ctx)
+    if name == "res-overflow":
+        return Overflow(name, ctx)
     raise SystemExit(f"crowd: unknown arm {name!r} (known: {', '.join(ARMS)})")
 
 
@@ -831,7 +953,19 @@ class Sampler(threading.Thread):
                 return used
         return None
 
-    def agent_memory(self) -> dict[int, int]:
+    @staticmethod
+    def slurm_cgroup(pid: int) -> str | None:
+        """The memory cgroup of the Slurm job `pid` runs in (…/job_N), when it runs on one of the
+        crowd cluster's nodes (Debian's slurmd: /slurm_NODE/uid_U/job_N/step_batch/…), else None.
+        Its systemd cgroup is no help there: that is where slurmd was started from."""
+        try:
+            return slurm_job_cgroup(Path(f"/proc/{pid}/cgroup").read_text())
+        except OSError:
+            return None
+
+    def agent_memory(self) -> dict:
+        """Agent -> bytes in use by its running job's cgroup; a job on a cluster node under "c<agent>"
+        (outside the container)."""
         from reconciler.observed.cgroup import memory_used_bytes
         from reconciler.observed.procs import cgroup_of
 
@@ -842,15 +976,18 @@ class Sampler(threading.Thread):
                 continue  # not started yet, or between a kill and res's start of it again
             if cg is None:
                 try:
-                    cg = cgroup_of(int(Path(f"{stampf}.pid").read_text()))
+                    pid = int(Path(f"{stampf}.pid").read_text())
                 except (OSError, ValueError):
                     continue  # not started yet: it waits
+                slurm = self.slurm_cgroup(pid)
+                cg = f"cluster:{slurm}" if slurm else cgroup_of(pid)
                 if cg is None:
                     continue
                 self.job_cg[stampf] = cg
-            used = memory_used_bytes(cg)
+            remote = cg.startswith("cluster:")
+            used = memory_used_bytes(cg[len("cluster:"):] if remote else cg)
             if used is not None:
-                out[agent] = used
+                out[f"c{agent}" if remote else agent] = used
         return out
 
     @staticmethod
@@ -870,6 +1007,18 @@ class Sampler(threading.Thread):
             self.samples.append((time.monotonic(), container_usage(self.cg), psi[0] if psi else None,
                                  self.cpu_used(), self.agent_memory()))
             self.halt.wait(0.25)
+
+
+def slurm_job_cgroup(proc_cgroup: str) -> str | None:
+    """From the text of /proc/PID/cgroup: the memory cgroup of the Slurm job the process runs in
+    (…/slurm_NODE/uid_U/job_N, the job's own level), or None when it runs in no Slurm job."""
+    for line in proc_cgroup.splitlines():
+        _, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if controllers in ("memory", "") and "/slurm" in path and "/job_" in path:
+            head, _, tail = path.partition("/job_")
+            return f"{head}/job_{tail.split('/')[0]}"
+    return None
 
 
 class Probe:
@@ -913,11 +1062,13 @@ def container_weight(arm: str) -> int | None:
 
 class ArmRun:
     def __init__(self, arm_name: str, plan: list[list[Job]], mem_gb: float, workdir: Path, *, round_: str = "",
-                 state: Path | None = None, auto_mem_gb: float | None = None, deadline_s: float | None = None):
+                 state: Path | None = None, auto_mem_gb: float | None = None, deadline_s: float | None = None,
+                 cluster_gb: tuple = (), sbatch_rounds: int = 0):
         """`round_`: res-learned's "warm-up" or "measured" (its logs apart); `state`: the res state
         directory both rounds share; `auto_mem_gb`: the policy's first guess for them (None: shipped);
         `deadline_s`: past this since the first ask, the run is stopped and said broken (a job that
-        could never start must not hang the bench)."""
+        could never start must not hang the bench); `cluster_gb`, `sbatch_rounds`: res-overflow's
+        nodes' memory, and how many jobs measure the idle cluster's start latency."""
         self.name = arm_name
         self.plan = plan
         self.mem_gb = mem_gb
@@ -937,6 +1088,10 @@ class ArmRun:
         self.raw: dict[tuple, tuple] = {}
         self.booked: dict[tuple, tuple[float, float, float]] = {}
         self.sizes: list[dict] = []
+        # res-overflow: its cluster, the idle cluster's sbatch → process start (s), and res's records
+        self.cluster_gb, self.sbatch_rounds = cluster_gb, sbatch_rounds
+        self.sbatch_s: list[float] = []
+        self.records: list | None = None
 
     def agent(self, jobs: list[Job], arm: Arm, t0: float) -> None:
         for job in jobs:
@@ -983,6 +1138,7 @@ class ArmRun:
         sampler.start()
         time.sleep(0.5)
         t0 = self.t0 = time.monotonic()
+        self.wall0 = time.time() - t0  # a wall-clock time (res's records) minus this: seconds since t0
         threads = [threading.Thread(target=self.agent, args=(jobs, arm, t0), daemon=True) for jobs in self.plan]
         for t in threads:
             t.start()
@@ -1007,7 +1163,38 @@ class ArmRun:
         if learned:
             row["res_restarts"] = sum(a.restart for a in self.attempts)  # kills res answered itself
             row["sizes"] = self.sizes
+        if isinstance(arm, Overflow):
+            row["cluster"] = self.cluster_figures()
         return row
+
+    def cluster_figures(self) -> dict:
+        """res-overflow: which attempts res sent to the cluster (its records' `where`, found by the
+        attempt's stamp file in the command), and for those: ask → res's submit (the pass that
+        decided it: the record's start) → the job's process started on a node (its own stamp)."""
+        by_stamp = {}
+        for rec in self.records or []:
+            for w in rec.request.cmd or []:
+                if w.endswith(".start"):
+                    by_stamp[w] = rec
+        sent = []
+        for a in self.attempts:
+            stampf = self.raw.get((a.agent, a.job, a.attempt), (None,))[0]
+            rec = by_stamp.get(stampf)
+            if rec is None or rec.where != "cluster":
+                continue
+            submit = None if rec.started is None else rec.started - self.wall0 - self.t0
+            sent.append(dict(agent=a.agent, job=a.job, attempt=a.attempt, kind=a.kind, asked=a.asked, submitted=submit,
+                             started=a.started, finished=a.finished, rc=a.rc))
+        to_start = [x["started"] - x["submitted"] for x in sent if None not in (x["started"], x["submitted"])]
+        to_submit = [x["submitted"] - x["asked"] for x in sent if x["submitted"] is not None]
+        told = [a.ended - a.finished for a in self.attempts if a.finished is not None and
+                any((x["agent"], x["job"], x["attempt"]) == (a.agent, a.job, a.attempt) for x in sent)]
+        return dict(nodes_gb=list(self.cluster_gb), records_read=self.records is not None, sent=sent,
+                    attempts=len(self.attempts), sbatch_s=self.sbatch_s,
+                    sbatch_p50_s=pct(self.sbatch_s, 0.5), sbatch_max_s=max(self.sbatch_s, default=None),
+                    submit_to_start_p50_s=pct(to_start, 0.5), submit_to_start_max_s=max(to_start, default=None),
+                    ask_to_submit_p50_s=pct(to_submit, 0.5), ask_to_submit_max_s=max(to_submit, default=None),
+                    told_p50_s=pct(told, 0.5), told_max_s=max(told, default=None))
 
     def halt(self) -> None:
         """Past the deadline: no agent asks again, and what they wait on is stopped (ours, by pid)."""
@@ -1246,7 +1433,45 @@ def notes(rows: list[dict]) -> str:
     for r in rows:
         if r.get("warmup") is not None:
             out += learned_notes(r, next((x for x in rows if x["arm"] == "res"), None))
+        if r.get("cluster") is not None:
+            out += overflow_notes(r, next((x for x in rows if x["arm"] == "res"), None))
     return "\n".join(out)
+
+
+def overflow_notes(r: dict, local: dict | None) -> list[str]:
+    """res-overflow's lines: its cluster, what went there and how fast it started, issue 28's target."""
+    c = r["cluster"]
+
+    def s(v):
+        return "—" if v is None else f"{v:.2f} s"
+    sent = c["sent"]
+    kinds = ", ".join(f"{sum(1 for x in sent if x['kind'] == k)} {k}" for k in ("test", "build", "e2e"))
+    out = [f"{r['arm']}: the cluster: 3 nodes of {'+'.join(f'{g:g}' for g in c['nodes_gb'])} GB (their own, outside "
+           f"W; their CPUs are this machine's {os.cpu_count()} cores); {len(sent)} of {c['attempts']} attempts went "
+           f"there ({kinds})" + ("" if c["records_read"] else " (res's state.db could not be read: not counted)"),
+           f"{r['arm']}: start latency: the idle cluster, sbatch → the job's process runs, p50 {s(c['sbatch_p50_s'])}, "
+           f"max {s(c['sbatch_max_s'])} (n={len(c['sbatch_s'])}); in the run, res's submit → the job's process runs "
+           f"p50 {s(c['submit_to_start_p50_s'])}, max {s(c['submit_to_start_max_s'])}; ask → res's submit p50 "
+           f"{s(c['ask_to_submit_p50_s'])}, max {s(c['ask_to_submit_max_s'])}; its end → its agent knows (res reads "
+           f"the exit record on the shared filesystem) p50 {s(c['told_p50_s'])}, max {s(c['told_max_s'])}"]
+    if local is not None:
+        waits = {(a["agent"], a["job"], a["attempt"]): a for a in local["attempts"]}
+        pairs = [(x["started"] - x["asked"], w["started"] - w["asked"]) for x in sent
+                 if x["started"] is not None and (w := waits.get((x["agent"], x["job"], x["attempt"]))) is not None
+                 and w["started"] is not None]
+        if pairs:
+            worse = sum(1 for here, there in pairs if here > there)
+            out.append(f"{r['arm']}: the jobs that went to the cluster waited p50 {pct([p[0] for p in pairs], 0.5):.1f} s "
+                       f"(ask → running on a node); the same jobs in the res arm waited p50 "
+                       f"{pct([p[1] for p in pairs], 0.5):.1f} s; {worse} of {len(pairs)} waited longer for the cluster")
+        ratio = r["makespan_s"] / local["makespan_s"]
+        ok = ratio <= OVERFLOW_TARGET and r["oom_killed"] == 0 and r["failed"] == 0
+        out.append(f"{r['arm']} against res, local only (issue 28): makespan {ratio:.2f}× ({r['makespan_s']:.1f} s "
+                   f"against {local['makespan_s']:.1f} s), wait p50 {r['wait_p50_s']:.1f} s against "
+                   f"{local['wait_p50_s']:.1f} s, p95 {r['wait_p95_s']:.1f} s against {local['wait_p95_s']:.1f} s, "
+                   f"OOM-killed {r['oom_killed']} against {local['oom_killed']}, failed {r['failed']}; target: "
+                   f"makespan ≤ {OVERFLOW_TARGET:.2f}× with 0 OOM-killed and 0 failed: {'met' if ok else 'not met'}")
+    return out
 
 
 def learned_notes(r: dict, honest: dict | None) -> list[str]:
@@ -1295,6 +1520,9 @@ def shipped_auto_mem_gb() -> float:
 def run_arm(name: str, plan: list[list[Job]], mem_gb: float, workdir: Path, size: dict, lb: dict, log) -> dict:
     """One arm's row. res-learned is two rounds against one state directory: the warm-up (its figures
     kept under `warmup`), then the measured one (the row)."""
+    if name == "res-overflow":  # a job the cluster never starts must not hang the bench
+        return ArmRun(name, plan, mem_gb, workdir, deadline_s=max(300.0, 10 * lb["declared"]),
+                      cluster_gb=size["cluster_gb"], sbatch_rounds=size["sbatch_rounds"]).go()
     if name != "res-learned":
         return ArmRun(name, plan, mem_gb, workdir).go()
     state = Path(tempfile.mkdtemp(prefix="res-crowd-learned-"))
@@ -1316,10 +1544,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="a crowded workstation, side by side (issue 23)")
     ap.add_argument("--mix", choices=sorted(MIXES), default="mixed")
     ap.add_argument("--agents", type=int)
-    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--arms", default=",".join(DEFAULT_ARMS),
+                    help="which arms, in order (default: all but res-overflow, which boots a Slurm cluster)")
     ap.add_argument("--mem-gb", type=float, help="W, the simulated workstation's memory (default 6; smoke 1)")
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("--smoke", action="store_true", help="2 agents × 2 small jobs on 1 GB (CI)")
+    ap.add_argument("--cluster-gb", help="res-overflow: the three nodes' memory, GB (default 2,2,4; smoke .5,.5,1; "
+                                         "scaled with --mem-gb)")
     ap.add_argument("--json", help="write every figure, attempt and sample here")
     ap.add_argument("--keep-logs", action="store_true", help="keep the jobs' logs (their directory is printed)")
     ap.add_argument("--plot", help="draw the run: memory by agent over time, per arm, with the cap and OOM kills (PNG)")
@@ -1344,7 +1575,15 @@ def main(argv: list[str] | None = None) -> int:
     if not a.smoke and mem_gb != FULL["mem_gb"]:  # the same crowd on a smaller or larger machine
         k = mem_gb / FULL["mem_gb"]
         size.update(build_gb=tuple(x * k for x in FULL["build_gb"]), e2e_gb=tuple(x * k for x in FULL["e2e_gb"]),
-                    auto_mem_gb=shipped_auto_mem_gb() * k)  # res-learned's first guess, scaled too
+                    auto_mem_gb=shipped_auto_mem_gb() * k,  # res-learned's first guess, scaled too
+                    cluster_gb=tuple(x * k for x in FULL["cluster_gb"]))  # and res-overflow's nodes
+    if a.cluster_gb:
+        try:
+            size["cluster_gb"] = tuple(float(x) for x in a.cluster_gb.split(","))
+        except ValueError:
+            raise SystemExit(f"crowd: --cluster-gb {a.cluster_gb!r}: three numbers, e.g. 2,2,4")
+        if len(size["cluster_gb"]) != 3 or min(size["cluster_gb"]) <= 0:
+            raise SystemExit(f"crowd: --cluster-gb {a.cluster_gb!r}: three numbers above 0, e.g. 2,2,4")
     arms = [x.strip() for x in a.arms.split(",") if x.strip()]
     for name in arms:
         if name not in ARMS:
@@ -1354,6 +1593,11 @@ def main(argv: list[str] | None = None) -> int:
         print("crowd: no systemd user manager reachable (DBUS_SESSION_BUS_ADDRESS): nothing measured", file=sys.stderr)
         return 1
     sys.path.insert(0, str(REPO))
+    if "res-overflow" in arms:
+        why = cluster_refusal(mem_gb, size["cluster_gb"])
+        if why:
+            print(f"crowd: {why}: nothing measured", file=sys.stderr)
+            return 1
 
     def on_term(*_):
         raise KeyboardInterrupt

@@ -133,14 +133,19 @@ def remove_network(base: Path) -> None:
         _ip("link", "del", net["bridge"], check=False)
 
 
-def write_config(base: Path, net: dict) -> Path:
+def write_config(base: Path, net: dict, sizes: dict | None = None) -> Path:
+    """slurm.conf and cgroup.conf; `sizes`: name -> (CPUs, RealMemory MB, Weight) replacing NODES'
+    figures for those nodes (bench/crowd.py sizes its cluster to the machine)."""
+    unknown = sorted(set(sizes or {}) - set(NODES))
+    if unknown:
+        raise ValueError(f"no such node: {', '.join(unknown)} (the nodes are {', '.join(NODES)})")
     slurmcluster.prepare(base)
     for name in NODES:
         (base / "spool" / f"slurmd-{name}").mkdir(parents=True, exist_ok=True)
     host = socket.gethostname()
     nodes = [f"NodeName={name} NodeHostname={name} NodeAddr={net['nodes'][name]['addr']} CPUs={cpus} "
              f"RealMemory={mem} Weight={weight} State=UNKNOWN"
-             for name, (cpus, mem, weight) in NODES.items()]
+             for name, (cpus, mem, weight) in {**NODES, **(sizes or {})}.items()]
     conf = base / "slurm.conf"
     conf.write_text(slurmcluster.conf_text(
         base, f"{host}({net['host']})", nodes, ",".join(NODES),
@@ -222,8 +227,9 @@ def booted_here(conf: str | None) -> Path | None:
         return None
 
 
-def start(base: Path) -> dict[str, str]:
-    """Boot the cluster under BASE; returns the environment its clients need."""
+def start(base: Path, sizes: dict | None = None) -> dict[str, str]:
+    """Boot the cluster under BASE (its nodes as NODES says, or as `sizes` says for those it names: see
+    write_config); returns the environment its clients need."""
     base = Path(base).resolve()
     why = missing()
     if why:
@@ -231,7 +237,7 @@ def start(base: Path) -> dict[str, str]:
     base.mkdir(parents=True, exist_ok=True)
     try:
         net = make_network(base)
-        write_config(base, net)
+        write_config(base, net, sizes)
         for name in ("munged", "slurmctld"):
             slurmcluster.start_daemon(base, name)
         for name in NODES:
