@@ -318,6 +318,11 @@ class SlurmRuntime:
             own = read_exit_record(self.exit_path(job_id))
             if job is not None and own is not None and own.invocation not in (None, job.slurm_id):
                 own = None  # an earlier attempt's record
+            if own is not None and own.cpu_s is not None:
+                # The script reads CPU time from the unified hierarchy, where Slurm's task/cgroup (v1)
+                # does not place the job: on the test cluster it read the node's whole parent (18,361 s
+                # for a 6 s job), and `--cpus auto` learned 3,231 CPUs. None rather than a wrong figure.
+                own = copy(own, cpu_s=None)
             if job is None:
                 out[job_id] = JobObs(state="absent", exit=own)
             elif job.state in ALIVE_STATES:

@@ -95,6 +95,8 @@ def test_run_on_cluster_submits_a_named_job_and_wait_reports_its_exit(cl):
     assert st["state"] == "done" and st["rc"] == 0, st
     assert re.fullmatch(rf"slurm:{sid}(@\S+)?", st["where"]), st["where"]
     assert st["eta"] - st["started"] == 60  # --for 1m
+    # CPU time a job cannot have had (more than its run × this machine's CPUs) is never recorded
+    assert st["cpu_s"] is None or st["cpu_s"] <= (st["ended"] - st["started"]) * (os.cpu_count() or 1), st
 
 
 def test_wait_exits_with_the_cluster_jobs_own_code(cl):
