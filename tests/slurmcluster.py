@@ -208,6 +208,19 @@ def start(base: Path) -> dict[str, str]:
     return environment(base)
 
 
+def slurm_jobs(env: dict, comment: str) -> list[dict]:
+    """Every job Slurm knows (ended ones too) whose comment is `comment`: id, name, state, node."""
+    r = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%i|%j|%T|%N|%k"], env=env,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    out = []
+    for line in r.stdout.splitlines():
+        sid, name, state, node, k = (line.split("|", 4) + [""] * 5)[:5]
+        if k.strip() == comment:
+            out.append({"id": sid.strip(), "name": name.strip(), "state": state.strip(), "node": node.strip()})
+    return out
+
+
 def stop(base: Path) -> None:
     base = Path(base).resolve()
     for name in reversed(DAEMONS):
@@ -215,16 +228,9 @@ def stop(base: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[1] not in ("start", "stop"):
-        print("usage: slurmcluster.py start|stop DIR", file=sys.stderr)
-        return 2
-    base = Path(argv[2]).resolve()
-    if argv[1] == "start":
-        for k, v in start(base).items():
-            print(f"export {k}={v}")
-    else:
-        stop(base)
-    return 0
+    from bootcli import main as boot_main
+
+    return boot_main(argv, start, stop)
 
 
 if __name__ == "__main__":

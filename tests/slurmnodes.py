@@ -268,16 +268,9 @@ def stop(base: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[1] not in ("start", "stop"):
-        print("usage: slurmnodes.py start|stop DIR", file=sys.stderr)
-        return 2
-    base = Path(argv[2]).resolve()
-    if argv[1] == "start":
-        for k, v in start(base).items():
-            print(f"export {k}={v}")
-    else:
-        stop(base)
-    return 0
+    from bootcli import main as boot_main
+
+    return boot_main(argv, start, stop)
 
 
 if __name__ == "__main__":

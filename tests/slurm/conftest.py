@@ -14,19 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from clihelp import Res  # noqa: E402
 import slurmcluster  # noqa: E402
-
-
-def slurm_jobs(env: dict, comment: str) -> list[dict]:
-    """Every job Slurm knows (ended ones too) whose comment is `comment`: id, name, state."""
-    r = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%i|%j|%T|%k"], env=env,
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    out = []
-    for line in r.stdout.splitlines():
-        sid, name, state, k = (line.split("|", 3) + ["", "", "", ""])[:4]
-        if k.strip() == comment:
-            out.append({"id": sid.strip(), "name": name.strip(), "state": state.strip()})
-    return out
+from slurmcluster import slurm_jobs  # noqa: E402
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from clihelp import CLOCK, FAST, Res, serving, wait_for  # noqa: E402
 import slurmnodes  # noqa: E402
+from slurmcluster import slurm_jobs  # noqa: E402
 
 pytestmark = pytest.mark.slurm
 
@@ -58,19 +59,6 @@ def slurm_nodes():
         shutil.rmtree(base, ignore_errors=True)
 
 
-def squeue(env: dict, comment: str) -> list[dict]:
-    """Every job Slurm knows (ended ones too) whose comment is `comment`: id, name, state, node."""
-    r = subprocess.run(["squeue", "--noheader", "--states=all", "--format=%i|%j|%T|%N|%k"], env=env,
-                       capture_output=True, text=True, timeout=30)
-    assert r.returncode == 0, r.stderr
-    out = []
-    for line in r.stdout.splitlines():
-        sid, name, state, node, k = (line.split("|", 4) + [""] * 5)[:5]
-        if k.strip() == comment:
-            out.append({"id": sid.strip(), "name": name.strip(), "state": state.strip(), "node": node.strip()})
-    return out
-
-
 def scontrol(env: dict, *args: str) -> None:
     r = subprocess.run(["scontrol", *args], env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
@@ -85,7 +73,7 @@ def ncl(slurm_nodes, user_manager, res_env):
     r.env.update(FAST, SLURM_CONF=str(slurm_nodes / "slurm.conf"), RES_CLUSTER_REQUEUE_ON_NODE_FAILURE="1")
     r.nodes = slurm_nodes
     r.comment = f"res:{r.state}"
-    r.slurm_jobs = lambda: squeue(r.env, r.comment)
+    r.slurm_jobs = lambda: slurm_jobs(r.env, r.comment)
     try:
         yield r
     finally:
