@@ -29,23 +29,15 @@ def game_report(paths: Paths, policy, now: float) -> list[str]:
 
 
 def cmd_game(a, paths: Paths, policy, decide) -> tuple[int, list[str]]:
-    from reconciler.desired.reader import DesiredError, read_game
+    from reconciler.desired.reader import DesiredError
     from reconciler.desired.writer import Writer
+    from reconciler.ops.game import set_game
 
     now = time.time()
     if a.action == "status":
         return 0, game_report(paths, policy, now)
-    writer = Writer(paths)
     try:
-        if a.action == "on":
-            length = a.length if a.length is not None else int(policy.game_hours * 3600)
-            game, _ = read_game(paths)
-            until = now + length
-            if game.active(now) and game.until and game.until > until:
-                until = game.until  # `on` while on extends, never shortens
-            writer.set_game(True, until)
-        else:
-            writer.set_game(False, None)
+        set_game(Writer(paths), paths, policy, a.action == "on", now, a.length if a.action == "on" else None)
     except DesiredError as e:
         return 1, [f"res: {e}"]
     late = []

@@ -434,22 +434,14 @@ async def set_game(engine: "Engine", ticker: "Ticker", on: bool) -> tuple[int, s
     import copy
 
     from reconciler.config.zone import zone_of
-    from reconciler.desired.reader import DesiredError, read_game
+    from reconciler.desired.reader import DesiredError
+    from reconciler.ops.game import set_game as write_game
     from reconciler.render.text import fmt_clock
 
     writer = copy.copy(engine.writer)  # its own `who`: edits on other threads keep theirs
     writer.who = WHO
-    now = time.time()
-    until = None
     try:
-        if on:
-            until = now + int(engine.policy.game_hours * 3600)
-            game, _ = await asyncio.to_thread(read_game, engine.paths)
-            if game.active(now) and game.until and game.until > until:
-                until = game.until
-            await asyncio.to_thread(writer.set_game, True, until)
-        else:
-            await asyncio.to_thread(writer.set_game, False, None)
+        until = await asyncio.to_thread(write_game, writer, engine.paths, engine.policy, on, time.time())
     except DesiredError as e:
         return 1, f"res: {e}"
     ticker.kick()
