@@ -48,10 +48,10 @@ class FakeRuntime:
         self.units[spec.job_id] = JobObs(state="active", mem_used_gb=0.1)
         return self.invocations[spec.job_id]
 
-    async def stop(self, job_id: str) -> None:
+    async def stop(self, job_id: str, kill: bool = False) -> None:
         self.stopped.append(job_id)
         if job_id in self.units and self.units[job_id].state == "active":
-            self.end(job_id, code="killed", status="TERM")
+            self.end(job_id, code="killed", status="KILL" if kill else "TERM")
 
     async def observe(self, job_ids: list[str]) -> dict[str, JobObs]:
         if not self.reachable:

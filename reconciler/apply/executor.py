@@ -194,7 +194,8 @@ class Executor:
         try:
             # A job started again bigger after a kill (DESIGN §5.9) writes on in the same log: the one
             # who waits for it reads one job's output.
-            self._fresh_log(self.paths.log(req.id, log_dir), attempt, keep=req.grown_from_gb is not None or req.node_requeues is not None)
+            keep = req.grown_from_gb is not None or req.node_requeues is not None or bool(rec and rec.evictions)
+            self._fresh_log(self.paths.log(req.id, log_dir), attempt, keep=keep)
             invocation = await runtime.start(spec)
         except RuntimeUnavailable as e:
             log.warning("start of %s: %s", req.id, e)
@@ -228,6 +229,18 @@ class Executor:
             self.store.put(rec, expect_phase=rec.phase)
         await self._runtime(rec.where).stop(rec.id)
 
+    async def _evict(self, a, req, rec, now):
+        """The ladder's red (DESIGN §5.1): the job most above its book is killed at once, before the
+        kernel's OOM killer picks one of its own (memory is nearly gone: no time for a polite stop).
+        The reason goes on record first (code `evicted`): its end is then taken for a new attempt
+        (core/plan._evicted_retry), not for its outcome."""
+        if rec.stop_reason is None:
+            rec = planned(rec, a, now, reason=a.reason, code=(a.detail or {}).get("code"), detail=a.detail)
+            if not self.store.put(rec, expect_phase=rec.phase, expect_holder=rec.attached_by):
+                return
+        log.warning("evict %s: %s", a.id, a.reason)
+        await self._runtime(rec.where).stop(rec.id, kill=True)
+
     async def _settle(self, a, req, rec, now):
         """Once: the rest of the log into the digest, then rc, peak, why and spend in one write, a
         compare-and-set on this instance's hold."""
@@ -253,12 +266,21 @@ class Executor:
         requeues on the entry). The queue entry first, then the record: both edits are idempotent,
         and a reconciler that dies between them decides the same retry again."""
         d = a.detail or {}
+        eviction = None
         if d.get("cause") == "node_failure":  # its cluster node failed: the same size, submitted again
             changes = {"node_requeues": int(d["requeue"]), "queue": True}
+        elif d.get("cause") == "evicted":  # stopped by the ladder: its book raised, back at the head
+            if rec.request.gated:  # a gated job's book is its size (the gate's guess): no cap to stay under
+                changes = {"mem_gb": float(d["to_gb"]), "queue": True}
+            else:
+                book = None if d.get("at_cap") else float(d["to_gb"])
+                changes = {"book_gb": book, "booked_from": d.get("booked_from"), "queue": True}
+            eviction = {"at": a.at or now, "used_gb": d.get("used_gb"), "book_gb": d.get("book_gb"),
+                        "to_gb": d.get("to_gb"), "peak_gb": a.peak_gb}
         else:
             changes = {"mem_gb": float(d["mem_gb"]), "grown_from_gb": rec.request.mem_gb, "queue": True}
-        await asyncio.to_thread(self.writer.update, rec.id, changes)
-        again = planned(rec, a, now, request=copy(rec.request, **changes), peak_gb=a.peak_gb, detail=d)
+        await asyncio.to_thread(self.writer.update, rec.id, changes, **({"op": "evict", "why": a.reason} if eviction else {}))
+        again = planned(rec, a, now, request=copy(rec.request, **changes), peak_gb=a.peak_gb, detail=d, eviction=eviction)
         if not self.store.put(again, expect_phase=rec.phase, expect_holder=rec.attached_by):
             return
         from reconciler.render.lines import retry_line
@@ -297,7 +319,7 @@ class Executor:
     # kind that asks for nothing is here too, as `_nothing`: no kind is skipped unseen.
     HANDLERS = {
         "enqueue": _enqueue, "wait": _nothing, "start": _start, "grant": _grant, "refuse": _refuse,
-        "running": _running, "stop": _stop, "settle": _settle, "reattach": _reattach, "requeue": _requeue,
+        "running": _running, "stop": _stop, "evict": _evict, "settle": _settle, "reattach": _reattach, "requeue": _requeue,
         "retry": _retry, "expire": _expire, "cancel": _cancel, "retire": _retire, "prune": _prune, "set": _set,
         "adopt": _adopt, "end_game": _end_game, "restore": _restore, "recover": _recover, "hold": _nothing,
     }

@@ -111,6 +111,10 @@ class Policy(BaseSettings):
     auto_cpus: float = Field(gt=0, le=4096)
     auto_minutes: float = Field(gt=0, le=24 * 60 * 365)
     pressure_full_pct: float = Field(ge=0, le=100)
+    margin: float = Field(ge=1, le=10)
+    cpu_overcommit: float = Field(ge=1, le=64)
+    guard_gb: float = Field(ge=0, le=65536)
+    ladder_session_gb: float = Field(ge=0, le=65536)
     max_concurrent_sessions: int = Field(ge=0, le=10000)
     max_starts_per_tick: int = Field(ge=1, le=10000)
     cpu_quota: bool

@@ -15,7 +15,7 @@ class Holder:
     id: str
     title: str
     project: str
-    held_gb: float  # what it frees when it ends: max(reserved, used)
+    held_gb: float  # what it frees when it ends: max(its book, what it uses now)
     cpus: float
     eta: float | None  # expected end (started + estimate)
     overdue: bool
@@ -40,27 +40,36 @@ class Capacity:
     # Memory pressure over the policy's threshold (DESIGN §5.9), as data (pressure_of): while it is
     # set nothing new fits, --force or not; None: under the threshold, not observed, or PSI ignored.
     pressure: dict | None = None
+    # The ladder's amber by memory (DESIGN §5.1, guard_of): less than the policy's guard_gb is really
+    # free beyond the reserve and headroom, so a book was wrong somewhere; nothing new fits, --force or
+    # not, until jobs end or shrink. None: green.
+    guard: dict | None = None
+
+    @property
+    def held_back(self) -> bool:
+        """Amber (or red): nothing new starts, whatever the ledger says."""
+        return self.pressure is not None or self.guard is not None
 
     def fits(self, req: Request) -> bool:
-        if self.pressure is not None:
+        if self.held_back:
             return False
         if req.force:
             return self.fits_past_ledger(req)
-        return req.mem_gb <= self.mem_gb and req.cpus <= self.cpus
+        return req.book <= self.mem_gb and req.cpus <= self.cpus
 
     def fits_past_ledger(self, req: Request) -> bool:
         """Whether --force would start it: against what is really free (MemAvailable − reserve −
         headroom), the ledger's claims ignored."""
-        return req.mem_gb <= self.force_mem_gb and req.cpus <= self.force_cpus
+        return req.book <= self.force_mem_gb and req.cpus <= self.force_cpus
 
     def never_fits(self, req: Request) -> bool:
-        return req.mem_gb > self.max_mem_gb or req.cpus > self.max_cpus
+        return req.book > self.max_mem_gb or req.cpus > self.max_cpus
 
     def take(self, req: Request, holder: Holder) -> None:
         """Count a grant made in this pass, so the next decision of the same pass sees it."""
-        self.mem_gb -= req.mem_gb
+        self.mem_gb -= req.book
         self.cpus -= req.cpus
-        self.force_mem_gb -= req.mem_gb
+        self.force_mem_gb -= req.book
         self.holders.append(holder)
 
     def by_eta(self) -> list[Holder]:
@@ -108,7 +117,7 @@ def holder_of(rec: JobRecord, used_gb: float, now: float) -> Holder:
         id=req.id,
         title=req.title,
         project=req.project,
-        held_gb=0.0 if remote else max(req.mem_gb, used_gb),
+        held_gb=0.0 if remote else max(req.book, used_gb),
         cpus=0.0 if remote else req.cpus,
         eta=rec.eta(),
         overdue=expires is not None and now > expires,
@@ -142,13 +151,27 @@ def pressure_of(policy: Rules, world: World) -> dict | None:
     return d
 
 
+def guard_of(policy: Rules, room_gb: float) -> dict | None:
+    """The ladder's amber by memory (DESIGN §5.1): what is really free beyond the reserve and headroom
+    (`room_gb`: MemAvailable − reserve − headroom) is under the policy's guard_gb. None: it is not, or
+    the guard is 0 (off)."""
+    if policy.guard_gb <= 0 or room_gb >= policy.guard_gb:
+        return None
+    return {"room_gb": round(room_gb, 3), "guard_gb": policy.guard_gb}
+
+
 def capacity(policy: Rules, game: Game, world: World, holding: list[JobRecord], now: float) -> Capacity:
-    """`holding`: the records that claim resources now (running or starting jobs, granted notes)."""
+    """`holding`: the records that claim resources now (running or starting jobs, granted notes).
+
+    Memory (DESIGN §5.1): MemAvailable − reserve − headroom, less what running jobs booked and do not
+    use yet (max(0, book − in use): what they use is already gone from MemAvailable), less the notes.
+    CPUs are compressible: `cpu_overcommit` × the CPUs agents may use, less the running jobs' --cpus."""
     reserve_gb, reserve_cpus, on = reserves(policy, game, now, world.nproc)
     headroom = policy.small_headroom_gb
     mem = world.mem_available_gb - reserve_gb - headroom
     force_mem = mem
-    cpus = world.nproc - reserve_cpus
+    over = policy.cpu_overcommit
+    cpus = over * (world.nproc - reserve_cpus)
     holders = []
     for rec in holding:
         req = rec.request
@@ -157,15 +180,15 @@ def capacity(policy: Rules, game: Game, world: World, holding: list[JobRecord], 
             continue
         obs = world.jobs.get(req.id)
         used = obs.mem_used_gb if (obs and req.kind == "job") else 0.0
-        # Memory in use is already gone from MemAvailable; the unused rest of a job's reservation is
-        # still promised to it. A note's memory is not in any cgroup we see: count all of it.
-        mem -= max(0.0, req.mem_gb - used) if req.kind == "job" else req.mem_gb
+        # Memory in use is already gone from MemAvailable; the unused rest of a job's book is still
+        # promised to it. A note's memory is not in any cgroup we see: count all of it.
+        mem -= max(0.0, req.book - used) if req.kind == "job" else req.mem_gb
         cpus -= req.cpus
         holders.append(holder_of(rec, used, now))
     # The largest request that could ever fit uses the user's (not the game) reserve: a job that
     # only fits once game mode ends may still wait for it in the queue.
     max_mem = world.mem_total_gb - policy.user_reserve_gb - headroom
-    max_cpus = world.nproc - cpu_reserve(policy.user_reserve_cpus, world.nproc)
+    max_cpus = over * (world.nproc - cpu_reserve(policy.user_reserve_cpus, world.nproc))
     return Capacity(
         mem_gb=mem,
         cpus=cpus,
@@ -175,10 +198,11 @@ def capacity(policy: Rules, game: Game, world: World, holding: list[JobRecord], 
         max_mem_gb=max_mem,
         max_cpus=max_cpus,
         force_mem_gb=force_mem,
-        force_cpus=world.nproc - reserve_cpus,
+        force_cpus=over * (world.nproc - reserve_cpus),
         game=on,
         holders=holders,
         pressure=pressure_of(policy, world),
+        guard=guard_of(policy, force_mem),
     )
 
 
@@ -218,9 +242,9 @@ class QueueForecast:
         # (time it ends, gb, cpus); an overdue holder is expected to end "now"
         self.ends = [(max(h.eta or now, now), h.held_gb, h.cpus) for h in cap.holders]
         heapq.heapify(self.ends)
-        # Under memory pressure nobody can tell when anything starts: it waits for the pressure to
-        # fall, which no holder's end promises.
-        self.stuck = cap.pressure is not None
+        # Under memory pressure, or with less than the guard free, nobody can tell when anything
+        # starts: it waits for the pressure to fall or jobs to shrink, which no holder's end promises.
+        self.stuck = cap.held_back
         # When each held lock is expected free; None: its holder is overdue, so nobody can tell.
         self.lock_free: dict[str, float | None] = {
             h.lock: (None if h.overdue or h.eta is None else max(h.eta, now)) for h in cap.holders if h.lock}
@@ -268,8 +292,10 @@ class QueueForecast:
 
 def short_of(cap: Capacity, mem_gb: float, cpus: float) -> list[str]:
     """Which resources are short for this much: "pressure" (memory pressure holds back everything new),
-    "memory", "cpus" (in that order)."""
+    "guard" (less than the guard is free: the same), "memory", "cpus" (in that order)."""
     out = ["pressure"] if cap.pressure is not None else []
+    if cap.guard is not None:
+        out.append("guard")
     if mem_gb > cap.mem_gb + 1e-9:
         out.append("memory")
     if cpus > cap.cpus + 1e-9:
@@ -290,19 +316,29 @@ def _retry(when: float | None, holders: list[Holder], now: float) -> dict:
     return {"retry": "after", "retry_at": when}
 
 
+def asked(req: Request) -> dict:
+    """What a request asks admission for: its book, and its cap where that is more (DESIGN §5.1)."""
+    d = {"asked_gb": req.book, "asked_cpus": req.cpus}
+    if req.book < req.mem_gb:
+        d["cap_gb"] = req.mem_gb
+    return d
+
+
 def busy_detail(req: Request, cap: Capacity, now: float, head: Request | None = None) -> dict:
     """A request that does not fit now (or would overtake a waiting queue head): which resources are
-    short, who holds them (earliest end first), what is free, when to retry. Memory pressure comes
-    first: while it lasts nothing starts, whatever else is short or whoever is ahead."""
+    short, who holds them (earliest end first), what is free, when to retry. Memory pressure and the
+    guard come first: while they last nothing starts, whatever else is short or whoever is ahead."""
     if cap.pressure is not None:
         return pressure_detail(req, cap)
-    need_gb = req.mem_gb + (head.mem_gb if head else 0.0)
+    if cap.guard is not None:
+        return guard_detail(req, cap)
+    need_gb = req.book + (head.book if head else 0.0)
     need_cpus = req.cpus + (head.cpus if head else 0.0)
     short = short_of(cap, need_gb, need_cpus) or ["memory"]
     chosen, when = freed_by(cap, need_gb, need_cpus, now)
     d = {"code": "busy", "resource": "queue_head" if head else "+".join(short), "short": short,
          "holders": [holder_data(h) for h in chosen], "free_gb": round(cap.mem_gb, 3), "free_cpus": round(cap.cpus, 3),
-         "asked_gb": req.mem_gb, "asked_cpus": req.cpus, **_retry(when, chosen, now)}
+         **asked(req), **_retry(when, chosen, now)}
     # What --force would do: said when it was given (and still does not fit), or when it would start it.
     if req.force:
         d["force"] = "short"
@@ -312,7 +348,7 @@ def busy_detail(req: Request, cap: Capacity, now: float, head: Request | None = 
         d["really_free_gb"] = round(max(cap.force_mem_gb, 0.0), 3)
         d["really_free_cpus"] = round(max(cap.force_cpus, 0.0), 3)
     if head:
-        d["head"] = {"id": head.id, "title": head.title, "gb": head.mem_gb, "cpus": head.cpus,
+        d["head"] = {"id": head.id, "title": head.title, "gb": head.book, "cpus": head.cpus,
                      "waits_for": "+".join(short_of(cap, head.mem_gb, head.cpus) or short)}
     return d
 
@@ -320,10 +356,18 @@ def busy_detail(req: Request, cap: Capacity, now: float, head: Request | None = 
 def pressure_detail(req: Request, cap: Capacity) -> dict:
     """Memory pressure holds back every new start (DESIGN §5.9): how much, where, against what
     threshold. Nobody's end is promised to relieve it: retry soon. --force does not start past it."""
-    return {"code": "busy", "resource": "pressure", "short": short_of(cap, req.mem_gb, req.cpus), "holders": [],
+    return {"code": "busy", "resource": "pressure", "short": short_of(cap, req.book, req.cpus), "holders": [],
             "pressure": dict(cap.pressure or {}), "free_gb": round(cap.mem_gb, 3), "free_cpus": round(cap.cpus, 3),
-            "asked_gb": req.mem_gb, "asked_cpus": req.cpus, "retry": "soon", "retry_at": None,
-            **({"force": "pressure"} if req.force else {})}
+            **asked(req), "retry": "soon", "retry_at": None, **({"force": "pressure"} if req.force else {})}
+
+
+def guard_detail(req: Request, cap: Capacity) -> dict:
+    """Less than the guard is free beyond the reserve (the ladder's amber, DESIGN §5.1): jobs use more
+    than they booked, and nothing new starts until they end or shrink. Nobody's end is promised to
+    relieve it: retry soon. --force does not start past it."""
+    return {"code": "busy", "resource": "guard", "short": short_of(cap, req.book, req.cpus), "holders": [],
+            "guard": dict(cap.guard or {}), "free_gb": round(cap.mem_gb, 3), "free_cpus": round(cap.cpus, 3),
+            **asked(req), "retry": "soon", "retry_at": None, **({"force": "guard"} if req.force else {})}
 
 
 def lock_detail(lock: str, holder: Holder, forced: bool = False) -> dict:
@@ -347,6 +391,6 @@ def daily_detail(spent: float, limit: float) -> dict:
 
 
 def never_detail(req: Request, cap: Capacity) -> dict:
-    if req.mem_gb > cap.max_mem_gb:
-        return {"code": "never_fits", "resource": "memory", "asked": req.mem_gb, "max": round(max(cap.max_mem_gb, 0), 3)}
+    if req.book > cap.max_mem_gb:
+        return {"code": "never_fits", "resource": "memory", "asked": req.book, "max": round(max(cap.max_mem_gb, 0), 3)}
     return {"code": "never_fits", "resource": "cpus", "asked": req.cpus, "max": round(max(cap.max_cpus, 0), 3)}

@@ -272,7 +272,8 @@ def cpus_used(recs: list["JobRecord"]) -> float | None:
 
 
 def learned(records: Iterable["JobRecord"], heavy_mem_gb: float, heavy_minutes: float, fingerprint_of) -> dict[str, dict[str, list]]:
-    """project -> command fingerprint (core.gate) -> [mem_gb to book, est_s, heavy, runs, cpus or None],
+    """project -> command fingerprint (core.gate) -> [mem_gb to ask, est_s, heavy, runs, cpus or None,
+    the p95 peak (GB) itself: what a job of it books, × the policy's margin, DESIGN §5.1],
     for the gate (DESIGN §5.8) and `--mem/--cpus/--for auto` (core/sizing.py, §5.9): what this
     project's finished runs of that command needed. Heavy: a run peaked over `heavy_mem_gb` or ran
     over `heavy_minutes`. The size is the suggestion's rule (p95 peak × 1.15, × 1.5 over a limit a run
@@ -297,5 +298,5 @@ def learned(records: Iterable["JobRecord"], heavy_mem_gb: float, heavy_minutes: 
         heavy = max(peaks) > heavy_mem_gb or max(durs) > heavy_minutes * 60
         mem = suggest_mem_gb(p95, killed)
         est = round_est_s(percentile(durs, 90) * FOR_FACTOR)
-        out.setdefault(project, {})[fp] = [mem, est, heavy, len(recs), cpus_used(recs)]
+        out.setdefault(project, {})[fp] = [mem, est, heavy, len(recs), cpus_used(recs), round(p95, 4)]
     return out

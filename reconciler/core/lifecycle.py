@@ -43,7 +43,7 @@ TABLE: dict[str, dict[Phase | None, Phase | str]] = {
     "unit_seen": {S: R},  # a pass saw the unit of a `starting` record alive (its starter died)
     "start_failed": {S: D},
     "requeue": {S: Q},  # the unit never appeared and its starter is gone: same id, no retry spent
-    "retry": {p: Q for p in _LIVE},  # auto-sized, killed at its memory limit: same id, once, bigger
+    "retry": {p: Q for p in _LIVE},  # killed at its limit (auto-sized) or stopped by the ladder: same id, again
     "cancel": {Q: Phase.cancelled},
     "expire": {R: D},  # a note's time is up, its owner is gone, or it was released
     "recover_unit": {None: R},  # state.db lost it, its unit is there: taken back
@@ -74,6 +74,7 @@ ACTIONS: dict[ActionKind, str | dict[str, str] | None] = {
     "refuse": "refuse",
     "running": "unit_seen",
     "stop": "stop",
+    "evict": "stop",  # the ladder's stop: recorded as a stop with the code `evicted` (core/ladder.py)
     "settle": "settle",
     "reattach": "claim",
     "requeue": "requeue",
@@ -182,8 +183,11 @@ def _changes(rec: JobRecord, event: str, now: float, f: dict) -> dict:
     if event == "retry":
         # The killed run is over; the next start is a new attempt (its own unit run, its own exit
         # record) of the same request, made bigger (`request`), its output appended to the same log.
-        return {"request": f["request"], "started": None, "lease_until": None, "attached_by": None, "invocation": None,
-                "peak_gb": f["peak_gb"], "detail": f["detail"], "log_offset": 0}
+        out = {"request": f["request"], "started": None, "lease_until": None, "attached_by": None, "invocation": None,
+               "peak_gb": f["peak_gb"], "detail": f["detail"], "log_offset": 0, "stop_reason": None, "stop_code": None}
+        if f.get("eviction") is not None:  # stopped by the ladder: kept, for its book and the views' marks
+            out["evictions"] = [*rec.evictions, f["eviction"]]
+        return out
     if event == "cancel":
         return {"why": "released before it started", "detail": {"code": "cancelled"}, "ended": now}
     if event == "recover_unit":
@@ -191,7 +195,10 @@ def _changes(rec: JobRecord, event: str, now: float, f: dict) -> dict:
     if event == "recover_lost":
         return {"attempt": 1, "ended": now, "why": f["why"], "detail": f["detail"]}
     if event == "stop":
-        return {"stop_reason": f["reason"], "stop_code": f["code"]}
+        out = {"stop_reason": f["reason"], "stop_code": f["code"]}
+        if f.get("detail") is not None:  # the ladder's figures (what it used, what it booked)
+            out["detail"] = f["detail"]
+        return out
     if event == "settle":
         return {"rc": f["rc"], "peak_gb": f["peak_gb"], "cpu_s": f.get("cpu_s"), "why": f["why"], "detail": f["detail"],
                 "ended": f["at"] or now, "attached_by": None, "lease_until": None}

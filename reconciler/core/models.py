@@ -108,6 +108,12 @@ class Request:
     # An auto-sized job killed at its memory limit is started again once, bigger: the limit it was
     # killed at (None: not retried).
     grown_from_gb: Annotated[float | None, _typed(ge=MIN_GB, le=65536)] = None
+    # What admission counts of it (DESIGN §5.1, its *book*) when that is less than its cap (mem_gb, the
+    # kernel's MemoryMax): this project's earlier runs of the same command peaked at most so much (× the
+    # policy's margin), or res raised it after stopping the job above its book. None: booked at its cap.
+    # `booked_from` says where it came from, for the views ("5 runs of make test", "raised after a stop").
+    book_gb: Annotated[float | None, _typed(ge=MIN_GB, le=65536)] = None
+    booked_from: Annotated[str | None, _typed(max_length=300)] = None
     # A cluster job whose node failed under it (Slurm's NODE_FAIL) is submitted again, as many times as
     # the policy's cluster_requeue_on_node_failure: how many times it was (None: never).
     node_requeues: Annotated[int | None, _typed(ge=1, le=100)] = None
@@ -147,12 +153,21 @@ class Request:
         return int(self.id[2:])
 
     @property
+    def book(self) -> float:
+        """What admission counts of it (DESIGN §5.1): its book where it has one below its cap, else the
+        cap. A gated job's size is the gate's guess, which is its book (it has no cap); a note books
+        its size (a person is not estimated)."""
+        if self.book_gb is None or self.kind == "note" or self.gated:
+            return self.mem_gb
+        return min(self.book_gb, self.mem_gb)
+
+    @property
     def session(self) -> bool:
         """An agent session: counts against max_concurrent_sessions and the daily spend cap."""
         return self.kind == "job" and self.agent != "none"
 
 
-FLOAT_FIELDS = ("mem_gb", "cpus", "created", "grown_from_gb")  # of Request: written as floats (`cpus = 1.0`, not `1`)
+FLOAT_FIELDS = ("mem_gb", "cpus", "created", "grown_from_gb", "book_gb")  # of Request: written as floats (`cpus = 1.0`, not `1`)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -243,6 +258,9 @@ class JobRecord:
     last_error: str | None = None
     # Why it ended, as data: {"code": …} (docs/agent-interface.md), with a refusal's whole detail.
     detail: dict | None = None
+    # Each time res stopped it above its book to keep memory from running out (the pressure ladder,
+    # DESIGN §5.1) and put it back at the queue's head: {"at", "used_gb", "book_gb", "to_gb"}.
+    evictions: list[dict] = field(default_factory=list)
     updated: float = 0
 
     @property
@@ -310,6 +328,8 @@ class JobObs:
 
     state: Literal["active", "activating", "deactivating", "inactive", "failed", "absent"] = "absent"
     mem_used_gb: float = 0
+    # of which page cache the kernel can reclaim (what is above its book is counted without it)
+    mem_cache_gb: float = 0
     pressure_avg60: float | None = None  # memory.pressure `some avg60` (%), cgroup v2 only
     exit: ExitObs | None = None
     log_bytes: int | None = None  # the size of its log (None: not looked at)
@@ -380,6 +400,9 @@ class World:
     # agents slice's own (cgroup v2 memory.pressure). None: not observed (then it blocks nothing).
     pressure_full_pct: float | None = None
     slice_pressure_full_pct: float | None = None
+    # The same over the last minute (`full avg60`): pressure *held* over the line (the ladder's red).
+    pressure_full_avg60_pct: float | None = None
+    slice_pressure_full_avg60_pct: float | None = None
 
 
 # ---------------------------------------------------------------- plan
@@ -394,6 +417,7 @@ ActionKind = Literal[
     "refuse",
     "running",  # a starting job's unit is seen started (bookkeeping)
     "stop",
+    "evict",  # the pressure ladder's red (DESIGN §5.1): stop a job above its book, back to the queue's head
     "settle",
     "reattach",  # claim the attachment of a live job whose holder's lease lapsed (or who gave it up)
     "requeue",
@@ -435,6 +459,8 @@ class Action:
     pids: list[int] = field(default_factory=list)
     # The reason as data with a stable `code` (docs/agent-interface.md) and its figures.
     detail: dict | None = None
+    # What admission counts of the entry where that is less than its cap (`mem_gb`): its book (DESIGN §5.1)
+    book_gb: float | None = None
 
 
 _INDEXED: list = [None, -1, {}]  # Plan.for_id's index: the plan last indexed, its length, its actions by id
@@ -449,6 +475,9 @@ class Plan:
     # When the next pass is due by the clock (core/wake.py), decided with the plan for the loop that
     # applies it (`plan(..., wake=True)`); None: nothing is due by the clock, or not asked.
     next_at: float | None = None
+    # The pressure ladder's rung this pass (core/ladder.py: green, amber, red) and why, as data.
+    rung: str = "green"
+    rung_why: dict = field(default_factory=dict)
 
     def of(self, kind: str) -> list[Action]:
         return [a for a in self.actions if a.kind == kind]

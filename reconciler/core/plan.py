@@ -15,6 +15,7 @@ from reconciler.core.capacity import (HOLDING, Capacity, QueueForecast, busy_det
 from reconciler.core.models import LIVE, TERMINAL, Action, Desired, ExitObs, JobRecord, Phase, Plan, Request, World
 from reconciler.core.rules import Rules
 from reconciler.core.game import game_actions
+from reconciler.core.ladder import EVICTED, ladder_actions, raised_book, rung
 from reconciler.core.sessions import session_actions
 from reconciler.core.quantities import GIB, UTC, Zone, local_midnight
 from reconciler.core.wake import wake_at
@@ -59,6 +60,13 @@ def plan(desired: Desired, records: dict[str, JobRecord], world: World, now: flo
     holding = [r for r in records.values() if r.phase in HOLDING and r.id not in ended]
     cap = capacity(policy, desired.game, world, holding, now)
     out.budget_mem_gb, out.budget_cpus = cap.mem_gb, cap.cpus
+    out.rung, out.rung_why = rung(policy, world, cap)
+
+    def may_act(rec: JobRecord) -> bool:  # as _lifecycle: what this reconciler holds, or may claim
+        return (rec.id not in ended and rec.id not in world.unobserved
+                and not (rec.lease_live(now, world.gone_holders) and rec.attached_by != me))
+
+    out.actions.extend(ladder_actions(records, world, cap, policy, may_act))
     if desired.queue_ok and world.ok:
         spent = spent_today(records, now, zone)
         out.actions.extend(_admit(desired, records, cap, now, policy, spent, pricing_error, world))
@@ -80,7 +88,7 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
     if rec.phase == Phase.queued and (not desired.queue_ok or rec.id in wanted):
         return []  # waits in the queue: admission decides it (the common case: thousands a pass)
     gone = desired.queue_ok and rec.id not in wanted  # its entry left queue.toml
-    tag = dict(title=req.title, mem_gb=req.mem_gb, cpus=req.cpus)
+    tag = _tag(req)
     if rec.phase in TERMINAL:
         return _finished(rec, desired.queue_ok and not gone, now, tag)
     if req.kind == "note":
@@ -137,6 +145,9 @@ def _live_job(rec: JobRecord, gone: bool, world: World, now: float, policy: Rule
     if ex is not None:
         rc, peak, outcome = settle_outcome(rec, ex)
         took = ex.at - rec.started if rec.started and ex.at else None
+        if outcome["code"] == EVICTED and not (ex.code == "exited" and rc == 0):
+            acts.append(_evicted_retry(rec, peak, rc, ex.at or None, took, tag))
+            return acts
         if outcome["code"] == "memory_limit" and may_retry(rec.request):
             grown = suggest_mem_gb(rec.request.mem_gb, killed=True)
             acts.append(Action(kind="retry", id=rec.id, peak_gb=peak, at=ex.at or None, rc=rc,
@@ -163,6 +174,21 @@ def _live_job(rec: JobRecord, gone: bool, world: World, now: float, policy: Rule
         elif (trip := budget_trip(rec, policy, now, obs.log_bytes if obs is not None else None)) is not None:
             acts.append(Action(kind="stop", id=rec.id, detail=trip, **tag))
     return acts
+
+
+def _evicted_retry(rec: JobRecord, peak: float | None, rc: int | None, at: float | None, took: float | None,
+                   tag: dict) -> Action:
+    """A job the ladder stopped above its book (DESIGN §5.1) goes back to the head of the queue, the
+    same entry, a new attempt, with its book raised (core/ladder.raised_book)."""
+    req = rec.request
+    stops = len(rec.evictions) + 1
+    used = (rec.detail or {}).get("used_gb")  # what the ladder saw it use when it stopped it
+    book, source = raised_book(req.book, max(peak or 0.0, used or 0.0), None if req.gated else req.mem_gb, stops)
+    to_gb = book if book is not None else req.mem_gb
+    return Action(kind="retry", id=rec.id, peak_gb=peak, at=at, rc=rc,
+                  detail={"code": "retry", "cause": EVICTED, "stops": stops, "used_gb": used, "book_gb": req.book, "to_gb": to_gb,
+                          "at_cap": book is None and not req.gated, "booked_from": source, "peak_gb": peak,
+                          "took_s": took}, **tag)
 
 
 def may_retry(req: Request) -> bool:
@@ -353,7 +379,7 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
     adm = _Admission(cap, now, policy, spent, pricing_error)
     ran_before = set(world.ran_before) if world is not None else set()
     hand_added = set(desired.hand_added)
-    for req in desired.requests:
+    for req in queue_order(desired.requests, records):
         rec = records.get(req.id)
         if rec is not None and rec.phase != Phase.queued:
             continue
@@ -370,6 +396,16 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
         else:
             adm.queued(req, rec)
     return adm.acts
+
+
+def queue_order(requests: list[Request], records: dict[str, JobRecord]) -> list[Request]:
+    """The queue in the order admission takes it: the file's, except that a job the ladder stopped
+    (DESIGN §5.1) is back at the head, ahead of everything asked after it was first started."""
+    first = [r for r in requests if (rec := records.get(r.id)) is not None and rec.evictions and rec.phase == Phase.queued]
+    if not first:
+        return requests
+    ids = {r.id for r in first}
+    return first + [r for r in requests if r.id not in ids]
 
 
 def _where(req: Request, cap: Capacity, policy: Rules, world: World | None, adm: _Admission) -> str:
@@ -427,7 +463,7 @@ class _Admission:
             return None
         ends = self.now + req.est_s
         beside = ends > self.shadow
-        if beside and (req.mem_gb > self.spare_gb + 1e-9 or req.cpus > self.spare_cpus + 1e-9):
+        if beside and (req.book > self.spare_gb + 1e-9 or req.cpus > self.spare_cpus + 1e-9):
             return None
         why = {"code": "backfill", "head": self.head.id, "head_start": self.shadow, "ends": ends,
                "free_gb": self.cap.mem_gb, "beside": beside}
@@ -447,14 +483,14 @@ class _Admission:
         if req.lock:
             self.locks[req.lock] = cap.holders[-1]
         if backfill is not None and backfill["beside"]:
-            self.spare_gb -= req.mem_gb
+            self.spare_gb -= req.book
             self.spare_cpus -= req.cpus
         if self.forecast is None:
             return
         if backfill is not None and not backfill["beside"]:
             self.forecast.ended_before(req.est_s, req.lock)  # over before the point the forecast reached
         else:
-            self.forecast.started(req.mem_gb, req.cpus, req.est_s, req.lock)
+            self.forecast.started(req.book, req.cpus, req.est_s, req.lock)
 
     def cluster(self, req: Request, rec: JobRecord | None, world: World | None, overflow: bool) -> None:
         """A job for the cluster: res's own guardrails (session caps, daily spend, locks, the
@@ -520,7 +556,7 @@ class _Admission:
             # Skipped, not blocking: it waits for its lock (held now, or taken by an earlier waiting
             # entry), and starts once its holders are expected to end.
             self.forecast = self.forecast or QueueForecast(cap, self.now)
-            est = self.forecast.start_of(req.mem_gb, req.cpus, req.est_s, lock=req.lock)
+            est = self.forecast.start_of(req.book, req.cpus, req.est_s, lock=req.lock)
             lock_holder = holder.id if holder is not None else self.queued_locks[req.lock]
             self.acts.append(_wait(req, rec, {"code": "queued", "position": self.position, "est_start": est,
                                               "waits_for": "lock", "lock": req.lock, "lock_holder": lock_holder}))
@@ -546,16 +582,18 @@ class _Admission:
         if self.head is None:
             self.head = req
             self.forecast = self.forecast or QueueForecast(cap, self.now)
-        est = self.forecast.start_of(req.mem_gb, req.cpus, req.est_s, lock)
+        est = self.forecast.start_of(req.book, req.cpus, req.est_s, lock)
         if self.head is req:
             self.shadow, self.spare_gb, self.spare_cpus = est, self.forecast.free_gb, self.forecast.free_cpus
         if lock:
             self.queued_locks.setdefault(lock, req.id)
         if self.head is req:
-            waits = "+".join(short_of(cap, req.mem_gb, req.cpus)) or "starts_per_pass"
+            waits = "+".join(short_of(cap, req.book, req.cpus)) or "starts_per_pass"
             detail = {"code": "queued", "position": self.position, "est_start": est, "waits_for": waits}
             if cap.pressure is not None:  # how much, where, against what (the words: render.reasons.queued_line)
                 detail["pressure"] = cap.pressure
+            if cap.guard is not None:
+                detail["guard"] = cap.guard
         else:
             detail = {"code": "queued", "position": self.position, "est_start": est, "waits_for": "queue_head",
                       "head": self.head.id}
@@ -563,13 +601,16 @@ class _Admission:
 
 
 def _tag(req: Request) -> dict:
-    """What an action shows of the entry it is about."""
-    return {"title": req.title, "mem_gb": req.mem_gb, "cpus": req.cpus}
+    """What an action shows of the entry it is about: its size, and its book where that is less."""
+    book = req.book
+    return {"title": req.title, "mem_gb": req.mem_gb, "cpus": req.cpus, "book_gb": book if book < req.mem_gb else None}
 
 
 def _wait(req: Request, rec: JobRecord | None, detail: dict) -> Action:
     # Positional: one of these per waiting entry, thousands a pass.
-    return Action("enqueue" if rec is None else "wait", req.id, "", req.title, req.mem_gb, req.cpus, detail=detail)
+    book = req.book
+    return Action("enqueue" if rec is None else "wait", req.id, "", req.title, req.mem_gb, req.cpus, detail=detail,
+                  book_gb=book if book < req.mem_gb else None)
 
 
 def _new_holder(req: Request, now: float, remote: bool = False):

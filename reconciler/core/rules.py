@@ -16,8 +16,18 @@ class Rules:
     game_reserve_gb: float
     game_reserve_cpus: float
     small_headroom_gb: float
-    # Memory pressure that holds back new work: PSI `full avg10` in percent, 0 ignores it (capacity.pressure_of).
+    # Memory pressure that holds back new work: PSI `full avg10` in percent, 0 ignores it (capacity.pressure_of);
+    # held over it for a minute (`full avg60`), the ladder's red (ladder.py).
     pressure_full_pct: float
+    # What a job books and what it may use (DESIGN §5.1): the margin over the learned peak a book
+    # takes, how much of the CPU budget may be promised (× the CPUs agents may use), the memory kept
+    # free beyond the reserve under which nothing new starts (amber) and, at half of it, res stops the
+    # job most above its book (red); an agent session's own processes outside any job over this many
+    # GB may be stopped too (0: never).
+    margin: float
+    cpu_overcommit: float
+    guard_gb: float
+    ladder_session_gb: float
     # Agent sessions: the slice they are kept in, their scopes' MemoryHigh, whether the loop moves
     # them there unasked, the prefix of the scopes' names (sessions.py).
     agents_slice: str

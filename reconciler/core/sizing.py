@@ -44,21 +44,27 @@ class Seen(NamedTuple):
     heavy: bool
     runs: int
     cpus: float | None
+    peak_gb: float | None = None  # the p95 peak itself (what a book is made from)
 
 
 def seen_entry(value: object) -> Seen | None:
     """A learned entry as the loop publishes it ([mem_gb, est_s, heavy, runs] and, since CPUs are
-    learned, cpus or null), or None when it is not one (a hand-edited or older gate.json)."""
-    if not isinstance(value, (list, tuple)) or len(value) not in (4, 5):
+    learned, cpus or null, and since books are, the p95 peak), or None when it is not one (a
+    hand-edited or older gate.json)."""
+    if not isinstance(value, (list, tuple)) or len(value) not in (4, 5, 6):
         return None
     mem, est, heavy, runs = value[:4]
-    cpus = value[4] if len(value) == 5 else None
+    cpus = value[4] if len(value) >= 5 else None
+    peak = value[5] if len(value) == 6 else None
     if not (type(mem) in (int, float) and 0 < mem <= 65536 and type(est) in (int, float) and 0 < est <= MAX_EST_S
             and type(heavy) is bool and type(runs) is int and runs >= 0):
         return None
     if cpus is not None and not (type(cpus) in (int, float) and 0 < cpus <= 4096):
         return None
-    return Seen(float(mem), int(est), heavy, runs, None if cpus is None else float(cpus))
+    if peak is not None and not (type(peak) in (int, float) and 0 < peak <= 65536):
+        return None
+    return Seen(float(mem), int(est), heavy, runs, None if cpus is None else float(cpus),
+                None if peak is None else float(peak))
 
 
 def commands_of(cmd: list[str]) -> list[list[str]]:
@@ -115,3 +121,34 @@ def policy_default(policy: Rules) -> Size:
     """The size of a command neither history nor the table knows: the policy's auto_* keys."""
     return Size(float(policy.auto_mem_gb), float(policy.auto_cpus), max(1, int(round(policy.auto_minutes * 60))),
                 "the policy's default")
+
+
+BOOK_RUNS = 3  # finished runs of a command before a job of it is booked below its cap (DESIGN §5.1)
+
+
+class Book(NamedTuple):
+    gb: float
+    source: str  # "5 runs of make test"
+
+
+def book_for(cmd: list[str], learned: dict | None, margin: float) -> Book | None:
+    """What a job running `cmd` books (DESIGN §5.1): the most any of its commands peaked at in this
+    project (their p95 peak, core/hist.learned) × `margin`, once each of them has BOOK_RUNS finished
+    runs; None (booked at its cap) when one of them has fewer, or the line cannot be read. The caller
+    keeps it under the job's cap."""
+    try:
+        commands = commands_of(cmd)
+    except Unreadable:
+        return None
+    if not commands:
+        return None
+    top: tuple[float, Seen, str] | None = None
+    for command in commands:
+        fp = fingerprint(command)
+        seen = seen_entry((learned or {}).get(fp))
+        if seen is None or seen.peak_gb is None or seen.runs < BOOK_RUNS:
+            return None
+        if top is None or seen.peak_gb > top[0]:
+            top = (seen.peak_gb, seen, fp)
+    peak, seen, fp = top
+    return Book(round(peak * margin, 3), f"{seen.runs} runs of {fp}")

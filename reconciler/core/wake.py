@@ -12,6 +12,7 @@ any of those, it asks for here: pure, from what a pass read.
 - Notes: their expiry (an owner's end is an event: its process goes away).
 - Game mode: its end, when it has one.
 - Finished records: pruned PRUNE_AFTER_S after their end.
+- The pressure ladder off green: memory every LADDER_TICK_S.
 
 Nothing else happens by the clock: with none of these the loop waits for an event, or for its
 safety-net interval.
@@ -25,9 +26,16 @@ from reconciler.core.models import LIVE, TERMINAL, Desired, JobRecord, Phase, Pl
 from reconciler.core.rules import Rules
 
 
+LADDER_TICK_S = 0.5  # amber or red (core/ladder.py): how soon memory is looked at again
+
+
 def wake_at(p: Plan, desired: Desired, records: dict[str, JobRecord], world: World, now: float, policy: Rules,
             prune_after_s: float) -> float | None:
-    """When the pass after the one that applies `p` is due by the clock; None: by no clock."""
+    """When the pass after the one that applies `p` is due by the clock; None: by no clock. On the
+    ladder's amber or red, jobs use about all there is: memory is looked at again every
+    LADDER_TICK_S (at most), so that a job outgrowing its book is stopped before the kernel acts."""
+    if p.rung != "green":
+        return now + min(policy.tick_s, LADDER_TICK_S)
     if p.actions or not world.ok:
         return now + policy.tick_s
     return next_pass_at(desired, records, now, policy, prune_after_s)

@@ -77,7 +77,7 @@ def change_line(at: float, file: str, how: str, who: str, summary: str, clock) -
 # ---------------------------------------------------------------------------------- shell
 
 
-def log_change(dfd: int, file: str, op: str, sha: str, by: dict[str | None, list[str]]) -> None:
+def log_change(dfd: int, file: str, op: str, sha: str, by: dict[str | None, list[str]], why: str | None = None) -> None:
     """The writer's own change, logged by the writer in `.changes.jsonl` (in the directory `dfd`): one
     line per asker (`by`: who asked -> the ids their requests got; None: this process's own chain):
     when, which file, what, who asked, and the digest of the file it left (a pass tells changes made
@@ -90,7 +90,7 @@ def log_change(dfd: int, file: str, op: str, sha: str, by: dict[str | None, list
         if who is None:
             own = own or process_chain(os.getpid())
         lines.append(json.dumps({"at": at, "file": file, "op": op, "ids": some, "who": who or own,
-                                 "digest": sha}, separators=(",", ":")) + "\n")
+                                 "digest": sha, **({"why": why[:300]} if why else {})}, separators=(",", ":")) + "\n")
     line = "".join(lines)
     try:
         fd = os.open(CHANGES_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
@@ -179,8 +179,10 @@ def _writer_events(paths: Paths, store) -> list[dict]:
 
 def _writer_row(e: dict, now: float) -> tuple[float, str, str, str, str]:
     ids = e.get("ids") or []
+    why = e.get("why")
     return (float(e.get("at") or now), e["file"], "res", str(e.get("who") or ""),
-            f"{e.get('op', 'edit')}" + (f" {', '.join(map(str, ids))}" if ids else ""))
+            f"{e.get('op', 'edit')}" + (f" {', '.join(map(str, ids))}" if ids else "")
+            + (f": {why}" if isinstance(why, str) and why else ""))
 
 
 def recorded_and_pending(paths: Paths, store, since: float = 0.0, files=None) -> list[tuple[float, str, str, str, str]]:

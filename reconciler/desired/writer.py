@@ -132,7 +132,7 @@ class Writer:
 
     def _commit_queue(self, dfd: int, q: QueueFile, new_text: str, note: Note | None, op: str = "edit",
                       ids: Iterable[str] = (), by: dict[str | None, list[str]] | None = None,
-                      checked: bool = False) -> None:
+                      checked: bool = False, why: str | None = None) -> None:
         """Write the edited queue, unless the file changed since it was read (an editor saving
         meanwhile does not take the writer's lock): then Changed, and the caller starts over. `by`:
         the ids each asker's requests got, when one edit makes the changes of several (add_many).
@@ -143,7 +143,7 @@ class Writer:
         replace_if_unchanged(dfd, self.paths.queue.name, q.ident, data)
         sha = digest(data)  # the note's and the change line's: one file, one digest
         Note.save(dfd, sha, q, note.next_id if note else 1)
-        self._log_change(dfd, "queue.toml", op, list(ids), sha, by)
+        self._log_change(dfd, "queue.toml", op, list(ids), sha, by, why)
 
     def _outside_first(self, dfd: int, file: str, found: str, note: Note | None = None) -> None:
         """Before the writer replaces `file` (found with digest `found`): a file that is not what the
@@ -162,10 +162,10 @@ class Writer:
                                f"({' '.join(str(e).split())}); nothing was changed") from None
 
     def _log_change(self, dfd: int, file: str, op: str, ids: list[str], sha: str,
-                    by: dict[str | None, list[str]] | None = None) -> None:
+                    by: dict[str | None, list[str]] | None = None, why: str | None = None) -> None:
         """One line in `.changes.jsonl` per change the writer made (per asker, when one edit made the
         changes of several; else this writer's `who`): desired/changes.py `log_change`."""
-        changes.log_change(dfd, file, op, sha, by or {self.who: ids})
+        changes.log_change(dfd, file, op, sha, by or {self.who: ids}, why)
 
     def _retrying(self, edit: Any, path: Path | None = None) -> Any:
         """Run `edit(dfd)` under the lock, again (up to 3 times) if the file changed under it."""
@@ -465,10 +465,11 @@ class Writer:
 
     # ---------------------------------------------------------- update
 
-    def update(self, job_id: str, changes: dict[str, Any]) -> bool:
-        """Set keys of one entry, as res itself changes a request (an auto-sized job killed at its
-        limit, started again bigger: DESIGN §5.9), with tomlkit (comments and layout kept). True if
-        the file changed; False when the entry is not there or already says so."""
+    def update(self, job_id: str, changes: dict[str, Any], op: str = "update", why: str | None = None) -> bool:
+        """Set keys of one entry (a value None takes its key out), as res itself changes a request (an
+        auto-sized job killed at its limit, started again bigger: DESIGN §5.9; a job the ladder stopped,
+        its book raised: §5.1), with tomlkit (comments and layout kept). `op`, `why`: what the change
+        log says of it. True if the file changed; False when the entry is not there or already says so."""
         def edit(dfd: int) -> bool:
             q = self._full(dfd, self._load_queue(dfd))
             if not q.exists or q.data is None:
@@ -478,7 +479,7 @@ class Writer:
             if where is None:
                 return False
             kind, i = where
-            entry = {**q.data[kind][i], **changes}
+            entry = {k: v for k, v in {**q.data[kind][i], **changes}.items() if v is not None}
             if entry == q.data[kind][i]:
                 return False
             expected: dict[str, Any] = {**q.data, kind: [*q.data[kind][:i], entry, *q.data[kind][i + 1:]]}
@@ -487,13 +488,17 @@ class Writer:
             try:
                 doc = tomlkit.parse(q.text)
                 for key, value in changes.items():
-                    doc[kind][i][key] = value
+                    if value is None:
+                        if key in doc[kind][i]:
+                            del doc[kind][i][key]
+                    else:
+                        doc[kind][i][key] = value
                 new_text = tomlkit.dumps(doc)
             except Exception as e:
                 raise DesiredError(f"{self.paths.queue}: could not edit it ({' '.join(str(e).split())}); nothing was changed") from None
             self._verify(new_text, expected)
             q.plain = is_plain(new_text, q.counts)
-            self._commit_queue(dfd, q, new_text, None, "update", [job_id])
+            self._commit_queue(dfd, q, new_text, None, op, [job_id], why=why)
             return True
 
         return self._retrying(edit)

@@ -39,8 +39,9 @@ async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], 
     world = World(mem_total_gb=round(total, 3), mem_available_gb=round(available, 3), nproc=cpu_count(),
                   live_pids=sorted(p for p in owners if alive(p)),
                   gone_holders=gone_holders({r.attached_by for r in records.values()
-                                             if r.phase in LIVE and r.attached_by}, socket.gethostname()),
-                  pressure_full_pct=pressure.system_full_pct())  # (the agents slice's: observe_user_side)
+                                             if r.phase in LIVE and r.attached_by}, socket.gethostname()))
+    # (the agents slice's: observe_user_side)
+    world.pressure_full_pct, world.pressure_full_avg60_pct = pressure.system_full()
     live = [r for r in records.values() if r.phase in LIVE and r.request.kind == "job"]
     wanted = [r.id for r in live if r.where != "cluster"]
     remote = [r.id for r in live if r.where == "cluster"]
@@ -106,7 +107,7 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
     # The agents slice's own memory pressure (DESIGN §5.9): its memory.pressure in the unified
     # hierarchy (RES_SLICE_PRESSURE_FILE replaces it), read before anything that can fail.
     if slice_cg is not None or os.environ.get(pressure.SLICE_ENV):
-        world.slice_pressure_full_pct = pressure.slice_full_pct(slice_cg or "")
+        world.slice_pressure_full_pct, world.slice_pressure_full_avg60_pct = pressure.slice_full(slice_cg or "")
     if side is None:
         return []
     try:

@@ -33,17 +33,18 @@ MOUNTINFO = "/proc/self/mountinfo"
 WINDOW_S = 10  # avg10: the window the threshold is compared with (the words say it: "(full, 10 s)")
 
 
-def parse_full_avg10(text: str | None) -> float | None:
-    """`full avg10` (%) from the text of a PSI file; None when there is no such field or it is not a
-    number (a kernel without `full` for this resource, a truncated or foreign file)."""
+def parse_full_avg10(text: str | None, window: str = "avg10") -> float | None:
+    """`full avg10` (%) from the text of a PSI file (or `window` "avg60": the last minute's); None
+    when there is no such field or it is not a number (a kernel without `full` for this resource, a
+    truncated or foreign file)."""
     for line in (text or "").splitlines():
         fields = line.split()
         if not fields or fields[0] != "full":
             continue
         for f in fields[1:]:
-            if f.startswith("avg10="):
+            if f.startswith(window + "="):
                 try:
-                    value = float(f[len("avg10="):])
+                    value = float(f[len(window) + 1:])
                 except ValueError:
                     return None
                 return value if 0.0 <= value <= 100.0 else None  # (nan fails both: None)
@@ -51,8 +52,18 @@ def parse_full_avg10(text: str | None) -> float | None:
     return None
 
 
+def read_full(path: str | None) -> tuple[float | None, float | None]:
+    """(`full avg10`, `full avg60`) of the PSI file at `path`; None each when it cannot be read."""
+    text = _read(path)
+    return parse_full_avg10(text), parse_full_avg10(text, "avg60")
+
+
 def read_full_avg10(path: str | None) -> float | None:
     """`full avg10` of the PSI file at `path`; None when it cannot be read (or path is None)."""
+    return parse_full_avg10(_read(path))
+
+
+def _read(path: str | None) -> str | None:
     if not path:
         return None
     try:
@@ -63,7 +74,7 @@ def read_full_avg10(path: str | None) -> float | None:
             os.close(fd)
     except OSError:
         return None
-    return parse_full_avg10(data.decode("ascii", "replace"))
+    return data.decode("ascii", "replace")
 
 
 def system_file() -> str:
@@ -118,7 +129,17 @@ def system_full_pct() -> float | None:
     return read_full_avg10(system_file())
 
 
+def system_full() -> tuple[float | None, float | None]:
+    """The machine's memory pressure, `full` (avg10, avg60) in % (None: not observed)."""
+    return read_full(system_file())
+
+
 def slice_full_pct(slice_cgroup: str) -> float | None:
     """The agents slice's own memory pressure, `full avg10` in % (None: not observed: no cgroup2, or
     the slice has no directory yet)."""
     return read_full_avg10(slice_file(slice_cgroup))
+
+
+def slice_full(slice_cgroup: str) -> tuple[float | None, float | None]:
+    """The agents slice's own memory pressure, `full` (avg10, avg60) in %."""
+    return read_full(slice_file(slice_cgroup))

@@ -128,10 +128,18 @@ def scoped_lock(fields: dict, policy) -> dict:
     return {**fields, "lock": lock_scope(key, main_tree(fields.get("cwd") or "/"))}
 
 
-def auto_sized(fields: dict, engine: Engine, policy) -> dict:
+def learned_for(engine: Engine, project: str) -> dict | None:
+    """What history learned of this project's commands, as the loop last published it (gate.json)."""
+    from reconciler.config import gatefile
+
+    learned = ((gatefile.read(str(engine.paths.gate)) or {}).get("learned") or {}).get(project or "")
+    return learned if isinstance(learned, dict) else None
+
+
+def auto_sized(fields: dict, learned: dict | None, policy) -> dict:
     """The fields with the sizes asked for as `auto` filled in (core/sizing.py: this project's history
-    of the command as the loop last published it in gate.json, else the gate's table, else the
-    policy's auto_* keys), and where they came from (`sized_from`)."""
+    of the command, else the gate's table, else the policy's auto_* keys), and where they came from
+    (`sized_from`)."""
     auto = fields.get("auto")
     if not auto:
         return fields
@@ -139,13 +147,26 @@ def auto_sized(fields: dict, engine: Engine, policy) -> dict:
     from reconciler.core.gate import make_table
     from reconciler.core.sizing import policy_default, size_for
 
-    learned = ((gatefile.read(str(engine.paths.gate)) or {}).get("learned") or {}).get(fields.get("project") or "")
     table = make_table(gatefile.shipped_table_data(), policy.gate_heavy_add, policy.gate_heavy_remove)
-    size = size_for(list(fields.get("cmd") or []), learned if isinstance(learned, dict) else None, table,
-                    policy_default(policy.rules()))
+    size = size_for(list(fields.get("cmd") or []), learned, table, policy_default(policy.rules()))
     chosen = {"mem": ("mem_gb", size.mem_gb), "cpus": ("cpus", min(size.cpus, float(os.cpu_count() or 1))),
               "for": ("est_s", size.est_s)}
     return {**fields, **dict(chosen[name] for name in auto if name in chosen), "sized_from": size.source}
+
+
+def booked(fields: dict, learned: dict | None, policy) -> dict:
+    """The fields with the job's book (DESIGN §5.1, core/sizing.book_for) where history has one below
+    its cap: this project's runs of the same command peaked at most so much, × the policy's margin. A
+    gated job's size is already the gate's guess from the same history: it is its book."""
+    if fields.get("gated") or fields.get("book_gb") is not None or learned is None:
+        return fields
+    from reconciler.core.sizing import book_for
+
+    book = book_for(list(fields.get("cmd") or []), learned, policy.margin)
+    mem = fields.get("mem_gb")
+    if book is None or not isinstance(mem, (int, float)) or book.gb >= mem:
+        return fields
+    return {**fields, "book_gb": book.gb, "booked_from": book.source}
 
 
 async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: bool = False,
@@ -158,7 +179,12 @@ async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: 
     policy = engine.policy
 
     def prepare(given: dict) -> dict:  # on a worker thread: it stats the caller's cwd, reads gate.json
-        return scoped_lock(auto_sized(given, engine, policy), policy) if kind == "job" else given
+        if kind != "job":
+            return given
+        # (history is read where it can size or book the job: a gated job has its size from it already)
+        wanted = given.get("auto") or (given.get("cmd") and not given.get("gated"))
+        learned = learned_for(engine, given.get("project") or "") if wanted else None
+        return scoped_lock(booked(auto_sized(given, learned, policy), learned, policy), policy)
 
     req = find_submitted(engine, kind, fields) if resume else None
     if req is None:

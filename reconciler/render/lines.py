@@ -17,6 +17,7 @@ _SYMBOL = {
     "grant": "+ note",
     "refuse": "x refuse",
     "stop": "- stop",
+    "evict": "‼ stop",
     "settle": "✓ settle",
     "requeue": "⟲ requeue",
     "retry": "⟲ retry",
@@ -35,6 +36,7 @@ _SYMBOL = {
     "prune": "· prune",
 }
 _SUMMARY = [("start", "to start"), ("grant", "to note"), ("refuse", "to refuse"), ("stop", "to stop"),
+            ("evict", "to stop above its book"),
             ("set", "to change"), ("adopt", "to adopt"), ("end_game", "to end game mode"), ("restore", "to write back"), ("recover", "to recover"), ("hold", "held (not written by res)"), ("reattach", "to reattach"), ("requeue", "to requeue"), ("retry", "to start again bigger"), ("settle", "to settle"),
             ("expire", "to expire"), ("cancel", "to cancel")]
 
@@ -45,6 +47,13 @@ def retry_text(d: dict) -> str:
     if d.get("cause") == "node_failure":  # core.plan.may_requeue
         where = f" ({d['place']})" if d.get("place") else ""
         return f"its cluster node failed under it (slurm NODE_FAIL{where}); submitted again ({d['requeue']} of {d['of']})"
+    if d.get("cause") == "evicted":  # core.plan._evicted_retry
+        used = f"{fmt_gb(d['used_gb'])} used, " if d.get("used_gb") is not None else ""
+        book = (f"booked at its cap ({fmt_gb(d['to_gb'])}) from now on" if d.get("at_cap")
+                else f"booked {fmt_gb(d['to_gb'])} now")
+        times = "" if d.get("stops", 1) == 1 else f" (stop {d['stops']})"
+        return (f"stopped by res above its book ({used}{fmt_gb(d['book_gb'])} booked) before memory ran out{times}; "
+                f"back at the queue's head, {book}; it starts again by itself")
     peak = f", peak {fmt_gb(d['peak_gb'])}" if d.get("peak_gb") is not None else ""
     return (f"killed at its memory limit ({fmt_gb(d['killed_at_gb'])}{peak}); res sized it, so it starts again "
             f"once, at {fmt_gb(d['mem_gb'])}")
@@ -72,7 +81,10 @@ def plan_line(a: Action) -> str:
         symbol = "+ submit"
     head = f"  {symbol:<11}{a.id:<6}"
     what = quoted(a.title, 24) if a.title else ""
-    size = f"{a.mem_gb:.1f} GB  {fmt_cpus(a.cpus):<7}" if a.kind in ("start", "grant", "refuse", "enqueue") else ""
+    size = ""
+    if a.kind in ("start", "grant", "refuse", "enqueue", "evict"):
+        mem = f"{a.book_gb:.1f} GB booked · {a.mem_gb:.1f} GB cap" if a.book_gb is not None else f"{a.mem_gb:.1f} GB"
+        size = f"{mem}  {fmt_cpus(a.cpus):<7}"
     reason = one_line(a.reason, 200)
     return f"{head}{what:<26} {size:<17}{reason}".rstrip()
 

@@ -65,7 +65,23 @@ def reason_line(d: dict, zone: Zone) -> str:
     if resource == "pressure":
         forced = "--force never starts past memory pressure; " if d.get("force") == "pressure" else ""
         return f"busy: {pressure_over(d['pressure'])}: nothing new starts until it falls; {forced}{_retry_text(d, zone)}"
+    if resource == "guard":
+        forced = "--force never starts past the guard; " if d.get("force") == "guard" else ""
+        return (f"busy: {guard_under(d['guard'])}: jobs use more than they booked, and nothing new starts until "
+                f"they end or shrink; {forced}{_retry_text(d, zone)}")
     return busy_line(d, zone)
+
+
+def guard_under(g: dict) -> str:
+    """`only 0.3 GB free beyond the reserve, under guard_gb (0.5 GB)`: the ladder's amber by memory."""
+    return f"only {fmt_gb(max(g['room_gb'], 0.0))} free beyond the reserve, under guard_gb ({fmt_gb(g['guard_gb'])})"
+
+
+def booked_text(gb: float, cap_gb: float | None) -> str:
+    """`2.2 GB booked · 3.5 GB cap` where a book is below the cap (DESIGN §5.1), else `3.5 GB`."""
+    if cap_gb is None or cap_gb <= gb:
+        return fmt_gb(gb)
+    return f"{fmt_gb(gb)} booked · {fmt_gb(cap_gb)} cap"
 
 
 def _pct(value: float) -> str:
@@ -104,7 +120,10 @@ def busy_line(d: dict, zone: Zone) -> str:
     if force != "short":
         free = f"{_amounts(short, max(d['free_gb'], 0), max(d['free_cpus'], 0))} free for agents"
         if not d["holders"]:
-            free += f", {_amounts(short, d['asked_gb'], d['asked_cpus'])} asked; the rest is in use outside res or kept as the user's reserve"
+            asked = _amounts(short, d['asked_gb'], d['asked_cpus'])
+            if d.get("cap_gb") is not None and "memory" in short:
+                asked = asked.replace(fmt_gb(d["asked_gb"]), booked_text(d["asked_gb"], d["cap_gb"]), 1)
+            free += f", {asked} asked; the rest is in use outside res or kept as the user's reserve"
         parts.append(free)
     parts.append(_retry_text(d, zone))
     if force == "short":
@@ -125,7 +144,7 @@ def queued_line(d: dict, zone: Zone) -> str:
         return f"position {d['position']}; {waits_for_text(d, zone)}"
     eta = f"est. start ~{fmt_clock(d['est_start'], zone)}" if d["est_start"] is not None else "est. start unknown"
     text = f"position {d['position']}; {eta}"
-    if "pressure" in d["waits_for"].split("+"):
+    if {"pressure", "guard"} & set(d["waits_for"].split("+")):
         return text + f"; waits for {waits_for_text(d, zone)}"
     if d["waits_for"] in ("lock", "queue_head"):
         text += f"; {waits_for_text(d, zone)}"
@@ -147,6 +166,9 @@ def waits_for_text(d: dict, zone: Zone) -> str:
         p = d.get("pressure")
         return (f"{pressure_text(p)} to fall under {p['limit']:g} % (pressure_full_pct)" if p
                 else "memory pressure to fall (pressure_full_pct)")
+    if "guard" in waits.split("+"):
+        g = d.get("guard")
+        return (f"jobs to end or shrink: {guard_under(g)}" if g else "jobs to end or shrink (guard_gb)")
     if waits == "lock":
         return f"lock {lock_text(d['lock'], quote=chr(39))} held by {d['lock_holder']}"
     if waits == "queue_head":
@@ -193,6 +215,18 @@ def stop_text(d: dict) -> str:
     if budget == "duration":
         return f"budget: duration {fmt_span(used)} > {fmt_span(limit)}"
     return f"budget: iterations {used} > {limit}"
+
+
+def evict_text(d: dict) -> str:
+    """`above its book (2.9 GB used, 2.2 GB booked); back to the queue head (0.2 GB free beyond the
+    reserve, under half of guard_gb 0.5 GB)`: why the ladder stops a job (core/ladder.py)."""
+    what = "above the gate's guess" if d.get("gated") else "above its book"
+    if d.get("because") == "pressure" and d.get("pressure"):
+        p = d["pressure"]
+        cause = f"memory pressure {_pct(p['pct'])} % (full, 10 s; {_pct(p['avg60_pct'])} % over 60 s) held over pressure_full_pct ({p['limit']:g} %)"
+    else:
+        cause = f"{fmt_gb(max(d['room_gb'], 0.0))} free beyond the reserve, under half of guard_gb ({fmt_gb(d['guard_gb'])})"
+    return f"{what} ({fmt_gb(d['used_gb'])} used, {fmt_gb(d['book_gb'])} booked); back to the queue head ({cause})"
 
 
 def memory_limit_why(mem_gb: float, peak: float | None, try_mem: str, oom_kills: int = 0, rc: int | None = None) -> str:
@@ -289,6 +323,8 @@ def action_reason(a: Action, zone: Zone) -> str:
         return backfill_text(d, zone)
     if kind == "start":
         return f"{'queue head, fits' if d['head'] else 'fits'} ({fmt_gb(d['free_gb'])} free)"
+    if kind == "evict":
+        return evict_text(d)
     if kind == "grant":
         return f"fits ({fmt_gb(d['free_gb'])} free)"
     if kind == "running":

@@ -89,8 +89,9 @@ class Runtime(Protocol):
         id of this run (an exit record counts only if it carries it), or None if it cannot tell."""
         ...
 
-    async def stop(self, job_id: str) -> None:
-        """Stop the job if it runs (idempotent). Its exit record is still written."""
+    async def stop(self, job_id: str, kill: bool = False) -> None:
+        """Stop the job if it runs (idempotent). Its exit record is still written. `kill`: at once
+        (SIGKILL to all its processes, not waited for): memory is about to run out."""
         ...
 
     async def observe(self, job_ids: list[str]) -> dict[str, JobObs]:

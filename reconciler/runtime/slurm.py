@@ -429,7 +429,9 @@ class SlurmRuntime:
         raise RuntimeBusy({"code": "busy", "resource": "cluster", "partition": partition, "nodes": nodes,
                            "est_start": start, "retry": "after", "retry_at": start})
 
-    async def stop(self, job_id: str) -> None:
+    async def stop(self, job_id: str, kill: bool = False) -> None:
+        # (`kill`: the same: a cluster job holds none of this machine's memory, so nothing here is in a
+        # hurry to stop one.)
         job = (await self.jobs()).get(job_id)
         if job is None or job.state not in ALIVE_STATES:
             return

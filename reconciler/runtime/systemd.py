@@ -596,8 +596,18 @@ class SystemdRuntime:
 
     # ------------------------------------------------------------------ stop, forget
 
-    async def stop(self, job_id: str, timeout: float = STOP_WAIT_S) -> None:
+    async def stop(self, job_id: str, kill: bool = False, timeout: float = STOP_WAIT_S) -> None:
         unit = self.unit_name(job_id)
+        if kill:
+            # SIGKILL to every process of the unit at once, not waited for: the unit's end (and its
+            # exit record) comes as the state change the loop watches for.
+            try:
+                await self._manager("KillUnit", "ssi", [unit, "all", 9])
+            except DBusCallError as e:
+                if e.name not in ("org.freedesktop.systemd1.NoSuchUnit", "org.freedesktop.systemd1.LoadFailed",
+                                  "org.freedesktop.systemd1.NoSuchProcess"):
+                    raise RuntimeError(squeezed(f"kill of {unit} failed: {e.text}")) from None
+            return
         try:
             (job,) = await self._manager("StopUnit", "ss", [unit, "replace"])
         except DBusCallError as e:
@@ -643,12 +653,15 @@ class SystemdRuntime:
                 continue
             job_id = m.group(1)
             state = ACTIVE_STATES.get(active, "activating")  # unknown: alive, not ended (act on nothing)
-            used, pressure = 0.0, None
+            used, cache, pressure = 0.0, 0.0, None
             if state in ("active", "activating", "deactivating"):
                 path = cgroup.unit_cgroup(self._manager_cgroup, self.jobs_slice, name)
                 used = (cgroup.memory_used_bytes(path) or 0) / 1024**3
+                # (page cache the kernel takes back: not what the ladder holds against its book)
+                cache = min((cgroup.memory_file_cache_bytes(path) or 0) / 1024**3, used)
                 pressure = cgroup.memory_pressure_some_avg60(path)
-            out[job_id] = JobObs(state=state, mem_used_gb=used, pressure_avg60=pressure, exit=self._read_exit(job_id))
+            out[job_id] = JobObs(state=state, mem_used_gb=used, mem_cache_gb=cache, pressure_avg60=pressure,
+                                 exit=self._read_exit(job_id))
         for job_id in job_ids:
             if job_id not in out:
                 out[job_id] = JobObs(state="absent", exit=self._read_exit(job_id))

@@ -16,10 +16,12 @@ from ruleset import rules
 
 NOW = 1_780_000_000.0  # a fixed instant; the planner never reads the clock
 
+# cpu_overcommit = 1: every CPU promised once, the rule these literals were written to; CPUs shared
+# past that are tests/pure/test_book.py's.
 POLICY = rules(
     user_reserve_gb=6, user_reserve_cpus=4, game_reserve_gb=12, game_reserve_cpus=8, small_headroom_gb=2,
     max_starts_per_tick=4, max_concurrent_sessions=3, max_cost_usd=0, max_duration=0, max_iterations=0,
-    daily_cost_usd=0,
+    daily_cost_usd=0, cpu_overcommit=1,
 )
 
 
@@ -627,7 +629,7 @@ def test_a_plan_as_data_is_plain_json_in_field_order():
     p = Plan(actions=[Action(kind="wait", id="r-3", reason="position 1", title="t", mem_gb=2.0, detail={"code": "queued"})],
              budget_mem_gb=4.0, notices=["n"])
     data = json.loads(json.dumps(p.as_data()))
-    assert list(data) == ["actions", "budget_mem_gb", "budget_cpus", "notices"]
+    assert list(data) == ["actions", "budget_mem_gb", "budget_cpus", "notices", "rung", "rung_why"]
     assert list(data["actions"][0])[:3] == ["kind", "id", "reason"]
     assert data["actions"][0]["detail"] == {"code": "queued"} and data["notices"] == ["n"]
     a, b = Action(kind="wait", id="r-4"), Action(kind="wait", id="r-5")

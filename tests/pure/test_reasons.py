@@ -99,6 +99,12 @@ REASONS = [
                 "retry": "after", "retry_at": NOW + 3600}, {},
      "busy: the cluster would start it at ~21:26 (slurm, partition debug); retry after ~21:26, or --queue to wait in "
      "slurm's queue, or work on something else"),
+    ("refuse", busy("guard", ["guard"], [], 0.3, 1.0, 2.2, 1, None, guard={"room_gb": 0.3, "guard_gb": 0.5}, retry="soon"), {},
+     "busy: only 307 MB free beyond the reserve, under guard_gb (512 MB): jobs use more than they booked, and nothing new "
+     "starts until they end or shrink; retry in a few minutes or work on something else"),
+    ("refuse", busy("memory", ["memory"], [], 2.0, 4.0, 2.2, 1, None, cap_gb=3.5), {},
+     "busy: 2.0 GB free for agents, 2.2 GB booked · 3.5 GB cap asked; the rest is in use outside res or kept as the "
+     "user's reserve; retry later or work on something else"),
     # ------------------------------------------------ refuse: never_fits, pricing
     ("refuse", {"code": "never_fits", "resource": "memory", "asked": 20.0, "max": 16.0}, {}, "20 GB can never fit (max 16 GB)"),
     ("refuse", {"code": "never_fits", "resource": "cpus", "asked": 40, "max": 12}, {}, "40 cpus can never fit (max 12 cpus)"),
@@ -129,6 +135,10 @@ REASONS = [
      "position 1; est. start unknown; waits for memory pressure 25 % (full, 10 s) to fall under 10 % (pressure_full_pct)"),
     ("wait", {"code": "queued", "position": 1, "est_start": None, "waits_for": "pressure+memory", "pressure": PRESSURE}, {},
      "position 1; est. start unknown; waits for memory pressure 25 % (full, 10 s) to fall under 10 % (pressure_full_pct)"),
+    ("wait", {"code": "queued", "position": 1, "est_start": None, "waits_for": "guard+memory",
+              "guard": {"room_gb": 0.3, "guard_gb": 0.5}}, {},
+     "position 1; est. start unknown; waits for jobs to end or shrink: only 307 MB free beyond the reserve, under "
+     "guard_gb (512 MB)"),
     # ------------------------------------------------ starts
     ("start", {"code": "fits", "free_gb": 30.0, "head": True}, {}, "queue head, fits (30.0 GB free)"),
     ("start", {"code": "fits", "free_gb": 30.0, "head": False}, {}, "fits (30.0 GB free)"),
@@ -160,6 +170,16 @@ REASONS = [
     ("stop", {"code": "attach_failed", "failures": 3, "error": "log unreadable: EIO"}, {},
      "attachment failed 3 times in a row: log unreadable: EIO"),
     ("stop", {"code": "log_limit", "limit_gb": 2.0, "written_gb": 2.25}, {}, "log over 2 GB (2.2 GB written; policy max_log_gb)"),
+    # ------------------------------------------------ the pressure ladder's red (core/ladder.py)
+    ("evict", {"code": "evicted", "used_gb": 2.9, "book_gb": 2.2, "cap_gb": 3.5, "gated": False, "started": NOW - 60,
+               "room_gb": 0.2, "guard_gb": 0.5, "because": "room"}, {},
+     "above its book (2.9 GB used, 2.2 GB booked); back to the queue head (205 MB free beyond the reserve, under half "
+     "of guard_gb (512 MB))"),
+    ("evict", {"code": "evicted", "used_gb": 3.1, "book_gb": 2.6, "cap_gb": None, "gated": True, "started": NOW - 60,
+               "room_gb": 1.0, "guard_gb": 0.5, "because": "pressure",
+               "pressure": {"pct": 40.0, "avg60_pct": 22.5, "limit": 10.0, "where": "system"}}, {},
+     "above the gate's guess (3.1 GB used, 2.6 GB booked); back to the queue head (memory pressure 40 % (full, 10 s; "
+     "22 % over 60 s) held over pressure_full_pct (10 %))"),
     # ------------------------------------------------ settles: rc, peak, time, then the why (OUTCOMES below)
     ("settle", {"code": "exited", "rc": 3, "peak_gb": 0.4, "took_s": 300.0}, {}, "rc=3 peak 410 MB in 5 min; exit code 3"),
     ("settle", {"code": "memory_limit", "mem_gb": 1.0, "peak_gb": 1.0, "try_mem": "1.5G", "rc": 137, "took_s": 300.0}, {},
@@ -187,6 +207,14 @@ REASONS = [
      "added to queue.toml outside res (not by res run): never started; res release r-1 drops it"),
     ("retry", {"code": "retry", "killed_at_gb": 1.0, "mem_gb": 1.5, "peak_gb": 1.0, "took_s": 300.0}, {},
      "killed at its memory limit (1.0 GB, peak 1.0 GB); res sized it, so it starts again once, at 1.5 GB"),
+    ("retry", {"code": "retry", "cause": "evicted", "stops": 1, "used_gb": 2.9, "book_gb": 2.2, "to_gb": 3.0,
+               "at_cap": False, "booked_from": "raised after a stop", "peak_gb": 2.9, "took_s": 30.0}, {},
+     "stopped by res above its book (2.9 GB used, 2.2 GB booked) before memory ran out; back at the queue's head, "
+     "booked 3.0 GB now; it starts again by itself"),
+    ("retry", {"code": "retry", "cause": "evicted", "stops": 2, "used_gb": 3.3, "book_gb": 3.0, "to_gb": 3.5,
+               "at_cap": True, "booked_from": "its cap: stopped 2 times above its book", "peak_gb": 3.3, "took_s": 30.0}, {},
+     "stopped by res above its book (3.3 GB used, 3.0 GB booked) before memory ran out (stop 2); back at the queue's "
+     "head, booked at its cap (3.5 GB) from now on; it starts again by itself"),
     # ------------------------------------------------ the user's side (core.game, core.sessions)
     ("end_game", {"code": "game_ended", "at": NOW - 5}, {}, "game mode ended at 20:26; clearing it"),
     ("set", {"code": "game_slice", "changes": {"MemoryHigh": [26 * GIB, 20 * GIB], "CPUWeight": [20, 5], "IOWeight": [20, 5]},

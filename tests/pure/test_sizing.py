@@ -304,7 +304,8 @@ def test_a_learned_entry_is_read_in_both_shapes(value, seen):
 
 
 @pytest.mark.parametrize("value", [
-    None, "6.5", 6.5, {"mem_gb": 6.5}, [], [6.5], [6.5, 1800, True], [6.5, 1800, True, 4, 2.0, 1],  # shapes
+    None, "6.5", 6.5, {"mem_gb": 6.5}, [], [6.5], [6.5, 1800, True], [6.5, 1800, True, 4, 2.0, 1, 7],  # shapes
+    [6.5, 1800, True, 4, 2.0, "1"], [6.5, 1800, True, 4, 2.0, 0], [6.5, 1800, True, 4, 2.0, math.nan],  # the peak
     ["6.5", 1800, True, 4], [6.5, "1800", True, 4], [6.5, 1800, "yes", 4], [6.5, 1800, True, "4"],
     [6.5, 1800, True, 4, "2"],  # strings
     [True, 1800, True, 4], [6.5, True, True, 4], [6.5, 1800, 1, 4], [6.5, 1800, True, True],
@@ -363,12 +364,12 @@ def test_history_learns_p95_peak_p90_duration_and_the_cpus_kept_busy():
         run(bash("make build && make test"), peak=20.0, took=5000),  # two commands: which one is not known
         run(["pytest", "-x"], project="api", peak=0.3, took=10, cpu_s=None),
     ])
-    assert got["web"] == {"make test": [1.4, 450, False, 3, 3.5]}
-    assert got["api"] == {"pytest": [0.5, 20, False, 1, None]}  # 0.3 x 1.15 -> up to 256 MB steps; 15 s -> 20 s
+    assert got["web"] == {"make test": [1.4, 450, False, 3, 3.5, 1.2]}  # (the p95 peak itself, last: what a book takes)
+    assert got["api"] == {"pytest": [0.5, 20, False, 1, None, 0.3]}  # 0.3 x 1.15 -> up to 256 MB steps; 15 s -> 20 s
     # what sizing then takes
     assert size_for(bash("timeout 600 make test 2>&1"), got["web"], TABLE, DEFAULT) == \
         Size(1.4, 3.5, 450, "3 earlier runs of make test", 3, "make test")
-    assert seen_entry(got["web"]["make test"]) == Seen(1.4, 450, False, 3, 3.5)
+    assert seen_entry(got["web"]["make test"]) == Seen(1.4, 450, False, 3, 3.5, 1.2)
 
 
 def test_heavy_is_a_peak_or_a_duration_past_the_policys_line():
