@@ -46,6 +46,9 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "peak_gb": rec.peak_gb, "rc": rec.rc, "why": rec.why, "queue": req.queue, "lock": req.lock,
         "by": asker_data(req), "auto": list(req.auto), "sized_from": req.sized_from, "grown_from_gb": req.grown_from_gb,
         "node_requeues": req.node_requeues,
+        # what admission counts of it, what the kernel holds it to, and why (DESIGN §5.1)
+        "book_gb": req.book, "cap_gb": None if req.gated or req.kind == "note" else req.mem_gb,
+        "booked_from": booked_from(req), "evictions": list(rec.evictions),
         "cpu_s": rec.cpu_s,
         "created": req.created, "started": rec.started, "ended": rec.ended, "eta": rec.eta(),
         "overdue": bool(rec.phase in LIVE and expires is not None and now > expires),
@@ -65,6 +68,17 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "where": where_of(rec, obs), "pending": obs.get("pending") if rec.phase in LIVE else None,
         "slurm_est_start": obs.get("est_start") if rec.phase in LIVE else None,
     }
+
+
+def booked_from(req) -> str:
+    """Where an entry's book came from: its command's history, a raise after res stopped it, its cap."""
+    if req.kind == "note":
+        return "its size (a note)"
+    if req.gated:
+        return "the gate's guess" + (f" ({req.sized_from})" if req.sized_from else "")
+    if req.book_gb is not None and req.book < req.mem_gb:
+        return req.booked_from or "its history"
+    return req.booked_from if req.booked_from and req.booked_from.startswith("its cap") else "its cap (no history yet)"
 
 
 def where_of(rec: JobRecord, obs: dict) -> str:

@@ -56,6 +56,12 @@ def status_line(v: dict, zone: Zone) -> str:
         if v["state"] not in ("done", "refused", "cancelled", "exited"):  # an ended one's why says it already
             tail += spend_notes(v.get("dearest_rates"), v.get("set_aside", 0), v.get("set_aside_note"))
     live = v["state"] in ("queued", "starting", "running")
+    book, cap = v.get("book_gb"), v.get("cap_gb")
+    if live and book is not None and cap is not None and book < cap:  # (DESIGN §5.1)
+        tail += f" ({fmt_gb(book)} booked · {fmt_gb(cap)} cap: {v.get('booked_from')})"
+    if v.get("evictions"):
+        n = len(v["evictions"])
+        tail += f" stopped by res above its book {'once' if n == 1 else f'{n} times'}"
     if v["state"] in ("starting", "running") and v.get("lock"):  # (a queued one's wait names it already)
         tail += f" lock {lock_text(v['lock'])}"
     who = asker_text(v.get("by") or {}) if live else ""
@@ -118,4 +124,8 @@ def done_line(rec: JobRecord) -> str:
     grown = rec.request.grown_from_gb
     again = (f"; started again at {fmt_gb(rec.request.mem_gb)} after a kill at its {fmt_gb(grown)} limit"
              if grown is not None else "")
+    if rec.evictions:  # the agent saw one job: say it ran more than once
+        n = len(rec.evictions)
+        again += (f"; run {n + 1} times: res stopped it above its book {'once' if n == 1 else f'{n} times'} "
+                  "before memory ran out")
     return f"{rec.id} done rc={rec.rc if rec.rc is not None else '?'}{peak}{took}{tail}{again}"
