@@ -614,6 +614,7 @@ class Res(Arm):
             "CROWD_RES_CGROUP": str(c.cg),
         })
         self.env.update(self.more_env())
+        self.env.update(c.res_env)
         self.serve = STARTED.popen([PY, RES_SHIM, "serve"], env=self.env, cwd=str(self.dir),
                                    stdout=open(self.dir / "serve.log", "wb"), stderr=subprocess.STDOUT)
         sock = self.state_dir() / "serve.sock"
@@ -638,6 +639,10 @@ class Res(Arm):
         if p is not None and p.poll() is None:
             terminate(p)  # ours, by pid
             STARTED.done(p)
+        # res's own stops (the pressure ladder, DESIGN §5.1): an agent never sees them (its `res run
+        # --wait` returns once), only res's records do
+        if self.ctx.records is None:
+            self.ctx.records = res_records(self.state_dir())
         # what the loop decided, for the report: each job's wait as res recorded it
         try:
             shutil.copy(self.dir / "serve.log", self.ctx.logdir / "serve.log")
@@ -729,6 +734,16 @@ def learned_keys(plan: list[list[Job]]) -> dict[str, set[str]]:
                                f"project: history could not tell the jobs apart")
         keys.setdefault(j.kind, set()).add(fp)
     return keys
+
+
+def res_stops(records: list) -> tuple[int, float]:
+    """(how many times res stopped a job above its book, the CPU-seconds those attempts had used)."""
+    n, cpu = 0, 0.0
+    for rec in records:
+        for stop in getattr(rec, "evictions", None) or []:
+            n += 1
+            cpu += float(stop.get("cpu_s") or 0.0)
+    return n, cpu
 
 
 def res_records(state: Path) -> list | None:
@@ -1063,12 +1078,13 @@ def container_weight(arm: str) -> int | None:
 class ArmRun:
     def __init__(self, arm_name: str, plan: list[list[Job]], mem_gb: float, workdir: Path, *, round_: str = "",
                  state: Path | None = None, auto_mem_gb: float | None = None, deadline_s: float | None = None,
-                 cluster_gb: tuple = (), sbatch_rounds: int = 0):
+                 cluster_gb: tuple = (), sbatch_rounds: int = 0, res_env: dict | None = None):
         """`round_`: res-learned's "warm-up" or "measured" (its logs apart); `state`: the res state
         directory both rounds share; `auto_mem_gb`: the policy's first guess for them (None: shipped);
         `deadline_s`: past this since the first ask, the run is stopped and said broken (a job that
         could never start must not hang the bench); `cluster_gb`, `sbatch_rounds`: res-overflow's
-        nodes' memory, and how many jobs measure the idle cluster's start latency."""
+        nodes' memory, and how many jobs measure the idle cluster's start latency; `res_env`: RES_*
+        policy values of the res arms' own (a sweep's margin and cpu_overcommit, bench/crowd_sweep.py)."""
         self.name = arm_name
         self.plan = plan
         self.mem_gb = mem_gb
@@ -1092,6 +1108,7 @@ class ArmRun:
         self.cluster_gb, self.sbatch_rounds = cluster_gb, sbatch_rounds
         self.sbatch_s: list[float] = []
         self.records: list | None = None
+        self.res_env = dict(res_env or {})
 
     def agent(self, jobs: list[Job], arm: Arm, t0: float) -> None:
         for job in jobs:
@@ -1114,7 +1131,9 @@ class ArmRun:
                 except (OSError, ValueError):
                     stamps = []
                 started = stamps[0] if stamps else None
-                finished = stamps[1] if len(stamps) > 1 else None
+                # every run appends its start, and its end unless it was killed; a run res started again
+                # (after a stop of its own, or a kill) follows a killed one: the last stamp is the end
+                finished = stamps[-1] if len(stamps) > 1 and rc not in (-9, 137) else None
                 self.raw[(job.agent, job.idx, attempt)] = (str(stampf), stamps, self.logdir / f"a{job.agent}j{job.idx}t{attempt}.log")
                 with self.lock:
                     self.attempts.append(Attempt(job.agent, job.idx, job.kind, attempt, asked - t0,
@@ -1373,8 +1392,14 @@ class ArmRun:
         overtaken = self.overtaken()
         # told: from a job's own end to its agent knowing
         told = [a.ended - a.finished for a in self.attempts if a.finished is not None]
+        stops = res_stops(self.records) if self.records is not None else None
+        work = sum(j.cpu_s for agent in self.plan for j in agent)
         return dict(
             arm=self.name, makespan_s=makespan, oom_killed=oom, failed=failed + lost,
+            # res's own stops of jobs above their book, and the CPU-seconds of the attempts it stopped
+            # ÷ all the jobs' CPU-seconds (work lost to them); None: not a res arm
+            res_stops=None if stops is None else stops[0],
+            lost_pct=None if stops is None or not work else 100 * stops[1] / work,
             wait_p50_s=pct(waits, 0.5), wait_p95_s=pct(waits, 0.95),
             peak_gb=None if peak is None else peak / GIB,
             psi_full_max_avg10=max((s[2] for s in samples if s[2] is not None), default=None),
@@ -1400,7 +1425,8 @@ def table(rows: list[dict], bound: float, idle: dict) -> str:
     def f(v, fmt):
         return "—" if v is None else format(v, fmt)
 
-    cols = [("arm", 12), ("makespan s", 10), ("÷bound", 6), ("OOM att", 7), ("failed", 6), ("wait p50", 8),
+    cols = [("arm", 12), ("makespan s", 10), ("÷bound", 6), ("OOM att", 7), ("failed", 6), ("stops", 5), ("lost %", 6),
+            ("wait p50", 8),
             ("wait p95", 8), ("hand-off", 8), ("overtaken", 9), ("idle cpu·s", 10), ("peak GB", 7), ("PSI max10", 9),
             ("PSI ms", 7), ("probe p50", 9), ("probe p99", 9), ("p99÷idle", 8)]
     lines = [" ".join(f"{n:<{w}}" if i == 0 else f"{n:>{w}}" for i, (n, w) in enumerate(cols))]
@@ -1408,7 +1434,7 @@ def table(rows: list[dict], bound: float, idle: dict) -> str:
     for r in rows:
         ratio = None if not (r["probe_p99_ms"] and idle.get("p99")) else r["probe_p99_ms"] / idle["p99"]
         vals = [r["arm"], f(r["makespan_s"], ".1f"), f(r["makespan_s"] / bound, ".2f") + "×", str(r["oom_killed"]),
-                str(r["failed"]), f(r["wait_p50_s"], ".1f"), f(r["wait_p95_s"], ".1f"), f(r["handoff_p50_s"], ".2f"),
+                str(r["failed"]), f(r.get("res_stops"), "d"), f(r.get("lost_pct"), ".1f"), f(r["wait_p50_s"], ".1f"), f(r["wait_p95_s"], ".1f"), f(r["handoff_p50_s"], ".2f"),
                 f(r.get("overtaken_s"), ".1f"), f(r.get("idle_cpu_waiting_s"), ".1f"), f(r["peak_gb"], ".2f"), f(r["psi_full_max_avg10"], ".2f"), f(r["psi_full_total_ms"], ".0f"),
                 f(r["probe_p50_ms"], ".1f"), f(r["probe_p99_ms"], ".1f"), f(ratio, ".2f") + ("×" if ratio else "")]
         lines.append(" ".join(f"{v:<{w}}" if i == 0 else f"{v:>{w}}" for i, (v, (_, w)) in enumerate(zip(vals, cols))))

@@ -276,7 +276,8 @@ class Executor:
                 book = None if d.get("at_cap") else float(d["to_gb"])
                 changes = {"book_gb": book, "booked_from": d.get("booked_from"), "queue": True}
             eviction = {"at": a.at or now, "used_gb": d.get("used_gb"), "book_gb": d.get("book_gb"),
-                        "to_gb": d.get("to_gb"), "peak_gb": a.peak_gb, "oom_kills": d.get("oom_kills", 0)}
+                        "to_gb": d.get("to_gb"), "peak_gb": a.peak_gb, "oom_kills": d.get("oom_kills", 0),
+                        "cpu_s": d.get("cpu_s")}  # (the stopped attempt's: work lost to the stop)
         else:
             changes = {"mem_gb": float(d["mem_gb"]), "grown_from_gb": rec.request.mem_gb, "queue": True}
         await asyncio.to_thread(self.writer.update, rec.id, changes, **({"op": "evict", "why": a.reason} if eviction else {}))

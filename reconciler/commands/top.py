@@ -210,6 +210,8 @@ class TopApp(App):
         totals.append(f"\n{draw.cpu_line(view)} · {draw.pressure_line(view)} · ")
         game = draw.game_line(view, self.zone)
         totals.append(game, style="bold red" if game.startswith("game mode ON") else "")
+        ladder = draw.ladder_line(view)
+        totals.append("\n" + ladder, style="" if ladder.startswith("ladder green") else "bold red")
         self.w_totals.update(totals)
         self.w_locks.update(Text("locks\n", style="bold") + Text("\n".join(draw.lock_lines(view, self.zone))))
         self.w_spend.update(Text("\nagent spend today\n", style="bold")

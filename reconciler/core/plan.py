@@ -146,7 +146,7 @@ def _live_job(rec: JobRecord, gone: bool, world: World, now: float, policy: Rule
         rc, peak, outcome = settle_outcome(rec, ex)
         took = ex.at - rec.started if rec.started and ex.at else None
         if outcome["code"] == EVICTED and not (ex.code == "exited" and rc == 0):
-            acts.append(_evicted_retry(rec, peak, rc, ex.at or None, took, tag, ex.oom_kills))
+            acts.append(_evicted_retry(rec, peak, rc, ex.at or None, took, tag, ex.oom_kills, ex.cpu_s))
             return acts
         if outcome["code"] == "memory_limit" and may_retry(rec.request):
             grown = suggest_mem_gb(rec.request.mem_gb, killed=True)
@@ -177,7 +177,7 @@ def _live_job(rec: JobRecord, gone: bool, world: World, now: float, policy: Rule
 
 
 def _evicted_retry(rec: JobRecord, peak: float | None, rc: int | None, at: float | None, took: float | None,
-                   tag: dict, oom_kills: int = 0) -> Action:
+                   tag: dict, oom_kills: int = 0, cpu_s: float | None = None) -> Action:
     """A job the ladder stopped above its book (DESIGN §5.1) goes back to the head of the queue, the
     same entry, a new attempt, with its book raised (core/ladder.raised_book)."""
     req = rec.request
@@ -188,7 +188,7 @@ def _evicted_retry(rec: JobRecord, peak: float | None, rc: int | None, at: float
     return Action(kind="retry", id=rec.id, peak_gb=peak, at=at, rc=rc,
                   detail={"code": "retry", "cause": EVICTED, "stops": stops, "used_gb": used, "book_gb": req.book, "to_gb": to_gb,
                           "at_cap": book is None and not req.gated, "booked_from": source, "peak_gb": peak,
-                          "took_s": took, "oom_kills": oom_kills}, **tag)
+                          "took_s": took, "oom_kills": oom_kills, "cpu_s": cpu_s}, **tag)
 
 
 def may_retry(req: Request) -> bool:

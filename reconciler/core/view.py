@@ -142,9 +142,12 @@ def owners(now: Readings, before: Readings | None, records: dict[str, JobRecord]
         use = now.use.get(key)
         gb = use.gb if use is not None and use.gb is not None else (observed_jobs.get(rec.id) or {}).get("mem_used_gb")
         pid = asking_session(rec.request.by, live_sessions)
-        out.append({"key": key, "kind": "job", "label": _title(rec), "project": rec.request.project,
+        req = rec.request
+        out.append({"key": key, "kind": "job", "label": _title(rec), "project": req.project,
                     "gb": _gb(gb), "cpu_pct": cpu_pct(now, before, key),
-                    "session": session_key(pid) if pid is not None else None})
+                    "session": session_key(pid) if pid is not None else None,
+                    # what admission counts of it and what the kernel holds it to (DESIGN §5.1)
+                    "book_gb": req.book, "cap_gb": None if req.gated else req.mem_gb})
     res_gb = _gb(now.use.get(RES, Use()).gb)
     res_cpu = cpu_pct(now, before, RES)
     used = now.total_gb - now.available_gb
@@ -168,7 +171,9 @@ def memory(now: Readings, snap: dict, rules: Rules, game: Game) -> dict:
     return {"total_gb": _gb(now.total_gb), "available_gb": _gb(now.available_gb), "free_gb": _gb(now.free_gb),
             "cache_gb": _gb(now.available_gb - now.free_gb),
             "agents_budget_gb": None if budget is None else round(max(budget, 0.0), 3),
-            "reserve_gb": reserve_gb, "pressure_full_pct": world.get("pressure_full_pct")}
+            "reserve_gb": reserve_gb, "pressure_full_pct": world.get("pressure_full_pct"),
+            # the pressure ladder as the last pass found it (core/ladder.py): green, amber, red
+            "rung": snap.get("rung"), "rung_why": snap.get("rung_why")}
 
 
 def _lock_label(lock: str) -> str:
@@ -240,9 +245,17 @@ def timeline(records: dict[str, JobRecord], now: float) -> list[dict]:
 
 
 def marks(records: dict[str, JobRecord], now: float) -> list[dict]:
-    """OOM kills, budget stops and refusals of the last MARKS_S, oldest first."""
+    """OOM kills, budget stops, refusals and res's own stops of jobs above their book (the pressure
+    ladder, DESIGN §5.1: a mark of its own, not an OOM kill's) of the last MARKS_S, oldest first."""
     out = []
     for rec in records.values():
+        for stop in rec.evictions:
+            at = stop.get("at")
+            if isinstance(at, (int, float)) and at >= now - MARKS_S:
+                used, book = stop.get("used_gb"), stop.get("book_gb")
+                figures = f" ({used:.2f} GB used, {book:.2f} GB booked)" if isinstance(used, float) and isinstance(book, float) else ""
+                out.append({"at": at, "kind": "evicted", "id": rec.id,
+                            "line": f"{rec.id} stopped by res above its book{figures}, run again"[:300]})
         if rec.phase not in TERMINAL:
             continue
         at = rec.ended or rec.updated

@@ -483,6 +483,7 @@ def publish(store, world: World, p: Plan, now: float) -> None:
     rest = json.dumps({
         "at": now, "world": dump(world),
         "budget_mem_gb": p.budget_mem_gb, "budget_cpus": p.budget_cpus, "notices": p.notices, "held": held,
+        "rung": p.rung, "rung_why": p.rung_why,
     })
     store.set_meta("last_tick", rest[:-1] + ', "queue": ' + _queue_json(store, p) + "}")
 

@@ -19,7 +19,7 @@ from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase, copy,
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
 from reconciler.core.digest import running_spend_usd, spend_is_estimated, unknown_format
-from reconciler.render.status import HEADER, asker_data, field_text, status_line
+from reconciler.render.status import HEADER, asker_data, field_text, ladder_line, status_line
 from reconciler.core.quantities import Zone
 from reconciler.render.text import fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted
 
@@ -238,6 +238,8 @@ class Overview:
             lines.append(side["agents_memory"])
         if side["pressure"]["line"]:
             lines.append(side["pressure"]["line"])
+        if (side.get("ladder") or {}).get("line"):
+            lines.append(side["ladder"]["line"])
         lines += [f"warning: {w}" for w in side["warnings"]]
         lines += [f"held: {h['id']} {quoted(h['title'], 40)} {one_line(h['reason'], 160)}" for h in self.held]
         lines += [change_line(*row, clock=lambda at: fmt_clock(at, zone)) for row in self.recent]
@@ -263,6 +265,8 @@ def overview(paths: Paths, policy, records: dict[str, JobRecord], snap: dict, ga
             if r.phase not in TERMINAL or (r.ended and now - r.ended < grace)]
     views = [job_view(r, snap, now, paths, zone) for r in live]
     side = user_side(policy, game, world, records, now, zone)
+    side["ladder"] = {"rung": snap.get("rung"), "why": snap.get("rung_why"),
+                      "line": ladder_line(snap.get("rung"), snap.get("rung_why") or {})}
     hidden = sum(1 for r in records.values() if r.phase in TERMINAL) - sum(1 for v in views if v["state"] in ("done", "refused", "cancelled"))
     return Overview(views, budget, warn, snap.get("held", []), recent, side, hidden, spent, now)
 

@@ -83,6 +83,25 @@ def pressure_line(world, policy: Rules) -> str | None:
     return f"{pressure_over(p)}: nothing new starts until it falls; running jobs go on"
 
 
+def ladder_line(rung: str | None, why: dict) -> str | None:
+    """`memory: amber: only 0.3 GB free beyond the reserve, under guard_gb (0.5 GB): nothing new starts;
+    running jobs go on` (or red: res stops the job most above its book): the pressure ladder's rung
+    off green, as the last pass found it (DESIGN §5.1); None on green."""
+    from reconciler.render.reasons import guard_under
+
+    if rung not in ("amber", "red"):
+        return None
+    if why.get("because") == "pressure":
+        cause = "memory pressure " + ("held over pressure_full_pct" if rung == "red" else "over pressure_full_pct")
+    else:
+        cause = guard_under({"room_gb": why.get("room_gb", 0.0), "guard_gb": why.get("guard_gb", 0.0)})
+        if rung == "red":
+            cause += ", under half of it"
+    act = ("nothing new starts; running jobs go on" if rung == "amber"
+           else "nothing new starts, and res stops the job most above its book (it starts again by itself)")
+    return f"memory: {rung}: {cause}: {act}"
+
+
 def asker_data(req) -> dict:
     """Who asked, as `--json` carries it: name, task, batch, message (the keys known)."""
     pairs = (("name", req.by), ("task", req.task), ("batch", req.batch), ("message", req.reply_to))

@@ -52,6 +52,9 @@ LABEL_WIDTH = 44
 
 def _owner_row(o: dict, indent: str = "", project: str = "") -> OwnerRow:
     label = str(o.get("label") or o.get("key") or "?")
+    book, cap = o.get("book_gb"), o.get("cap_gb")
+    if book is not None and cap is not None and book < cap:  # (DESIGN §5.1)
+        label += f" · {gb_text(book)} booked · {gb_text(cap)} cap"
     if o.get("notes"):  # a session's notes: what it holds in the ledger for work outside res
         label += f" · {gb_text(o.get('noted_gb'))} noted ({', '.join(map(str, o['notes']))})"
     label = one_line(f"{one_line(project, 16)} · {label}" if project else label, LABEL_WIDTH - len(indent))
@@ -118,6 +121,20 @@ def pressure_line(view: dict) -> str:
     return f"memory pressure (PSI full avg10) {text}" + (f" · queue waits above {limit:g} %" if limit else "")
 
 
+def ladder_line(view: dict) -> str:
+    """The pressure ladder (DESIGN §5.1) as the last pass found it: `memory: green`, or amber / red and
+    why (core/ladder.rung)."""
+    m = view.get("memory") or {}
+    rung, why = m.get("rung"), m.get("rung_why") or {}
+    if rung in (None, "green"):
+        return "ladder green: admitting what fits"
+    room = why.get("room_gb")
+    cause = (f"{gb_text(room)} free beyond the reserve (guard {gb_text(why.get('guard_gb'))})"
+             if why.get("because") == "room" and room is not None else "memory pressure held over the line")
+    act = "nothing new starts" if rung == "amber" else "res stops the job most above its book"
+    return f"ladder {rung.upper()}: {cause}: {act}"
+
+
 def game_line(view: dict, zone: Zone) -> str:
     game = (view.get("status") or {}).get("game") or {}
     if not game.get("on"):
@@ -151,6 +168,9 @@ def entry_rows(view: dict, zone: Zone) -> list[EntryRow]:
         shown = "noted" if j.get("kind") == "note" and state in LIVE_STATES else state
         est = fmt_clock(j["est_start"], zone) if j.get("est_start") else ""
         mem = gb_text(j.get("mem_gb"))
+        book, cap = j.get("book_gb"), j.get("cap_gb")
+        if book is not None and cap is not None and book < cap:  # (DESIGN §5.1)
+            mem = f"{gb_text(book)} booked · {gb_text(cap)} cap"
         if j.get("used_gb") is not None:
             mem = f"{gb_text(j['used_gb'])} of {mem}"
         if state == "queued":

@@ -159,6 +159,7 @@ def test_a_hostile_title_is_written_exactly_and_named_in_one_busy_line(ready):
     (entry,) = tomllib.loads(ready.queue.read_text())["job"]
     assert entry["title"] == HOSTILE_TITLE
     ready.env["RES_USER_RESERVE_CPUS"] = str(max(0, nproc() - 1))
+    ready.env["RES_CPU_OVERCOMMIT"] = "1"  # every CPU promised once
     r = ready.run_job("true", cpus="1")  # no CPU left: the busy line names r-1 by its title
     line = r.one_line()
     assert r.code == 3 and "(r-1, by " in line and "\x1b" not in line and "\r" not in line, str(r)

@@ -113,6 +113,7 @@ def test_busy_line_names_holders_earliest_eta_first(res):
 
 
 def test_busy_line_names_a_cpu_shortage(res):
+    res.env["RES_CPU_OVERCOMMIT"] = "1"  # every CPU promised once (CPUs shared past that: test_book.py)
     n = nproc()
     hold, _ = blocker(res, "1")
     assert res.started(*hold, cpus=str(n), extra=("--title", "all cpus")) == "r-1"
@@ -127,6 +128,7 @@ def test_queue_is_fifo_with_backfill_and_starts_by_itself_when_the_head_fits(res
     still run when the head is expected to start waits behind it; one that ends before then (by its
     --for) starts at once (EASY backfill); once the holders are gone the head starts by itself."""
     res.shape(1.5)
+    res.env["RES_CPU_OVERCOMMIT"] = "1"  # the head takes every CPU there is, promised once
     n = nproc()
     hold, hold_go = blocker(res, "1")
     assert res.started(*hold, mem="1G", est="5m") == "r-1"
