@@ -125,6 +125,14 @@ class DigestState(BaseModel):
     long_extra: dict[str, float] = Field(default_factory=dict)
     # gemini: the `--output-format json` document being read across lines, its response text dropped
     json_doc: str | None = Field(default=None, max_length=65536)
+    # codex: the thread's running total (input, cached input, output, cache-write input) as its last
+    # turn.completed reported it: where a resumed thread's rollout cannot be read, a later `exec
+    # resume` of the thread starts from this (res's own record of it).
+    thread_total: tuple[int, int, int, int] | None = None
+    # codex: the thread's total before this invocation taken from res's own records of its earlier
+    # invocations (the request had none: the rollout was not readable at submit), and the thread it
+    # applies to ("": a fork's new thread). Kept, so that every later pass counts from the same figure.
+    records_before: tuple[str, int, int, int, int] | None = None
 
 
 _FIELDS = tuple(DigestState.model_fields)
