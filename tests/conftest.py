@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+import skips  # noqa: E402
 import slurmcluster  # noqa: E402
 import usermgr  # noqa: E402
 
@@ -57,6 +58,16 @@ def pytest_collection_modifyitems(config, items):
             continue
         for mark in TIER_MARKS.get(tier, ()):
             item.add_marker(getattr(pytest.mark, mark))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """A run that skipped tests says why at its end, grouped by what this machine lacks, with the one
+    command that brings each in (tests/skips.py); `pytest -rs` still lists each skip."""
+    lines = skips.summary([skips.reason_of(r.longrepr) for r in terminalreporter.stats.get("skipped", [])])
+    if lines:
+        terminalreporter.write_sep("-", "skipped")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @contextmanager

@@ -46,7 +46,7 @@ def missing() -> str | None:
         return why
     for tool in ("ip", "nsenter", "unshare"):
         if shutil.which(tool) is None:
-            return f"{tool} is not installed (iproute2, util-linux): no network namespaces for the nodes"
+            return f"{tool} is not installed (apt-get install iproute2 util-linux): no network namespaces for the nodes"
     probe = f"res-probe-{os.getpid()}"
     r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30)
     if r.returncode != 0:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from reconciler.core.agents import model_from_command
+from reconciler.core.agents import codex_call, model_from_command
 from reconciler.core.codex import CodexDigest
 from reconciler.core.digest import make_digest
 from reconciler.core.lifecycle import transition
@@ -55,17 +55,19 @@ def load_pricing_files() -> tuple[PricingTable | None, str | None]:
 
 
 def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_rc: int | None = None,
-           final: bool = False, limit: int | None = None) -> tuple[JobRecord, bool]:
+           final: bool = False, limit: int | None = None, records=None) -> tuple[JobRecord, bool]:
     """(the record with its log read on from `log_offset`, whether the read reached the end). At
     most `limit` bytes are read (None: no limit): a job that writes without end never holds up a
     pass. To the last complete line; when `final` (the unit has ended) and the end is reached, a last
-    line without a newline is complete and the digest is finished with `final_rc`. Nothing is
-    committed here."""
+    line without a newline is complete and the digest is finished with `final_rc`. `records()`:
+    res's other records (live and pruned), where a resumed Codex thread's earlier total is looked
+    up when its rollout was not read. Nothing is committed here."""
     try:
         digest = make_digest(rec.request.agent, pricing, rec.digest, model=_asked_model(rec.request))
         if isinstance(digest, CodexDigest):  # what res run read of the session's configuration
             digest.session(usage_before=rec.request.usage_before, resumes=rec.request.resumes,
-                           model_note=None if rec.request.model else rec.request.model_from)
+                           model_note=None if rec.request.model else rec.request.model_from,
+                           earlier=None if records is None else thread_before(rec, records))
         offset = rec.log_offset
         budget = limit
         reached_end = False
@@ -94,6 +96,41 @@ def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_r
         # (ATTACH_FAILURES_MAX), so even a bug in a digest is said and never retried without end.
         raise AttachError(" ".join(f"{type(e).__name__}: {e}".split())[:300]) from None
     return copy(rec, **{"log_offset": offset, "digest": digest.state}), reached_end
+
+
+def thread_before(rec: JobRecord, records):
+    """For a `codex exec resume` / `fork` whose rollout `res run` could not read (no usage_before):
+    the function the digest asks, with the thread id its stream shows, for the thread's total before
+    this invocation: the last total res recorded of it (`digest.thread_total` of the latest
+    invocation of that thread started before this one, among `records()`), as (the thread it applies
+    to, or "" for a fork's new thread; four counts); None where res never saw the thread.
+    `records()` yields groups of records, live ones first: a later group is read only when the
+    earlier ones hold no invocation of the thread (the pruned history can be long)."""
+    call = codex_call(rec.request.cmd)
+    if rec.request.usage_before is not None or call is None or call.subcommand not in ("resume", "fork"):
+        return None
+
+    def earlier(shown: str | None) -> tuple | None:
+        thread = call.session or (shown if call.subcommand == "resume" else None)  # resume --last: the stream's
+        if not thread:
+            return None
+        best = None
+        for group in records():
+            for r in group:
+                d = r.digest
+                if (r.id == rec.id or r.request.agent != "codex" or d is None or d.session_id != thread
+                        or d.thread_total is None or r.started is None
+                        or (rec.started is not None and r.started >= rec.started)):
+                    continue
+                if best is None or r.started > best.started:
+                    best = r
+            if best is not None:
+                break
+        if best is None:
+            return None
+        return ("" if call.subcommand == "fork" else thread, *best.digest.thread_total)
+
+    return earlier
 
 
 def _asked_model(req) -> str | None:
@@ -192,7 +229,14 @@ class Streamer:
         if self.fault == "always" or (self.fault == "once" and rec.id not in self._faulted):
             self._faulted.add(rec.id)
             raise AttachError("injected read failure (RES_FAULT_INGEST)")
-        return ingest(rec, self.log_path(rec.id, rec.log_dir), self.pricing, final_rc=rc, final=final, limit=limit)[0]
+        return ingest(rec, self.log_path(rec.id, rec.log_dir), self.pricing, final_rc=rc, final=final, limit=limit,
+                      records=self._all_records)[0]
+
+    def _all_records(self):
+        """The records res keeps, live, then pruned (asked only for a resumed Codex thread whose
+        rollout was not read, at each of its turn.completed until its earlier total is found)."""
+        yield self.store.records().values()
+        yield self.store.history()
 
     def _failed(self, rec: JobRecord, error: str, now: float, records: dict[str, JobRecord] | None) -> None:
         given_up = transition(rec, "attach_failed", now, error=error)

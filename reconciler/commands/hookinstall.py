@@ -21,8 +21,10 @@ hooks would gate every command twice. An install over one that has only some of 
 others ("updated").
 
 The settings files are edited as text, not re-serialized: each new entry goes in at the end of its list
-(or its object) in the file's own indentation, one event after the other, and uninstall cuts out the
-same bytes in the reverse order, so a file that had no entry of ours comes back byte for byte and
+(or its object) laid out as the file lays out what is around it (its indentation and newlines; its
+neighbour's levels on one line or one item a line, its separators; a block written on one line in a
+laid-out file gets the new entries each on a line below it), one event after the other, and
+uninstall cuts out the same bytes in the reverse order, so a file that had no entry of ours comes back byte for byte and
 comments are never touched. Each edit is checked: the edited text, parsed again, must be the old data
 with exactly that change, else nothing is written.
 
@@ -265,9 +267,49 @@ class _Style(NamedTuple):
     compact: bool  # the whole document on one line
     comma: str  # "," or ", " between items on one line
     colon: str  # ":" or ": "
+    newline: str  # "\n" or "\r\n"
+    inline_at: float  # how deep below a new value its containers go on one line (0: all of it; inf: none)
+    pad_object: str = ""  # " " inside the braces of an object on one line, as `{ "a": 1 }`
+    pad_list: str = ""  # likewise for a list's brackets
 
 
-def _style(doc: _Doc) -> _Style:
+_NEVER = float("inf")  # no level of a value on one line: one item a line all the way down
+
+
+def _separators(text: str, node: _Node) -> dict:
+    """How the file writes things on one line under `node`, breadth first: the first comma between
+    items on a line (with or without a space after), the first colon, and whether a non-empty object
+    and a list written on one line have a space inside their brackets (`{ "a": 1 }`). Only what is
+    found is in the answer."""
+    found: dict = {}
+    todo = [node]
+    while todo and len(found) < 4:
+        node = todo.pop(0)
+        if node.kind and node.items and "\n" not in text[node.start:node.end]:
+            found.setdefault(node.kind, " " if text[node.start + 1] in " \t" else "")
+        for it in node.items:
+            if it.key is not None:
+                found.setdefault(":", ": " if text[it.start:it.value.start].endswith((" ", "\t")) else ":")
+            after = text[it.comma + 1:it.comma + 2] if it.comma >= 0 else "\n"
+            if after not in ("\n", "\r"):  # a comma that ends a line says nothing
+                found.setdefault(",", ", " if after in (" ", "\t") else ",")
+            todo.append(it.value)
+    return found
+
+
+def _inline_depth(text: str, node: _Node) -> float:
+    """How deep below `node` (0: `node` itself) the file first writes a non-empty container on one line."""
+    if not node.kind or not node.items:
+        return _NEVER
+    if "\n" not in text[node.start:node.end]:
+        return 0
+    return 1 + min(_inline_depth(text, it.value) for it in node.items)
+
+
+def _style(doc: _Doc, node: _Node) -> _Style:
+    """How the file lays out what goes into `node`: its indentation unit and newline, and the layout of
+    `node`'s last item that holds something (its neighbour): which of its levels are on one line, and
+    its separators there (else the file's, else ", " and ": ")."""
     text, root = doc.text, doc.root
     unit = "  "
     for line in text[root.start:root.end].split("\n")[1:]:
@@ -275,37 +317,90 @@ def _style(doc: _Doc) -> _Style:
         if lead and line.strip():
             unit = "\t" if lead[0] == "\t" else " " * min(len(lead), 8)
             break
-    comma = colon = None
-    todo = [root]
-    while todo and (comma is None or colon is None):  # the first comma and colon, breadth first
-        node = todo.pop(0)
-        for it in node.items:
-            if colon is None and it.key is not None:
-                colon = ": " if text[it.start:it.value.start].endswith((" ", "\t")) else ":"
-            if comma is None and it.comma >= 0:
-                comma = ", " if text[it.comma + 1:it.comma + 2] in (" ", "\t") else ","
-            todo.append(it.value)
-    return _Style(unit, "\n" not in text[root.start:root.end], comma or ", ", colon or ": ")
+    model = next((it.value for it in reversed(node.items) if it.value.kind and it.value.items), None)
+    seps = {",": ", ", ":": ": ", "{": "", "[": ""} | _separators(text, root) | (_separators(text, model) if model else {})
+    inline_at = _inline_depth(text, model) if model else _NEVER
+    newline = "\r\n" if "\r\n" in text else "\n"
+    return _Style(unit, "\n" not in text[root.start:root.end], seps[","], seps[":"], newline, inline_at,
+                  seps["{"], seps["["])
 
 
-def _render(value: object, indent: str, style: _Style, inline: bool) -> str:
-    """`value` as JSON: on one line (a one-line document, or beside other items on their line), else
-    indented by the file's unit with every line after the first starting at `indent`."""
-    if inline:
-        return json.dumps(value, ensure_ascii=False, separators=(style.comma, style.colon))
-    body = json.dumps(value, ensure_ascii=False, indent=style.unit, separators=(",", style.colon))
-    return body.replace("\n", "\n" + indent)
+def _render(value: object, indent: str, style: _Style, depth: float = 0) -> str:
+    """`value` as JSON laid out as its neighbour is: a container `style.inline_at` levels down (or
+    deeper) on one line, those above one item a line, indented by the file's unit, every line after
+    the first starting at `indent`."""
+    if not isinstance(value, (dict, list)) or not value:
+        return json.dumps(value, ensure_ascii=False)
+    if depth >= style.inline_at:
+        return _dump_one_line(value, style)
+    inner = indent + style.unit
+    if isinstance(value, dict):
+        items = [json.dumps(k, ensure_ascii=False) + style.colon + _render(v, inner, style, depth + 1)
+                 for k, v in value.items()]
+    else:
+        items = [_render(v, inner, style, depth + 1) for v in value]
+    brackets = "{}" if isinstance(value, dict) else "[]"
+    between = "," + style.newline + inner
+    return brackets[0] + style.newline + inner + between.join(items) + style.newline + indent + brackets[1]
 
 
-def _item(key: str | None, value: object, indent: str, style: _Style, inline: bool) -> str:
-    body = _render(value, indent, style, inline)
+def _dump_one_line(value: object, style: _Style) -> str:
+    if not isinstance(value, (dict, list)) or not value:
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, dict):
+        body = style.comma.join(json.dumps(k, ensure_ascii=False) + style.colon + _dump_one_line(v, style)
+                                for k, v in value.items())
+        return "{" + style.pad_object + body + style.pad_object + "}"
+    body = style.comma.join(_dump_one_line(v, style) for v in value)
+    return "[" + style.pad_list + body + style.pad_list + "]"
+
+
+def _item(key: str | None, value: object, indent: str, style: _Style) -> str:
+    body = _render(value, indent, style)
     return body if key is None else json.dumps(key, ensure_ascii=False) + style.colon + body
+
+
+def _parent(doc: _Doc, node: _Node) -> _Node | None:
+    """The container that holds `node` (None: the root)."""
+    todo = [doc.root]
+    while todo:
+        parent = todo.pop()
+        for it in parent.items:
+            if it.value is node:
+                return parent
+            if it.value.start <= node.start < it.value.end:
+                todo.append(it.value)
+    return None
+
+
+def _on_one_line(doc: _Doc, node: _Node) -> bool:
+    return "\n" not in doc.text[node.start:node.end]
+
+
+def _stays_on_its_line(doc: _Doc, node: _Node) -> bool:
+    """Whether what goes into `node`, a block written on one line, stays on that line: the block is
+    inside another one-line block, or its neighbours that hold something are one-line blocks too (the
+    file writes them one a line). Else the block is the odd one out in a laid-out file, and what goes
+    into it goes on lines of its own below it."""
+    parent = _parent(doc, node)
+    if parent is None:
+        return False
+    if _on_one_line(doc, parent):
+        return True
+    others = [it.value for it in parent.items if it.value is not node and it.value.kind and it.value.items]
+    return bool(others) and all(_on_one_line(doc, o) for o in others)
 
 
 def _append(doc: _Doc, node: _Node, key: str | None, value: object) -> str:
     """The text with `value` (a member `key` of an object node, else an element) added at the end of
-    `node`, after any comment there. A comma goes right after the last item (never after a comment)."""
-    text, style = doc.text, _style(doc)
+    `node`, after any comment there, laid out as the items around it (_style): on a line of its own
+    unless the whole document is one line; a block written on one line inside a laid-out file gets
+    its new items each on a line below it (inside such a block, they stay on its line). A comma goes
+    right after the last item (never after a comment). Only bytes are added, so uninstall can take
+    out exactly them."""
+    text, style = doc.text, _style(doc, node)
+    nl = style.newline
+    inline = style._replace(inline_at=0)  # a one-line document: all of it on one line
     if node.items:
         after_last = node.items[-1].value.end
         tail = [c for c in doc.comments if after_last <= c[0] and c[1] <= node.end]
@@ -313,22 +408,25 @@ def _append(doc: _Doc, node: _Node, key: str | None, value: object) -> str:
         last_line_comment = bool(tail) and text.startswith("//", tail[-1][0])
         if not style.compact and (_starts_line(text, node.items[-1].start) or last_line_comment):
             indent = _line_indent(text, node.items[-1].start)
-            item = "\n" + indent + _item(key, value, indent, style, False)
+            item = nl + indent + _item(key, value, indent, style)
+        elif not style.compact and not _stays_on_its_line(doc, node):  # a block on one line: below it
+            indent = _line_indent(text, node.start) + style.unit
+            item = nl + indent + _item(key, value, indent, style)
         elif last_line_comment:  # a one-line document ending in a // comment: the item goes on a new line
-            item = "\n" + _item(key, value, "", style, True)
+            item = nl + _item(key, value, "", inline)
         else:
-            item = style.comma[1:] + _item(key, value, "", style, True)
+            item = style.comma[1:] + _item(key, value, "", inline)
         return text[:after_last] + "," + text[after_last:anchor] + item + text[anchor:]
     inside = [c for c in doc.comments if node.start < c[0] and c[1] <= node.end]
-    if style.compact and not inside:
-        return text[:node.start + 1] + _item(key, value, "", style, True) + text[node.end - 1:]
+    if (style.compact or _stays_on_its_line(doc, node)) and not inside:
+        return text[:node.start + 1] + _item(key, value, "", inline) + text[node.end - 1:]
     outer = _line_indent(text, node.start)
     indent = outer + style.unit
-    item = _item(key, value, indent, style, False)
+    item = _item(key, value, indent, style)
     if not inside:
-        return text[:node.start + 1] + "\n" + indent + item + "\n" + outer + text[node.end - 1:]
+        return text[:node.start + 1] + nl + indent + item + nl + outer + text[node.end - 1:]
     anchor = inside[-1][1]
-    return text[:anchor] + "\n" + indent + item + text[anchor:]
+    return text[:anchor] + nl + indent + item + text[anchor:]
 
 
 def _remove(doc: _Doc, node: _Node, index: int) -> str:

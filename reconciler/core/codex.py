@@ -14,8 +14,11 @@ file_change, mcp_tool_call, web_search, collab_tool_call, todo_list, plan, error
   id) start from the earlier thread's total, on every release measured (0.150.1, 0.152.0, 0.158.0,
   0.171.0). `res run` reads that total from the thread's rollout (config/agentmodel.py) and the
   request carries it (`usage_before`, `resumes`): it is taken off, so that each invocation counts
-  once. A total below it in any count started afresh, and counts whole; so does a resumed thread
-  whose earlier total is not known (a conservative over-read).
+  once. Where the rollout could not be read (the log copied elsewhere, `$CODEX_HOME` not readable),
+  the thread's last total as res itself recorded it (`thread_total` of its latest earlier
+  invocation) is taken off instead: the shell answers `earlier(thread)` from its records, and the
+  answer is kept (`records_before`). A total below it in any count started afresh, and counts
+  whole; so does a resumed thread whose earlier total is not known (a conservative over-read).
 - The prompt-length tier (gpt-5.4 / gpt-5.5 / gpt-6 `long`, over 272K) is chosen per request, from
   the average prompt of the model requests the digest counted (`iterations`).
 - Until the usage comes the spend is estimated per model call: a call costs at least
@@ -40,7 +43,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import Any, Callable
 
 from reconciler.core.digest import CHARS_PER_TOKEN, TOKENS_PER_BLOCK, CallEstimating
 from reconciler.core.pricing import BadNumber, tokens
@@ -65,17 +68,21 @@ class CodexDigest(CallEstimating):
         self.prompt_before = 0  # the thread's last request's prompt before this invocation (its context)
         self.resumes: str | None = None
         self.asked_note: str | None = None
+        self.earlier: Callable[[str | None], tuple | None] | None = None
 
     def session(self, usage_before: list[int] | None = None, resumes: str | None = None,
-                model_note: str | None = None) -> None:
+                model_note: str | None = None, earlier: Callable[[str | None], tuple | None] | None = None) -> None:
         """What `res run` read of the session (the request's fields): the thread's usage before this
         invocation, for the thread `resumes` (None: whichever thread it starts, a fork's), and why no
-        model is known, where none is."""
+        model is known, where none is. `earlier(thread id the stream shows)`: for a resume or fork
+        whose rollout was not read, the shell's answer from its own records: (the thread it applies
+        to, or "" for a fork's; input, cached input, output, cache-write input), or None."""
         if usage_before is not None and len(usage_before) in (4, 5):
             self.usage_before = tuple(int(x) for x in usage_before[:4])  # type: ignore[assignment]
             self.prompt_before = int(usage_before[4]) if len(usage_before) == 5 else 0
         self.resumes = resumes
         self.asked_note = model_note
+        self.earlier = earlier
 
     def event(self, kind: str, ev: dict[str, Any]) -> None:
         if kind == "thread.started":
@@ -152,6 +159,7 @@ class CodexDigest(CallEstimating):
         if counts is None or not any(counts):
             self.result_seen = self.spend_usd == 0  # no usage (a provider that reports none): the estimate stands
             return
+        self.thread_total = counts
         inp, cached, out, cw = self._this_invocation(counts)
         cached = min(cached, inp)
         cw = min(cw, inp - cached)
@@ -164,8 +172,13 @@ class CodexDigest(CallEstimating):
         """This invocation's part of the thread's running total: the total less the thread's total
         before it (a resumed or forked thread), unless the total is below it in some count (it
         started afresh: counted whole)."""
-        base = self.usage_before
-        if base is None or (self.resumes is not None and self.session_id not in (None, self.resumes)):
+        base, applies = self.usage_before, self.resumes
+        if base is None and self.records_before is None and self.earlier is not None:
+            self.records_before = _before(self.earlier(self.session_id))
+        if base is None and self.records_before is not None:
+            thread, *before = self.records_before
+            base, applies = tuple(before), thread or None
+        if base is None or (applies is not None and self.session_id not in (None, applies)):
             return counts
         if all(c >= b for c, b in zip(counts, base)):
             return tuple(c - b for c, b in zip(counts, base))  # type: ignore[return-value]
@@ -196,6 +209,15 @@ class CodexDigest(CallEstimating):
         if not self.finished and self.outcome is None and not self.failure_signal:
             self.failure_signal = "ended without turn.completed (interrupted, or killed)"
         super().finish(rc)
+
+
+def _before(found: Any) -> tuple[str, int, int, int, int] | None:
+    """The shell's answer of a thread's earlier total, if it is one: (thread or "", four counts)."""
+    if not isinstance(found, tuple) or len(found) != 5 or not isinstance(found[0], str):
+        return None
+    if not all(type(c) is int and 0 <= c <= 10**12 for c in found[1:]):
+        return None
+    return found
 
 
 def _usage(usage: Any) -> tuple[int, int, int, int] | None:

@@ -38,6 +38,14 @@ Counting rules (measured on the real transcripts in tests/fixtures/claude/real; 
   replaced; a budget checks `running_spend_usd`: the larger of the two, the estimate with a margin
   for background calls no line shows (BACKGROUND_MARGIN). The result's `modelUsage` (else `usage`)
   totals replace the token counts.
+- A result that counted every model call twice: Claude Code 1.0.77-1.0.86 added each API response's
+  usage to its totals twice (anthropics/claude-code#5904; 1.0.88: "Fixed incorrect usage tracking in
+  /cost"), so its `usage` holds exactly twice the input, cache-write and cache-read tokens of the
+  messages it streamed, and its `total_cost_usd` about twice the bill (output: once, plus one token
+  a call). Where a result without `modelUsage` says exactly that, the second count of those tokens
+  (`streamed_input_usd`, at each message's rates) is taken off its total and its token counts are
+  halved; the doubled background calls no line shows stay in (a slight over-read). Seen on real
+  Opus 4.1 transcripts of Claude Code 1.0.8x (tests/fixtures/claude/real/githubgg-*).
 - Outcome: a seen result event decides (`is_error` or a subtype other than "success" → failure, with
   the subtype and its first error); without one, a failure signal (an assistant `error`) fails the run;
   only an output that says neither leaves it to the exit code at `finish(rc)`.
@@ -125,6 +133,19 @@ class DigestState(BaseModel):
     long_extra: dict[str, float] = Field(default_factory=dict)
     # gemini: the `--output-format json` document being read across lines, its response text dropped
     json_doc: str | None = Field(default=None, max_length=65536)
+    # claude: the input, cache-write and cache-read tokens of the messages streamed (each message id
+    # once), never replaced by a result's totals, and what they cost at each message's rates: how a
+    # result that counted every model call twice (Claude Code 1.0.77-1.0.86) is told and corrected.
+    streamed: tuple[int, int, int] = (0, 0, 0)
+    streamed_input_usd: float = Field(default=0.0, ge=0)
+    # codex: the thread's running total (input, cached input, output, cache-write input) as its last
+    # turn.completed reported it: where a resumed thread's rollout cannot be read, a later `exec
+    # resume` of the thread starts from this (res's own record of it).
+    thread_total: tuple[int, int, int, int] | None = None
+    # codex: the thread's total before this invocation taken from res's own records of its earlier
+    # invocations (the request had none: the rollout was not readable at submit), and the thread it
+    # applies to ("": a fork's new thread). Kept, so that every later pass counts from the same figure.
+    records_before: tuple[str, int, int, int, int] | None = None
 
 
 _FIELDS = tuple(DigestState.model_fields)
@@ -348,14 +369,15 @@ class ClaudeDigest(Digest):
         else:
             out = max(out, estimate, old[2] if old is not None else 0)
         new = (model, inp, out, cw, cr, cw1h)
+        streamed = not mid.endswith("#answer")  # a sub-agent's answer counted by the digest: not a line
         if old is None:
             _keep(self.seen_message_ids, mid, new)
             self.messages += 1
-            self._add(new, 1)
+            self._add(new, 1, streamed)
         elif new != old:
             self.seen_message_ids[mid] = new
-            self._add(old, -1)
-            self._add(new, 1)
+            self._add(old, -1, streamed)
+            self._add(new, 1, streamed)
 
     def _stream_line(self, line: str) -> None:
         """A message_start or message_delta event, read without parsing the whole line where its
@@ -489,8 +511,14 @@ class ClaudeDigest(Digest):
         self.turn_calls = n
         self.iterations = self.turns_before + n
 
-    def _add(self, c: Counted, sign: int) -> None:
+    def _add(self, c: Counted, sign: int, streamed: bool = True) -> None:
         model, inp, out, cw, cr, cw1h = c
+        if streamed and (inp or cw or cr):
+            name, fast, us = _served(model)
+            i, w, r = self.streamed
+            self.streamed = (max(0, i + sign * inp), max(0, w + sign * cw), max(0, r + sign * cr))
+            price = self.pricing.cost_tokens(name or None, inp, 0, cw, cr, cw1h, fast=fast, us_only=us)
+            self.streamed_input_usd = max(0.0, self.streamed_input_usd + sign * price)
         if sign > 0:
             self.input_tokens += inp
             self.output_tokens += out
@@ -519,6 +547,10 @@ class ClaudeDigest(Digest):
         correction = self._cost_correction(ev.get("modelUsage"))
         if correction and cost is not None:
             cost += correction
+        if totals is not None and self._counted_twice(ev, totals):
+            totals = [totals[0] // 2, totals[1], totals[2] // 2, totals[3] // 2]
+            if cost is not None:
+                cost = max(0.0, cost - self.streamed_input_usd)
         turns = ev.get("num_turns")
         if type(turns) is int and turns > MAX_TOKENS:
             raise BadNumber(f"num_turns {turns}"[:40])
@@ -575,6 +607,14 @@ class ClaudeDigest(Digest):
                 if extra > 0 and abs(cost - self.pricing.standard_cost(model, *counts)) <= 1e-9 + 1e-9 * cost:
                     total += extra  # the CLI priced every request at the standard rates
         return total
+
+    def _counted_twice(self, ev: dict[str, Any], totals: list[int]) -> bool:
+        """A result of Claude Code 1.0.77-1.0.86, which counted every API response twice: no
+        modelUsage, and its input, cache-write and cache-read tokens exactly twice what was streamed."""
+        if "modelUsage" in ev or not any(self.streamed):
+            return False
+        inp, _, cw, cr = totals
+        return (inp, cw, cr) == tuple(2 * n for n in self.streamed)
 
     @staticmethod
     def _result_totals(ev: dict[str, Any]) -> list[int] | None:

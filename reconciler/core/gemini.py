@@ -29,7 +29,8 @@ after).
   which CLI 0.47+ may send it to.
 - The json document spans many lines and a batch may end inside it: what is needed of it (all but
   the `response` text, which can be large) is kept in the state (`json_doc`) until its closing
-  brace, then parsed. A response spread over lines (a terminal's hard wraps) is skipped to the next
+  brace (the only `}` at the start of a line outside the response: whatever follows it on that line
+  is the CLI's stderr, merged into the same log), then parsed. A response spread over lines (a terminal's hard wraps) is skipped to the next
   member.
 - A model call is the first, then one after each tool result: `iterations` (json: the main
   role's requests).
@@ -101,8 +102,8 @@ class GeminiDigest(CallEstimating):
         assert doc is not None
         if doc.endswith(_CUT_OPEN) and line != "}" and not _MEMBER.match(line):
             return  # still inside a response spread over lines
-        if line == "}":
-            self.json_doc = None
+        if line[:1] == "}":  # the document ends at its closing brace, whatever follows it on the line
+            self.json_doc = None  # (stderr merged into the log: `}Warning: Limited color support …`)
             self._document(doc.rstrip(",") + "\n}")
             return
         if line.startswith('  "response": '):

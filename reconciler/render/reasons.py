@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from reconciler.core.models import Action, Plan
 from reconciler.core.quantities import GIB, Zone
-from reconciler.render.text import fmt_clock, fmt_cpus, fmt_gb, fmt_span, fmt_usd_pair, lock_text, one_line, quoted
+from reconciler.render.text import apart, fmt_clock, fmt_cpus, fmt_gb, fmt_span, fmt_usd_pair, lock_text, one_line, quoted
 from reconciler.render.game import changes_text
 
 UNHELD = "nobody attached"  # a reattach of a job whose holder gave it up cleanly: bookkeeping
@@ -34,17 +34,21 @@ def _retry_text(d: dict, zone: Zone) -> str:
     return "retry later or work on something else"
 
 
-def _amounts(short: list[str], gb: float, cpus: float) -> str:
-    """`2.0 GB`, `1 cpu`, or `2.0 GB and 1 cpu`: the resources in `short`, by these amounts."""
-    return " and ".join(fmt_gb(gb) if r == "memory" else fmt_cpus(cpus) for r in short)
+def _amounts(short: list[str], gb: float, cpus: float, beside: tuple[float, float] | None = None) -> str:
+    """`2.0 GB`, `1 cpu`, or `2.0 GB and 1 cpu`: the resources in `short`, by these amounts; with the
+    amounts shown `beside` them, in as many digits as tell the two apart (text.apart)."""
+    if beside is None:
+        return " and ".join(fmt_gb(gb) if r == "memory" else fmt_cpus(cpus) for r in short)
+    return " and ".join(apart(fmt_gb, gb, beside[0])[0] if r == "memory" else apart(fmt_cpus, cpus, beside[1])[0]
+                        for r in short)
 
 
 def reason_line(d: dict, zone: Zone) -> str:
     """The one line of a refusal's structured reason (core.capacity.*_detail)."""
     if d["code"] == "never_fits":
         if d["resource"] == "memory":
-            return f"{_g(d['asked'])} GB can never fit (max {_g(d['max'])} GB)"
-        return f"{fmt_cpus(d['asked'])} can never fit (max {fmt_cpus(d['max'])})"
+            return "{} GB can never fit (max {} GB)".format(*apart(_g, d["asked"], d["max"]))
+        return "{} can never fit (max {})".format(*apart(fmt_cpus, d["asked"], d["max"]))
     if d["code"] == "pricing":
         return f"{d['error']}; no agent session starts until it is fixed"
     resource = d["resource"]
@@ -118,12 +122,14 @@ def busy_line(d: dict, zone: Zone) -> str:
                      f"{_amounts(waits, head['gb'], head['cpus'])} first")
     force = d.get("force")
     if force != "short":
-        free = f"{_amounts(short, max(d['free_gb'], 0), max(d['free_cpus'], 0))} free for agents"
+        free_gb, free_cpus, asked = max(d['free_gb'], 0), max(d['free_cpus'], 0), (d['asked_gb'], d['asked_cpus'])
+        free = f"{_amounts(short, free_gb, free_cpus, None if d['holders'] else asked)} free for agents"
         if not d["holders"]:
-            asked = _amounts(short, d['asked_gb'], d['asked_cpus'])
-            if d.get("cap_gb") is not None and "memory" in short:
-                asked = asked.replace(fmt_gb(d["asked_gb"]), booked_text(d["asked_gb"], d["cap_gb"]), 1)
-            free += f", {asked} asked; the rest is in use outside res or kept as the user's reserve"
+            asked_text = _amounts(short, *asked, (free_gb, free_cpus))
+            if d.get("cap_gb") is not None and "memory" in short and d["cap_gb"] > d["asked_gb"]:
+                shown = apart(fmt_gb, d["asked_gb"], free_gb)[0]  # the book, as _amounts wrote it
+                asked_text = asked_text.replace(shown, f"{shown} booked · {fmt_gb(d['cap_gb'])} cap", 1)
+            free += f", {asked_text} asked; the rest is in use outside res or kept as the user's reserve"
         parts.append(free)
     parts.append(_retry_text(d, zone))
     if force == "short":

@@ -30,6 +30,35 @@ def fmt_cpus(cpus: float) -> str:
     return f"{n} cpu" if n == 1 else f"{n} cpus"
 
 
+def _finer(fmt, x: float, digits: int, plain: str) -> str | None:
+    """`x` as `fmt` shows it (fmt_gb, fmt_cpus, or a bare figure) with `digits` decimals; None where
+    that is no finer than `plain`: GB (and a bare figure) to 0.001 (1 MB), MB to 0.1, CPUs to 0.001."""
+    if fmt is fmt_gb and plain.endswith(" MB"):
+        return f"{x * 1024:.{digits}f} MB" if digits == 1 else None
+    unit = " GB" if fmt is fmt_gb else " cpus" if fmt is fmt_cpus else ""
+    return f"{x:.{digits}f}{unit}" if 2 <= digits <= 3 else None
+
+
+def _reading(shown: str) -> tuple:
+    """What a figure reads as: `3.0 GB` and `3 GB` alike."""
+    figure, _, unit = shown.partition(" ")
+    return float(figure), unit.removesuffix("s")
+
+
+def apart(fmt, a: float, b: float) -> tuple[str, str]:
+    """`fmt(a)`, `fmt(b)` (fmt_gb, fmt_cpus, or any one-figure format), unless they read the same though
+    a and b differ: then both with as many more decimals as tell them apart (`2.97 GB`, `2.98 GB`, not
+    `3.0 GB` twice). Apart by less than the finest step (_finer): noise, not a reason; as they were."""
+    plain = fmt(a), fmt(b)
+    if a == b or _reading(plain[0]) != _reading(plain[1]):
+        return plain
+    for digits in (1, 2, 3):
+        sa, sb = _finer(fmt, a, digits, plain[0]), _finer(fmt, b, digits, plain[0])
+        if sa is not None and sa != sb:
+            return sa, sb
+    return plain
+
+
 def fmt_clock(ts: float, zone: Zone) -> str:
     """HH:MM of an epoch timestamp in `zone` (a conversion, not a clock read)."""
     minutes = int((ts + zone(ts)) // 60)

@@ -16,6 +16,7 @@ import random
 import re
 import stat
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -274,6 +275,102 @@ def test_install_then_uninstall_gives_back_the_original_bytes(cli, original):
     back = edit_settings(cli, change.text, command, uninstall=True)
     assert back.outcome == "removed" and back.text == original
     assert set(back.removed) == {EVENT[cli], "SessionStart"}
+
+
+SETTINGS = Path(__file__).resolve().parents[1] / "fixtures" / "settings"  # real files: SOURCES.md there
+
+
+@pytest.mark.parametrize("path", sorted(SETTINGS.glob("*.json")), ids=lambda p: p.name)
+def test_a_real_file_laid_out_as_the_cli_writes_it_stays_laid_out_so(path):
+    """Files people committed (tests/fixtures/settings), each laid out as JSON.stringify(data, null, 2):
+    with res's entries in, the file is that layout of the new data, one entry a line; a second run
+    changes nothing, and uninstall gives back the file's bytes."""
+    cli = path.name.split("-")[0]
+    original = path.read_text()
+    data = json.loads(original)
+    body = json.dumps(data, indent=2, ensure_ascii=False)
+    assert original in (body, body + "\n")  # what the test relies on
+    change = edit_settings(cli, original, CMD[cli])
+    new = json.loads(change.text)
+    assert new == add_both(json.loads(original), cli)
+    assert change.text == json.dumps(new, indent=2, ensure_ascii=False) + original[len(body):]
+    assert edit_settings(cli, change.text, CMD[cli]).outcome == "already"
+    assert edit_settings(cli, change.text, CMD[cli], uninstall=True).text == original
+
+
+def _hooks_on_one_line(hooks: dict) -> str:
+    """The real claude-code-presets settings with its "hooks" block written on one line (json.dumps):
+    hand-built, the file issue 38 saw."""
+    original = (SETTINGS / "claude-claude-code-presets.json").read_text()
+    head = original[:original.index('  "hooks": {')]
+    return head + '  "hooks": ' + json.dumps(hooks, ensure_ascii=False) + "\n}\n"
+
+
+def test_a_hooks_block_on_one_line_gets_each_new_event_on_a_line_below_it():
+    """Issue 38: the new events were glued onto the block's line with "," and no space
+    (`…}]}],"PreToolUse": [{"matcher": "Bash","hooks": …`). Each goes on a line of its own, indented
+    one step under the block, with the block's own separators; uninstall takes exactly that out."""
+    stop = json.loads((SETTINGS / "claude-claude-code-presets.json").read_text())["hooks"]["Stop"]
+    original = _hooks_on_one_line({"Stop": stop})
+    change = edit_settings("claude", original, CMD["claude"])
+    c = CMD["claude"]
+    assert change.text == original.replace('"}]}]}\n}\n', (
+        '"}]}],\n'
+        f'    "PreToolUse": [{{"matcher": "Bash", "hooks": [{{"type": "command", "command": "{c}", "timeout": 30}}]}}],\n'
+        f'    "SessionStart": [{{"hooks": [{{"type": "command", "command": "{c}", "timeout": 10}}]}}]}}\n}}\n'))
+    assert edit_settings("claude", change.text, c, uninstall=True).text == original
+    # a list inside that block: our group stays on the list's line, after the others
+    hooks = json.loads((SETTINGS / "claude-claude-code-presets.json").read_text())["hooks"]
+    original = _hooks_on_one_line(hooks)
+    change = edit_settings("claude", original, c)
+    group = f'{{"matcher": "Bash", "hooks": [{{"type": "command", "command": "{c}", "timeout": 30}}]}}'
+    assert change.text == original.replace('bash-check.mjs\\""}]}]', f'bash-check.mjs\\""}}]}}, {group}]').replace(
+        '"}]}]}\n}\n', f'"}}]}}],\n    "SessionStart": [{{"hooks": [{{"type": "command", "command": "{c}", "timeout": 10}}]}}]}}\n}}\n')
+    assert edit_settings("claude", change.text, c, uninstall=True).text == original
+
+
+def test_one_event_a_line_stays_one_event_a_line():
+    """Hand-built on the layout READMEs publish for pasting (tests/fixtures/settings/SOURCES.md): each
+    event on one line, spaces inside the brackets. A new event is one more such line; a group added to
+    an event's list stays on that event's line."""
+    c = CMD["claude"]
+    original = ('{\n  "hooks": {\n'
+                '    "SessionStart": [{ "hooks": [{ "type": "command", "command": "tsumugi notify --stdin" }] }],\n'
+                '    "Stop": [{ "hooks": [{ "type": "command", "command": "tsumugi notify --state done" }] }]\n'
+                '  }\n}\n')
+    change = edit_settings("claude", original, c)
+    assert change.text == (
+        '{\n  "hooks": {\n'
+        '    "SessionStart": [{ "hooks": [{ "type": "command", "command": "tsumugi notify --stdin" }] }, '
+        f'{{ "hooks": [{{ "type": "command", "command": "{c}", "timeout": 10 }}] }}],\n'
+        '    "Stop": [{ "hooks": [{ "type": "command", "command": "tsumugi notify --state done" }] }],\n'
+        f'    "PreToolUse": [{{ "matcher": "Bash", "hooks": [{{ "type": "command", "command": "{c}", "timeout": 30 }}] }}]\n'
+        '  }\n}\n')
+    assert edit_settings("claude", change.text, c, uninstall=True).text == original
+
+
+def test_a_group_laid_out_with_its_hooks_list_on_one_line_is_followed_so():
+    """Hand-built on the layout of Claude Code's hooks documentation: the group over lines, its
+    "hooks" list on one. Ours takes the same shape, in the list and as a new event's."""
+    c = CMD["claude"]
+    original = ('{\n  "hooks": {\n    "PreToolUse": [\n      {\n        "matcher": "Edit",\n'
+                '        "hooks": [{ "type": "command", "command": "lint" }]\n      }\n    ]\n  }\n}\n')
+    change = edit_settings("claude", original, c)
+    assert change.text == (
+        '{\n  "hooks": {\n    "PreToolUse": [\n      {\n        "matcher": "Edit",\n'
+        '        "hooks": [{ "type": "command", "command": "lint" }]\n      },\n'
+        '      {\n        "matcher": "Bash",\n'
+        f'        "hooks": [{{ "type": "command", "command": "{c}", "timeout": 30 }}]\n      }}\n    ],\n'
+        '    "SessionStart": [\n      {\n'
+        f'        "hooks": [{{ "type": "command", "command": "{c}", "timeout": 10 }}]\n      }}\n    ]\n'
+        '  }\n}\n')
+    assert edit_settings("claude", change.text, c, uninstall=True).text == original
+
+
+def test_a_crlf_file_gets_crlf_lines():
+    original = '{\r\n  "model": "opus",\r\n  "hooks": {\r\n    "Stop": []\r\n  }\r\n}\r\n'
+    text = edit_settings("claude", original, CMD["claude"]).text
+    assert "\n" not in text.replace("\r\n", "") and text.count("\r\n") > 20
 
 
 def test_an_empty_list_or_hooks_object_of_the_users_goes_with_ours():

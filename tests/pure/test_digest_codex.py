@@ -171,6 +171,49 @@ def test_each_invocation_of_a_resumed_or_forked_thread_counts_once(version):
     assert whole > 2 * total  # what the digest read before: 1 + 2 + 3 + 4 runs' worth
 
 
+@pytest.mark.parametrize("version", sorted({f.split("-")[1] for f in BILLED if "thread-" in f}))
+def test_without_the_rollout_each_invocation_counts_once_from_res_own_records(version):
+    """Issue 38: the same real thread (fresh, `exec resume` twice, `exec fork`) when `res run` could not
+    read the rollout (the log copied elsewhere, $CODEX_HOME not readable): no usage_before. res saw
+    the earlier invocations itself: the last total it recorded of the thread (`thread_total`) is
+    taken off, it is the figure the rollout gave, and each invocation costs what the server billed
+    (not 2.2-2.3x, every earlier run counted again)."""
+    files = sorted(f for f in BILLED if f.startswith(f"codex-{version}-thread-"))
+    recorded: list[tuple[str, tuple]] = []  # (thread id, thread_total) of each invocation, as res records them
+    for file in files:
+        b, want, _, billed = cli_case(file)  # with the rollout's usage_before: the reference
+        fields = b["request_fields"]
+        kind = file.rsplit("-", 1)[1].removesuffix(".jsonl")  # fresh, resume, fork
+        source = fields.get("resumes") or (recorded[0][0] if kind == "fork" else None)
+
+        def earlier(shown, source=source, fork=kind == "fork"):  # what apply/attach.thread_before answers
+            found = [total for thread, total in recorded if thread == source]
+            return ("" if fork else source, *found[-1]) if found else None
+
+        d, _ = replay(lines_of(CLI / file), fields["model"], earlier=None if kind == "fresh" else earlier)
+        assert d.state.spend_usd == pytest.approx(billed, abs=1e-6) == want.state.spend_usd, file
+        if kind != "fresh":
+            assert list(d.state.records_before[1:]) == fields["usage_before"][:4], file  # the rollout's figure
+        recorded.append((d.state.session_id, d.state.thread_total))
+        again = make_digest("codex", TABLE, d.state.model_dump_json(), model=fields["model"])
+        assert again.state.records_before == d.state.records_before  # kept: a later pass counts from it
+    whole, _ = replay(lines_of(CLI / files[2]), BILLED[files[2]]["request_fields"]["model"])
+    assert whole.state.spend_usd > 2 * cli_case(files[2])[3]  # what it read before: the thread's whole total
+
+
+def test_an_earlier_total_res_never_saw_counts_whole():
+    """No record of the thread (res never ran its earlier invocations): as before, the thread's total
+    counts whole, a conservative over-read; an answer that is no total is not used."""
+    file = "codex-0.158.0-thread-2-resume.jsonl"
+    lines, model = lines_of(CLI / file), BILLED[file]["request_fields"]["model"]
+    plain, _ = replay(lines, model)
+    for answer in (None, ("x",), ("t", -1, 0, 0, 0), ("t", 1.5, 0, 0, 0)):
+        d, _ = replay(lines, model, earlier=lambda shown, answer=answer: answer)
+        assert d.state.spend_usd == plain.state.spend_usd and d.state.records_before is None
+    other, _ = replay(lines, model, earlier=lambda shown: ("another-thread", 18000, 2000, 300, 0))
+    assert other.state.spend_usd == plain.state.spend_usd  # a total of another thread than the stream's
+
+
 def test_a_failed_turn_after_model_output_keeps_its_cost():
     b, d, after, billed = cli_case("codex-0.171.0-failed-after-tool.jsonl")
     assert b["rc"] == 1 and len(b["billed"]) == 1  # the first request answered (a tool call), the second 500

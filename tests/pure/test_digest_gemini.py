@@ -281,6 +281,25 @@ def test_a_brace_of_something_else_does_not_swallow_stream_json():
     assert (d.state.spend_usd, d.state.outcome) == (want.state.spend_usd, "success")
 
 
+JSON_DOCS = [p for p in ALL if ("_json_" in p.name or "output-json" in p.name) and "429" not in p.name]
+
+
+@pytest.mark.parametrize("path", JSON_DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("after", ["Warning: Limited color support detected, falling back to 16 colors.",
+                                   "Ripgrep is not available. Falling back to GrepTool.", " ", "}"])
+def test_the_document_ends_at_its_closing_brace_whatever_follows_it_on_the_line(path, after):
+    """Issue 38: the CLI's stderr merged into the log lands on the line of the closing brace
+    (`}Warning: Limited color support detected …`). Hand-built from each real json log: that line
+    joined with stderr text. It used to read as "ended inside its JSON output": 0 tokens, $0.00, failed."""
+    lines = lines_of(path)
+    want, _ = run(lines, rc_of(path))
+    k = usage_line(lines)
+    got, _ = run(lines[:k] + ["}" + after] + lines[k + 1:], rc_of(path))
+    assert want.state.spend_usd > 0 and want.state.outcome == "success"
+    assert (got.state.spend_usd, got.state.outcome, got.state.iterations) == \
+        (want.state.spend_usd, want.state.outcome, want.state.iterations)
+
+
 def test_a_document_cut_short_fails_the_run():
     (path,) = CLI.glob("loopback_0.61.0_json_auto-tool_rc0.log")
     lines = lines_of(path)

@@ -10,6 +10,7 @@ from reconciler.core.models import Action
 from reconciler.core.quantities import UTC
 from reconciler.render.lines import _SYMBOL
 from reconciler.render.reasons import action_reason, outcome_why, pressure_text
+from reconciler.render.text import apart, fmt_gb
 
 NOW = 1_780_000_000.0
 GIB = 1 << 30
@@ -58,6 +59,16 @@ REASONS = [
                     head={"id": "r-1", "title": "job 1", "gb": 20, "cpus": 1, "waits_for": "memory"}), {},
      'busy: queue head r-1 "job 1" waits for 20.0 GB first; 17.0 GB free for agents, 2.0 GB asked; the rest is in use '
      "outside res or kept as the user's reserve; retry later or work on something else"),
+    # the two figures of a refusal never read the same (issue 38: "3.0 GB free for agents, 3.0 GB asked")
+    ("refuse", busy("memory", ["memory"], [], 2.97, 12, 2.98, 1, None), {},
+     "busy: 2.97 GB free for agents, 2.98 GB asked; the rest is in use outside res or kept as the user's reserve; "
+     "retry later or work on something else"),
+    ("refuse", busy("memory+cpus", ["memory", "cpus"], [], 0.5001, 2.996, 0.5004, 3, None), {},
+     "busy: 512.1 MB and 2.996 cpus free for agents, 512.4 MB and 3.000 cpus asked; the rest is in use outside res "
+     "or kept as the user's reserve; retry later or work on something else"),
+    ("refuse", busy("memory", ["memory"], [holder("r-5", "lint", 2.0, 1, NOW + 540, "proj-b")], 2.97, 10, 2.98, 1, NOW + 540),
+     {}, 'busy: 2.0 GB held by proj-b "lint" (r-5) until ~20:35; 3.0 GB free for agents; '
+     "retry after ~20:35 or work on something else"),  # nothing asked beside it: the usual digits
     ("refuse", busy("memory", ["memory"], [holder("r-4", "dotnet e2e", 8.0, 1, NOW + 3540)], 5.0, 11, 6.0, 1, NOW + 3540,
                     force="would_fit", really_free_gb=13.0, really_free_cpus=12), {},
      'busy: 8.0 GB held by proj-a "dotnet e2e" (r-4) until ~21:25; 5.0 GB free for agents; retry after ~21:25 or work on '
@@ -108,6 +119,9 @@ REASONS = [
     # ------------------------------------------------ refuse: never_fits, pricing
     ("refuse", {"code": "never_fits", "resource": "memory", "asked": 20.0, "max": 16.0}, {}, "20 GB can never fit (max 16 GB)"),
     ("refuse", {"code": "never_fits", "resource": "cpus", "asked": 40, "max": 12}, {}, "40 cpus can never fit (max 12 cpus)"),
+    ("refuse", {"code": "never_fits", "resource": "memory", "asked": 3.0, "max": 2.996}, {},
+     "3.000 GB can never fit (max 2.996 GB)"),  # not "3 GB … (max 3.0 GB)"
+    ("refuse", {"code": "never_fits", "resource": "cpus", "asked": 2, "max": 1.998}, {}, "2.000 cpus can never fit (max 1.998 cpus)"),
     ("refuse", {"code": "pricing", "resource": "pricing", "error": "pricing.toml:3: rates.input: must be ≥ 0"}, {},
      "pricing.toml:3: rates.input: must be ≥ 0; no agent session starts until it is fixed"),
     # ------------------------------------------------ queued (core.plan), by what it waits for
@@ -297,3 +311,13 @@ def test_the_why_of_each_outcome(outcome, why):
 def test_the_pressure_percentage_as_people_read_it(pct, shown):
     assert pressure_text({"pct": pct, "kind": "full", "window_s": 10, "where": "system"}) == \
         f"memory pressure {shown} % (full, 10 s)"
+
+
+@pytest.mark.parametrize("a, b, shown", [
+    (2.97, 2.98, ("2.97 GB", "2.98 GB")), (2.996, 3.0, ("2.996 GB", "3.000 GB")), (3.0, 3.0, ("3.0 GB", "3.0 GB")),
+    (2.5, 3.5, ("2.5 GB", "3.5 GB")), (0.5001, 0.5004, ("512.1 MB", "512.4 MB")),
+    (2.98, 2.98 + 1e-9, ("3.0 GB", "3.0 GB")),  # apart by less than a MB: noise, not digits to show
+    (1.0, 1.004, ("1.000 GB", "1.004 GB")),
+])
+def test_two_sizes_side_by_side_read_apart_where_they_differ(a, b, shown):
+    assert apart(fmt_gb, a, b) == shown and apart(fmt_gb, b, a) == shown[::-1]

@@ -4,7 +4,10 @@ its own command makes finds `res` and is recorded as part of the job. Nothing as
 from __future__ import annotations
 
 import os
+import site
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,13 +17,27 @@ pytestmark = pytest.mark.systemd
 
 
 def _venv_with_res(where) -> str:
-    """A venv (seeing this interpreter's packages, so this res) with a `res` script in its bin."""
-    subprocess.run([PY, "-m", "venv", "--system-site-packages", "--without-pip", str(where)], check=True,
-                   capture_output=True, timeout=120)
+    """A venv with a `res` script in its bin that imports this interpreter's res, however it was
+    installed: into a venv (the one the tests run in), with `pip install --user`, or globally. A venv
+    made with --system-site-packages sees only the base interpreter's packages (not the running venv's,
+    nor always the user's), so a .pth file of its own adds every site directory this interpreter reads."""
+    subprocess.run([PY, "-m", "venv", "--without-pip", str(where)], check=True, capture_output=True, timeout=120)
+    python = where / "bin" / "python3"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    (Path(purelib) / "res-under-test.pth").write_text(
+        "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in _site_dirs()) + "\n")
     script = where / "bin" / "res"
-    script.write_text(f"#!{where}/bin/python3\nimport sys\nfrom reconciler.entry import main\nsys.exit(main())\n")
+    script.write_text(f"#!{python}\nimport sys\nfrom reconciler.entry import main\nsys.exit(main())\n")
     script.chmod(0o755)
     return str(where / "bin")
+
+
+def _site_dirs() -> list[str]:
+    """The site directories this interpreter imports from, in its order: its venv's (and its base's,
+    where that venv sees them), the user's where enabled, the system's."""
+    dirs = [*site.getsitepackages(), *([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])]
+    return sorted({d for d in dirs if d in sys.path}, key=sys.path.index)
 
 
 def _without_res(path: str) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import skips
 from clihelp import PY, res, serving, wait_for  # noqa: F401 - res: the fixture
 
 pytestmark = pytest.mark.systemd
@@ -38,7 +39,7 @@ def _keep(name: str, text: str, tmp: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None and not os.environ.get("CI"),
-                    reason="no tmux on this machine")  # CI installs it (.ci/run): there, missing fails
+                    reason=skips.TMUX_MISSING)  # CI installs it (.ci/run): there, missing fails
 def test_res_top_in_a_terminal_shows_the_running_job_follows_its_log_and_q_ends_it(res):
     serve = serving(res)
     go = res.tmp / "go"
