@@ -233,13 +233,37 @@ class Executor:
         """The ladder's red (DESIGN §5.1): the job most above its book is killed at once, before the
         kernel's OOM killer picks one of its own (memory is nearly gone: no time for a polite stop).
         The reason goes on record first (code `evicted`): its end is then taken for a new attempt
-        (core/plan._evicted_retry), not for its outcome."""
+        (core/plan._evicted_retry), not for its outcome. An agent session's own process outside any
+        job (policy ladder_session_gb) is killed with everything under it, if it is still the one seen."""
+        process = (a.detail or {}).get("process")
+        if process is not None:
+            await asyncio.to_thread(self._kill_process, a, process, now)
+            return
         if rec.stop_reason is None:
             rec = planned(rec, a, now, reason=a.reason, code=(a.detail or {}).get("code"), detail=a.detail)
             if not self.store.put(rec, expect_phase=rec.phase, expect_holder=rec.attached_by):
                 return
         log.warning("evict %s: %s", a.id, a.reason)
         await self._runtime(rec.where).stop(rec.id, kill=True)
+
+    def _kill_process(self, a, p: dict, now: float) -> None:
+        from reconciler.observed.procs import descendants, processes, start_time
+
+        pid = int(p["pid"])
+        if start_time(pid) != p.get("start"):
+            return  # it ended, or the pid is another process's now: nothing of the session's to stop
+        tree = [pid] + descendants(processes(), pid)
+        for victim in tree:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        log.warning("evict %s: %s", a.id, a.reason)
+        line = f"stopped {a.title} ({len(tree)} process{'es' if len(tree) != 1 else ''}) of agent session pid {p.get('session')}: {a.reason}"
+        self.store.add_changes([(now, "processes", "res", self.holder, line[:500])])
+        stops = self.store.get_meta_json("process_stops", [])
+        stops.append({"at": now, "pid": pid, "name": p.get("name"), "gb": p.get("gb"), "session": p.get("session")})
+        self.store.set_meta_json("process_stops", stops[-200:])
 
     async def _settle(self, a, req, rec, now):
         """Once: the rest of the log into the digest, then rc, peak, why and spend in one write, a

@@ -98,9 +98,10 @@ def stopping(records: dict[str, JobRecord], world: World) -> list[str]:
     return out
 
 
-def victims(records: dict[str, JobRecord], world: World) -> list[tuple[JobRecord, dict]]:
+def victims(records: dict[str, JobRecord], world: World, session_gb: float = 0.0) -> list[tuple[JobRecord | None, dict]]:
     """Every job the ladder may stop now, in the order it would (module docstring), each with what it
-    uses and books."""
+    uses and books; then, `session_gb` set, each agent session's own process outside any job over it
+    (None for its record; its figures: `process`)."""
     holding_notes = _note_holders(records)
     found = []
     for rec in records.values():
@@ -118,7 +119,15 @@ def victims(records: dict[str, JobRecord], world: World) -> list[tuple[JobRecord
                       {"used_gb": round(used, 3), "book_gb": req.book, "cap_gb": None if req.gated else req.mem_gb,
                        "gated": req.gated, "started": rec.started}))
     found.sort(key=lambda f: f[:3])
-    return [(f[3], f[4]) for f in found]
+    out: list[tuple[JobRecord | None, dict]] = [(f[3], f[4]) for f in found]
+    if session_gb > 0:
+        owners = {r.request.owner_pid for r in records.values()
+                  if r.request.kind == "note" and r.phase == Phase.running and r.request.owner_pid}
+        procs = [(p, s.pid) for s in world.sessions or [] if s.pid not in owners
+                 for p in s.outside if p.get("gb", 0) > session_gb and not owners & set(p.get("pids") or [])]
+        procs.sort(key=lambda ps: -ps[0]["gb"])
+        out += [(None, {"process": {**p, "session": session, "over_gb": session_gb}}) for p, session in procs]
+    return out
 
 
 def ladder_actions(records: dict[str, JobRecord], world: World, cap: Capacity, policy: Rules,
@@ -131,7 +140,11 @@ def ladder_actions(records: dict[str, JobRecord], world: World, cap: Capacity, p
     level, why = rung(policy, world, cap)
     if level != "red" or stopping(records, world):
         return []
-    for rec, figures in victims(records, world):
+    for rec, figures in victims(records, world, policy.ladder_session_gb):
+        if rec is None:
+            p = figures["process"]
+            return [Action(kind="evict", id=f"pid-{p['pid']}", title=f"{p['name']} pid {p['pid']}", mem_gb=p["gb"],
+                           detail={"code": EVICTED, **figures, **why})]
         if not may_act(rec):
             continue
         req = rec.request

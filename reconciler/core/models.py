@@ -366,6 +366,10 @@ class SessionObs:
     scope: str | None = None  # the scope unit it is in, when that scope sits directly in the agents slice
     scope_memory_high: int | None = None  # that scope's MemoryHigh (None: unset or not observed)
     children: list[int] = field(default_factory=list)  # descendants in its own cgroup (moved with it)
+    # Its own processes outside any job that use more than the policy's ladder_session_gb (looked for
+    # only when that is set): each child of the session with everything under it, as one
+    # {"pid", "start", "name", "gb", "pids"} (the pressure ladder may stop it, DESIGN §5.1).
+    outside: list[dict] = field(default_factory=list)
 
 
 @dataclass(slots=True, kw_only=True)

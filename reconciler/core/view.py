@@ -244,7 +244,7 @@ def timeline(records: dict[str, JobRecord], now: float) -> list[dict]:
     return rows[-MAX_ROWS:]
 
 
-def marks(records: dict[str, JobRecord], now: float) -> list[dict]:
+def marks(records: dict[str, JobRecord], now: float, process_stops: list | None = None) -> list[dict]:
     """OOM kills, budget stops, refusals and res's own stops of jobs above their book (the pressure
     ladder, DESIGN §5.1: a mark of its own, not an OOM kill's) of the last MARKS_S, oldest first."""
     out = []
@@ -271,6 +271,12 @@ def marks(records: dict[str, JobRecord], now: float) -> list[dict]:
         else:
             continue
         out.append({"at": at, "kind": kind, "id": rec.id, "line": line[:300]})
+    for stop in process_stops or []:  # an agent session's own process outside any job (ladder_session_gb)
+        at = stop.get("at") if isinstance(stop, dict) else None
+        if isinstance(at, (int, float)) and at >= now - MARKS_S:
+            out.append({"at": at, "kind": "evicted", "id": f"pid-{stop.get('pid')}",
+                        "line": (f"{stop.get('name')} pid {stop.get('pid')} of agent session pid {stop.get('session')} "
+                                 f"stopped by res ({stop.get('gb')} GB outside any job)")[:300]})
     out.sort(key=lambda m: (m["at"], m["id"]))
     return out[-MAX_ROWS:]
 
@@ -290,7 +296,7 @@ def machine_view(now: Readings, before: Readings | None, records: dict[str, JobR
         "locks": locks(records),
         "spend": spend(records, now.at, zone),
         "timeline": timeline(records, now.at),
-        "marks": marks(records, now.at),
+        "marks": marks(records, now.at, snap.get("process_stops")),
         "actions": actions,
     }
 

@@ -484,6 +484,8 @@ def publish(store, world: World, p: Plan, now: float) -> None:
         "at": now, "world": dump(world),
         "budget_mem_gb": p.budget_mem_gb, "budget_cpus": p.budget_cpus, "notices": p.notices, "held": held,
         "rung": p.rung, "rung_why": p.rung_why,
+        # agent sessions' own processes the ladder stopped (the views mark them)
+        "process_stops": store.get_meta_json("process_stops", []),
     })
     store.set_meta("last_tick", rest[:-1] + ', "queue": ' + _queue_json(store, p) + "}")
 

@@ -135,6 +135,8 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
         kids = [k for k in descendants(procs, p.pid) if procs[k].uid == me and cgroup_of(k) == cg]
         s = SessionObs(pid=p.pid, in_slice=cg.startswith(slice_cg.rstrip("/") + "/"), unit=unit,
                        movable=movable_from(unit), children=kids)
+        if policy.ladder_session_gb > 0:
+            s.outside = heavy_children(procs, p.pid, kids, policy.ladder_session_gb)
         if s.in_slice:
             first = cg[len(slice_cg.rstrip("/")) + 1:].split("/")[0]
             if first.endswith(".scope"):
@@ -146,3 +148,30 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
         sessions.append(s)
     world.sessions = sessions
     return []
+
+
+def heavy_children(procs, session: int, kids: list[int], over_gb: float) -> list[dict]:
+    """The session's children (each with its whole subtree among `kids`, the session's descendants in
+    its own cgroup: outside any job's unit) whose memory (RSS, summed: an upper bound) is over
+    `over_gb`, largest first."""
+    from reconciler.observed.procs import start_time
+    from reconciler.observed.usage import process_usage
+
+    root_of: dict[int, int] = {}
+    top: dict[int, list[int]] = {}
+    for pid in kids:  # parents before children: each goes under the child of the session it is under
+        parent = procs[pid].ppid if pid in procs else None
+        root = pid if parent == session else root_of.get(parent)
+        if root is None:
+            continue
+        root_of[pid] = root
+        top.setdefault(root, []).append(pid)
+    out = []
+    for root, tree in top.items():
+        rss = sum((process_usage(pid) or (0, 0.0))[0] for pid in tree)
+        gb = rss / GIB_KB / 1024
+        start = start_time(root)
+        if gb > over_gb and start is not None:
+            out.append({"pid": root, "start": start, "name": procs[root].name if root in procs else "?",
+                        "gb": round(gb, 3), "pids": tree})
+    return sorted(out, key=lambda o: -o["gb"])

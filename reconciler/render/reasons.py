@@ -226,13 +226,21 @@ def stop_text(d: dict) -> str:
 def evict_text(d: dict) -> str:
     """`above its book (2.9 GB used, 2.2 GB booked); back to the queue head (0.2 GB free beyond the
     reserve, under half of guard_gb 0.5 GB)`: why the ladder stops a job (core/ladder.py)."""
+    if d.get("process"):  # an agent session's own process outside any job (ladder_session_gb)
+        p = d["process"]
+        what = (f"{p['gb']:.1f} GB outside any job, over ladder_session_gb ({fmt_gb(p['over_gb'])}), "
+                f"of agent session pid {p['session']}; the session goes on")
+        return f"{what} ({_ladder_cause(d)})"
     what = "above the gate's guess" if d.get("gated") else "above its book"
+    return f"{what} ({fmt_gb(d['used_gb'])} used, {fmt_gb(d['book_gb'])} booked); back to the queue head ({_ladder_cause(d)})"
+
+
+def _ladder_cause(d: dict) -> str:
     if d.get("because") == "pressure" and d.get("pressure"):
         p = d["pressure"]
-        cause = f"memory pressure {_pct(p['pct'])} % (full, 10 s; {_pct(p['avg60_pct'])} % over 60 s) held over pressure_full_pct ({p['limit']:g} %)"
-    else:
-        cause = f"{fmt_gb(max(d['room_gb'], 0.0))} free beyond the reserve, under half of guard_gb ({fmt_gb(d['guard_gb'])})"
-    return f"{what} ({fmt_gb(d['used_gb'])} used, {fmt_gb(d['book_gb'])} booked); back to the queue head ({cause})"
+        return (f"memory pressure {_pct(p['pct'])} % (full, 10 s; {_pct(p['avg60_pct'])} % over 60 s) held over "
+                f"pressure_full_pct ({p['limit']:g} %)")
+    return f"{fmt_gb(max(d['room_gb'], 0.0))} free beyond the reserve, under half of guard_gb ({fmt_gb(d['guard_gb'])})"
 
 
 def memory_limit_why(mem_gb: float, peak: float | None, try_mem: str, oom_kills: int = 0, rc: int | None = None) -> str:

@@ -281,3 +281,37 @@ def test_off_green_the_next_pass_comes_sooner():
     assert p.rung == "amber" and p.next_at == NOW + LADDER_TICK_S
     green = plan(Desired(), {}, world(), NOW, LADDER, wake=True)
     assert wake_at(green, Desired(), {}, world(), NOW, LADDER, 86400) is None
+
+
+# ---------------------------------------------------------------- an agent session's own processes
+
+
+def _session(pid, *outside):
+    from reconciler.core.models import SessionObs
+
+    return SessionObs(pid=pid, in_slice=True, outside=[dict(p) for p in outside])
+
+
+def _proc(pid, gb, start="100", pids=None):
+    return {"pid": pid, "start": start, "name": "node", "gb": gb, "pids": pids or [pid]}
+
+
+def test_session_processes_come_after_jobs_largest_first_never_a_note_owners():
+    job = running(1, mem=4.0, book_gb=2.0)
+    note = running(2, mem=1.0, kind="note", owner_pid=300)
+    w = world(jobs={"r-1": active(2.5)})
+    w.sessions = [_session(100, _proc(110, 2.5)), _session(200, _proc(210, 3.5), _proc(220, 1.0)),
+                  _session(300, _proc(310, 6.0))]  # 300 holds a note: its session's work is the owner's word
+    got = victims(_records(job, note), w, session_gb=2.0)
+    assert [r.id if r else f"pid-{f['process']['pid']}" for r, f in got] == ["r-1", "pid-210", "pid-110"]
+    assert got[1][1]["process"]["session"] == 200 and got[1][1]["process"]["over_gb"] == 2.0
+    assert [r for r, _ in victims(_records(job, note), w)] == [job]  # 0: off
+
+
+def test_red_with_no_job_above_its_book_stops_a_session_process_only_where_the_policy_says():
+    w = _red_world({})
+    w.sessions = [_session(100, _proc(110, 3.0, pids=[110, 111]))]
+    assert kinds(plan_as(ME, [], [], w=w, policy=LADDER)) == []  # ladder_session_gb 0: never
+    p = plan_as(ME, [], [], w=w, policy=dataclasses.replace(LADDER, ladder_session_gb=2.0))
+    assert kinds(p) == [("evict", "pid-110")]
+    assert p.actions[0].detail["process"] == {**_proc(110, 3.0, pids=[110, 111]), "session": 100, "over_gb": 2.0}

@@ -194,6 +194,11 @@ REASONS = [
                "pressure": {"pct": 40.0, "avg60_pct": 22.5, "limit": 10.0, "where": "system"}}, {},
      "above the gate's guess (3.1 GB used, 2.6 GB booked); back to the queue head (memory pressure 40 % (full, 10 s; "
      "22 % over 60 s) held over pressure_full_pct (10 %))"),
+    ("evict", {"code": "evicted", "room_gb": 0.1, "guard_gb": 0.5, "because": "room",
+               "process": {"pid": 4242, "start": "100", "name": "node", "gb": 3.1, "pids": [4242], "session": 4121,
+                           "over_gb": 2.0}}, {},
+     "3.1 GB outside any job, over ladder_session_gb (2.0 GB), of agent session pid 4121; the session goes on (102 MB "
+     "free beyond the reserve, under half of guard_gb (512 MB))"),
     # ------------------------------------------------ settles: rc, peak, time, then the why (OUTCOMES below)
     ("settle", {"code": "exited", "rc": 3, "peak_gb": 0.4, "took_s": 300.0}, {}, "rc=3 peak 410 MB in 5 min; exit code 3"),
     ("settle", {"code": "memory_limit", "mem_gb": 1.0, "peak_gb": 1.0, "try_mem": "1.5G", "rc": 137, "took_s": 300.0}, {},
