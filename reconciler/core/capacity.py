@@ -76,6 +76,18 @@ class Capacity:
         return sorted(self.holders, key=lambda h: (h.eta is None, h.eta or 0, h.id))
 
 
+def book_source(req: Request) -> str:
+    """Where an entry's book came from (DESIGN §5.1): its command's history, a raise after res
+    stopped it, the gate's guess, its cap."""
+    if req.kind == "note":
+        return "its size (a note)"
+    if req.gated:
+        return "the gate's guess" + (f" ({req.sized_from})" if req.sized_from else "")
+    if req.book_gb is not None and req.book < req.mem_gb:
+        return req.booked_from or "its history"
+    return req.booked_from if req.booked_from and req.booked_from.startswith("its cap") else "its cap (no history yet)"
+
+
 USER_CPU_SHARE = 0.25  # the most of the machine's CPUs the user's reserve takes
 GAME_CPU_SHARE = 0.5  # … and the game reserve
 

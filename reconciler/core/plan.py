@@ -475,6 +475,8 @@ class _Admission:
     def start(self, req: Request, head: bool, backfill: dict | None = None) -> None:
         cap = self.cap
         detail = backfill or {"code": "fits", "head": head, "free_gb": cap.mem_gb}
+        if req.book < req.mem_gb:  # where its book came from (DESIGN §5.1), for the plan's reader
+            detail = {**detail, "booked_from": req.booked_from}
         kind = "grant" if req.kind == "note" else "start"
         self.acts.append(Action(kind=kind, id=req.id, detail=detail, **_tag(req)))
         cap.take(req, _new_holder(req, self.now))

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from reconciler.core.agents import SESSION_NAME  # the only sessions the pass observes
-from reconciler.core.capacity import reserves
+from reconciler.core.capacity import book_source, reserves
 from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase
 from reconciler.core.quantities import Zone, civil_date, local_midnight
 from reconciler.core.rules import Rules
@@ -147,7 +147,7 @@ def owners(now: Readings, before: Readings | None, records: dict[str, JobRecord]
                     "gb": _gb(gb), "cpu_pct": cpu_pct(now, before, key),
                     "session": session_key(pid) if pid is not None else None,
                     # what admission counts of it and what the kernel holds it to (DESIGN §5.1)
-                    "book_gb": req.book, "cap_gb": None if req.gated else req.mem_gb})
+                    "book_gb": req.book, "cap_gb": None if req.gated else req.mem_gb, "booked_from": book_source(req)})
     res_gb = _gb(now.use.get(RES, Use()).gb)
     res_cpu = cpu_pct(now, before, RES)
     used = now.total_gb - now.available_gb

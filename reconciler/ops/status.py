@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 
 from reconciler.core.exits import EXIT_NEVER_RAN
-from reconciler.core.capacity import reserves
+from reconciler.core.capacity import book_source, reserves
 from reconciler.desired import lastgood
 from reconciler.desired.changes import SHOWN_FOR_S, change_line, recorded_and_pending
 from reconciler.core.plan import spent_today
@@ -48,7 +48,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "node_requeues": req.node_requeues,
         # what admission counts of it, what the kernel holds it to, and why (DESIGN §5.1)
         "book_gb": req.book, "cap_gb": None if req.gated or req.kind == "note" else req.mem_gb,
-        "booked_from": booked_from(req), "evictions": list(rec.evictions),
+        "booked_from": book_source(req), "evictions": list(rec.evictions),
         "cpu_s": rec.cpu_s,
         "created": req.created, "started": rec.started, "ended": rec.ended, "eta": rec.eta(),
         "overdue": bool(rec.phase in LIVE and expires is not None and now > expires),
@@ -68,17 +68,6 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "where": where_of(rec, obs), "pending": obs.get("pending") if rec.phase in LIVE else None,
         "slurm_est_start": obs.get("est_start") if rec.phase in LIVE else None,
     }
-
-
-def booked_from(req) -> str:
-    """Where an entry's book came from: its command's history, a raise after res stopped it, its cap."""
-    if req.kind == "note":
-        return "its size (a note)"
-    if req.gated:
-        return "the gate's guess" + (f" ({req.sized_from})" if req.sized_from else "")
-    if req.book_gb is not None and req.book < req.mem_gb:
-        return req.booked_from or "its history"
-    return req.booked_from if req.booked_from and req.booked_from.startswith("its cap") else "its cap (no history yet)"
 
 
 def where_of(rec: JobRecord, obs: dict) -> str:

@@ -333,10 +333,11 @@ def action_reason(a: Action, zone: Zone) -> str:
     if kind == "start" and code == "submit":
         how = "overflow: does not fit here now; " if d.get("overflow") else ""
         return f"{how}to slurm ({fmt_gb(a.mem_gb)}, {fmt_cpus(a.cpus)}, {fmt_span(d['est_s'])})"
+    booked = f"; booked from {d['booked_from']}" if d.get("booked_from") else ""
     if code == "backfill":
-        return backfill_text(d, zone)
+        return backfill_text(d, zone) + booked
     if kind == "start":
-        return f"{'queue head, fits' if d['head'] else 'fits'} ({fmt_gb(d['free_gb'])} free)"
+        return f"{'queue head, fits' if d['head'] else 'fits'} ({fmt_gb(d['free_gb'])} free){booked}"
     if kind == "evict":
         return evict_text(d)
     if kind == "grant":

@@ -53,11 +53,12 @@ LABEL_WIDTH = 44
 def _owner_row(o: dict, indent: str = "", project: str = "") -> OwnerRow:
     label = str(o.get("label") or o.get("key") or "?")
     book, cap = o.get("book_gb"), o.get("cap_gb")
-    if book is not None and cap is not None and book < cap:  # (DESIGN §5.1)
-        label += f" · {gb_text(book)} booked · {gb_text(cap)} cap"
+    # a job booked below its cap says both (DESIGN §5.1; where from: the entries table), whatever is cut
+    booked = f" · {gb_text(book)} booked/{gb_text(cap)}" if book is not None and cap is not None and book < cap else ""
     if o.get("notes"):  # a session's notes: what it holds in the ledger for work outside res
         label += f" · {gb_text(o.get('noted_gb'))} noted ({', '.join(map(str, o['notes']))})"
-    label = one_line(f"{one_line(project, 16)} · {label}" if project else label, LABEL_WIDTH - len(indent))
+    label = one_line(f"{one_line(project, 16)} · {label}" if project else label,
+                     max(LABEL_WIDTH - len(indent) - len(booked), 12)) + booked
     return OwnerRow(str(o.get("key") or label), str(o.get("kind") or "?"), indent + label, o.get("gb"),
                     o.get("cpu_pct"), o.get("spend_today_usd"))
 
@@ -169,8 +170,8 @@ def entry_rows(view: dict, zone: Zone) -> list[EntryRow]:
         est = fmt_clock(j["est_start"], zone) if j.get("est_start") else ""
         mem = gb_text(j.get("mem_gb"))
         book, cap = j.get("book_gb"), j.get("cap_gb")
-        if book is not None and cap is not None and book < cap:  # (DESIGN §5.1)
-            mem = f"{gb_text(book)} booked · {gb_text(cap)} cap"
+        if book is not None and cap is not None and book < cap:  # (DESIGN §5.1), and where the book is from
+            mem = f"{gb_text(book)} booked · {gb_text(cap)} cap ({one_line(str(j.get('booked_from') or ''), 40)})"
         if j.get("used_gb") is not None:
             mem = f"{gb_text(j['used_gb'])} of {mem}"
         if state == "queued":

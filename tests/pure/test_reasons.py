@@ -156,6 +156,8 @@ REASONS = [
     # ------------------------------------------------ starts
     ("start", {"code": "fits", "free_gb": 30.0, "head": True}, {}, "queue head, fits (30.0 GB free)"),
     ("start", {"code": "fits", "free_gb": 30.0, "head": False}, {}, "fits (30.0 GB free)"),
+    ("start", {"code": "fits", "free_gb": 5.0, "head": True, "booked_from": "5 runs of make e2e"}, {"mem_gb": 3.5, "book_gb": 2.2},
+     "queue head, fits (5.0 GB free); booked from 5 runs of make e2e"),
     ("grant", {"code": "fits", "free_gb": 0.5, "head": False}, {}, "fits (512 MB free)"),
     ("start", {"code": "backfill", "head": "r-2", "head_start": NOW + 300, "ends": NOW + 120, "free_gb": 2.0, "beside": False}, {},
      "backfill: ends ~20:28, before r-2's start ~20:31"),

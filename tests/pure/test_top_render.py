@@ -66,3 +66,17 @@ def test_a_session_row_names_the_notes_it_holds():
     labels = [row.label for row in draw.owner_rows(view)]
     assert labels[0] == "claude pid 4121 · 4.0 GB noted (r-6)"
     assert labels[1] == "your programs"
+
+
+def test_a_job_booked_below_its_cap_says_both_and_where_from_and_the_ladder_is_named_off_green():
+    view = {"at": 0.0, "memory": {"total_gb": 10.0, "rung": "amber", "rung_why": {"room_gb": 0.3, "guard_gb": 0.5, "because": "room"}},
+            "owners": [{"key": "job:r-7", "kind": "job", "label": 'r-7 "e2e"', "project": "web", "gb": 2.0,
+                        "book_gb": 2.2, "cap_gb": 3.5, "booked_from": "5 runs of make e2e"}],
+            "status": {"jobs": [{"id": "r-7", "kind": "job", "state": "running", "mem_gb": 3.5, "book_gb": 2.2, "cap_gb": 3.5,
+                                 "booked_from": "5 runs of make e2e", "used_gb": 2.0, "title": "e2e", "eta": None}]}}
+    (row,) = [r for r in draw.owner_rows(view) if r.kind == "job"]
+    assert row.label == 'web · r-7 "e2e" · 2.2 GB booked/3.5 GB'  # (where from: the entries table)
+    (entry,) = draw.entry_rows(view, None)
+    assert entry.cells[4] == "2.0 GB of 2.2 GB booked · 3.5 GB cap (5 runs of make e2e)"
+    assert draw.ladder_line(view) == "ladder AMBER: 307 MB free beyond the reserve (guard 512 MB): nothing new starts"
+    assert draw.ladder_line({"memory": {"rung": "green"}}) == "ladder green: admitting what fits"

@@ -228,3 +228,21 @@ def test_the_sample_sums_owners_by_kind():
     assert s == {"t": NOW, "gb": {"sessions": 1.5, "jobs": 3.0, "you": 7.25, "res": 0.25, "cache": 12.0},
                  "budget": 6.0, "reserve": 4}
     assert cheap_sample(now, records(rec(1)), snap(sessions=[7, 8], budget=6.0), RULES, Game(), UTC) == s
+
+
+def test_a_job_says_its_book_its_cap_and_where_the_book_came_from():
+    booked, capped = rec(1, mem=3.5), rec(2, mem=1.0)
+    booked.request.book_gb, booked.request.booked_from = 2.2, "5 runs of make e2e"
+    o = by_key(owners(readings(job_r_1=Use(gb=2.0), job_r_2=Use(gb=0.5)), None, records(booked, capped), snap(), UTC))
+    assert (o["job:r-1"]["book_gb"], o["job:r-1"]["cap_gb"], o["job:r-1"]["booked_from"]) == (2.2, 3.5, "5 runs of make e2e")
+    assert (o["job:r-2"]["book_gb"], o["job:r-2"]["cap_gb"], o["job:r-2"]["booked_from"]) == (1.0, 1.0, "its cap (no history yet)")
+
+
+def test_res_own_stops_are_marks_of_their_own_not_oom_kills():
+    stopped = rec(1, phase=Phase.done, ended=NOW - 5, rc=0, detail={"code": "exited"})
+    stopped.evictions = [{"at": NOW - 40, "used_gb": 2.9, "book_gb": 2.2, "to_gb": 3.0}]
+    process = [{"at": NOW - 20, "pid": 4242, "name": "node", "gb": 3.1, "session": 4121}]
+    got = marks(records(stopped), NOW, process)
+    assert [(m["kind"], m["id"], m["at"]) for m in got] == [("evicted", "r-1", NOW - 40), ("evicted", "pid-4242", NOW - 20)]
+    assert got[0]["line"] == "r-1 stopped by res above its book (2.90 GB used, 2.20 GB booked), run again"
+    assert got[1]["line"] == "node pid 4242 of agent session pid 4121 stopped by res (3.1 GB outside any job)"
