@@ -61,13 +61,16 @@ def held_pressure(policy: Rules, world: World) -> dict | None:
 
 def rung(policy: Rules, world: World, cap: Capacity) -> tuple[str, dict]:
     """(green | amber | red, why as data) from what the pass observed. `cap` is the pass's capacity
-    before anything was admitted (its `force_mem_gb` is what is really free beyond the reserve and
-    headroom)."""
+    before anything was admitted (its `force_mem_gb` is what is really free beyond the reserve in force
+    and headroom: amber). Red is judged against the user's own reserve, never game mode's: game mode
+    holds new work back, it never stops a running job (DESIGN §5.6); only memory really running out
+    does."""
     room = cap.force_mem_gb
     why: dict = {"room_gb": round(room, 3), "guard_gb": policy.guard_gb}
     held = held_pressure(policy, world)
-    if policy.guard_gb > 0 and room < policy.guard_gb / 2:
-        return "red", {**why, "because": "room"}
+    short = world.mem_available_gb - policy.user_reserve_gb - policy.small_headroom_gb
+    if policy.guard_gb > 0 and short < policy.guard_gb / 2:
+        return "red", {**why, "room_gb": round(short, 3), "because": "room"}
     if held is not None:
         return "red", {**why, "because": "pressure", "pressure": held}
     if cap.held_back:

@@ -315,3 +315,15 @@ def test_red_with_no_job_above_its_book_stops_a_session_process_only_where_the_p
     p = plan_as(ME, [], [], w=w, policy=dataclasses.replace(LADDER, ladder_session_gb=2.0))
     assert kinds(p) == [("evict", "pid-110")]
     assert p.actions[0].detail["process"] == {**_proc(110, 3.0, pids=[110, 111]), "session": 100, "over_gb": 2.0}
+
+
+def test_game_mode_holds_new_work_back_but_never_stops_a_job_for_its_reserve():
+    # 20 GB available: 12 beyond the user's reserve (6) and headroom (2), but 0 beyond the game's (12 + 2 = 14 > 20 − 6)
+    on = Game(on=True, until=NOW + 3600)
+    w = world(avail=14.2, total=32.0, jobs={"r-1": active(2.6)})
+    cap = capacity(LADDER, on, w, [], NOW)
+    assert rung(LADDER, w, cap)[0] == "amber"  # under the game reserve's guard: nothing new starts
+    a = running(1, mem=4.0, book_gb=2.0)
+    d = Desired(requests=[a.request], game=on)
+    p = plan(d, {"r-1": copy(a, attached_by=ME)}, w, NOW, LADDER, me=ME)
+    assert [k for k, _ in kinds(p) if k == "evict"] == []
