@@ -19,11 +19,13 @@ def a_view(marker: str = "first") -> dict:
     return {
         "v": 1, "at": time.time(), "loop": {"pid": os.getpid(), "last_pass_at": time.time() - 1},
         "memory": {"total_gb": 23.5, "available_gb": 14.2, "free_gb": 3.1, "cache_gb": 9.8,
-                   "agents_budget_gb": 8.0, "reserve_gb": 4.0, "pressure_full_pct": 0.0},
+                   "agents_budget_gb": 8.0, "reserve_gb": 4.0, "pressure_full_pct": 0.0,
+                   "rung": "amber", "rung_why": {"room_gb": 0.3, "guard_gb": 0.5, "because": "room"}},
         "cpu": {"nproc": 2, "busy_pct": 37.5},
         "owners": [
             {"key": "job:r-4", "kind": "job", "label": 'r-4 "dotnet e2e"', "project": "proj-a", "gb": 7.5,
-             "cpu_pct": 180.0, "session": "session:4121"},
+             "cpu_pct": 180.0, "session": "session:4121", "book_gb": 6.0, "cap_gb": 8.0,
+             "booked_from": "5 runs of dotnet test"},
             {"key": "you", "kind": "you", "label": "your programs", "gb": 3.0, "cpu_pct": 12.0},
             {"key": "session:4121", "kind": "session", "label": "claude pid 4121", "gb": 1.2, "cpu_pct": 3.0,
              "jobs": ["r-4"], "spend_today_usd": 0.52},
@@ -40,7 +42,9 @@ def a_view(marker: str = "first") -> dict:
                       "ended": None, "outcome": "running"},
                      {"id": "r-3", "title": "build", "queued": time.time() - 3000, "started": time.time() - 2900,
                       "ended": time.time() - 2000, "outcome": "oom"}],
-        "marks": [{"at": time.time() - 2000, "kind": "oom", "id": "r-3", "line": "r-3 killed at its memory limit"}],
+        "marks": [{"at": time.time() - 2000, "kind": "oom", "id": "r-3", "line": "r-3 killed at its memory limit"},
+                  {"at": time.time() - 1000, "kind": "evicted", "id": "r-4",
+                   "line": "r-4 stopped by res above its book (7.10 GB used, 6.00 GB booked), run again"}],
         "actions": False,
         "marker": marker,
     }

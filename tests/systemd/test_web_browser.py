@@ -70,7 +70,15 @@ def test_the_page_draws_the_fake_view_in_headless_chromium(served, chromium_ok, 
         assert "claude pid 4121" in text and "waits for r-4 (lock e2e)" in text and "e2e@proj-a" in text
         assert '<script>alert(1)</script>' in b.run("return document.querySelector('#queue').innerText")
         b.wait_for("return document.querySelectorAll('#memchart svg path.area').length >= 4", "the memory chart's areas")
-        assert b.run("return document.querySelectorAll('#memchart svg line.mark').length") == 1
+        # an OOM kill and res's own stop, each its own mark, in its own colour
+        assert b.run("return document.querySelectorAll('#memchart svg line.mark').length") == 2
+        colours = b.run("return [...document.querySelectorAll('#memchart svg line.mark')].map(l => l.getAttribute('stroke'))")
+        assert sorted(colours) == ["var(--evicted)", "var(--oom)"], colours
+        # a job booked below its cap says both, and where the book came from; the ladder's rung is named
+        owners = b.run("return document.querySelector('#owners').innerText")
+        assert "6.0 GB booked · 8.0 GB cap (5 runs of dotnet test)" in owners, owners
+        assert "amber" in b.run("return document.querySelector('#ladder').innerText")
+        assert "stopped by res above its book" in b.run("return document.querySelector('#memlegend').innerText")
         assert b.run("return document.querySelectorAll('#timeline svg g.job').length") == 2
         assert "r-2 \"claude fix bug\"" in b.run("return document.querySelector('#spend').innerText")
         # live: a pushed view shows without a reload
