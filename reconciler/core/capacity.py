@@ -76,6 +76,25 @@ class Capacity:
         return sorted(self.holders, key=lambda h: (h.eta is None, h.eta or 0, h.id))
 
 
+def rebookable(req: Request, rec: JobRecord | None) -> bool:
+    """Is this entry's book still its command's history's to decide (DESIGN §5.1)? A job not started
+    yet, run here, not gated (its size is the gate's guess), and never stopped by the ladder (a stop
+    raised its book, which stays)."""
+    return (req.kind == "job" and not req.gated and req.on != "cluster"
+            and (rec is None or (rec.phase == Phase.queued and not rec.evictions)))
+
+
+def with_book(req: Request, book_gb: float | None, source: str | None) -> Request:
+    """`req` booked at `book_gb` from `source` where that is below its cap, else at its cap."""
+    from dataclasses import replace
+
+    if book_gb is None or book_gb >= req.mem_gb:
+        return req if req.book_gb is None else replace(req, book_gb=None, booked_from=None)
+    if req.book_gb == book_gb and req.booked_from == source:
+        return req
+    return replace(req, book_gb=book_gb, booked_from=source)
+
+
 def book_source(req: Request) -> str:
     """Where an entry's book came from (DESIGN §5.1): its command's history, a raise after res
     stopped it, the gate's guess, its cap."""

@@ -611,8 +611,11 @@ def _tag(req: Request) -> dict:
 def _wait(req: Request, rec: JobRecord | None, detail: dict) -> Action:
     # Positional: one of these per waiting entry, thousands a pass.
     book = req.book
-    return Action("enqueue" if rec is None else "wait", req.id, "", req.title, req.mem_gb, req.cpus, detail=detail,
-                  book_gb=book if book < req.mem_gb else None)
+    if book < req.mem_gb:  # booked below its cap now (its record may say what it was booked at when asked)
+        detail = {**detail, "book_gb": book, "booked_from": req.booked_from}
+        return Action("enqueue" if rec is None else "wait", req.id, "", req.title, req.mem_gb, req.cpus,
+                      detail=detail, book_gb=book)
+    return Action("enqueue" if rec is None else "wait", req.id, "", req.title, req.mem_gb, req.cpus, detail=detail)
 
 
 def _new_holder(req: Request, now: float, remote: bool = False):

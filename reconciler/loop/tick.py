@@ -25,6 +25,37 @@ log = logging.getLogger("res.tick")
 T = TypeVar("T")
 
 
+def rebook(desired: Desired, records: dict, learned: dict, margin: float, memo: dict) -> None:
+    """Each queued job booked from what history knows now (DESIGN §5.1: its command's p95 peak ×
+    margin, once it has 3 finished runs: core/sizing.book_for), not only from what it knew when the
+    job was asked for: a job asked before its command's third run ended would otherwise wait at its
+    cap for good. `memo`: (project, command, margin) -> its book, kept by the caller while `learned`
+    is the same."""
+    from reconciler.core.capacity import rebookable, with_book
+    from reconciler.core.sizing import book_for
+
+    if not learned:
+        return
+    out = []
+    for req in desired.requests:
+        if rebookable(req, records.get(req.id)):
+            key = (req.project, tuple(req.cmd), margin)
+            if key not in memo:
+                if len(memo) >= FINGERPRINTS_KEPT:
+                    memo.clear()
+                mine = learned.get(req.project)
+                memo[key] = book_for(req.cmd, mine if isinstance(mine, dict) else None, margin) or (None, None)
+            req = with_book(req, *memo[key])
+        out.append(req)
+    desired.requests = out
+
+
+def gatefile_read(path) -> dict | None:
+    from reconciler.config import gatefile
+
+    return gatefile.read(str(path))
+
+
 def holder_id() -> str:
     """`host/pid/nonce/start`: the process start time lets another instance on this host tell that
     the holder is gone even when its pid has been reused (DESIGN §5.4)."""
@@ -134,6 +165,10 @@ class Engine:
         self._gate_table: tuple | None = None  # (policy key, the heavy table as the policy makes it)
         self._gate_history: tuple[int, list] | None = None  # (history rows, the latest HISTORY_LEARNED parsed)
         self._fingerprints: dict[tuple, str | None] = {}  # a command line -> its fingerprint (core.gate)
+        # What history learned (gate.json's "learned": project -> fingerprint -> entry), as last built,
+        # and each queued command's book from it (DESIGN §5.1), remembered until it changes.
+        self.learned: dict = ((gatefile_read(paths.gate) or {}).get("learned") or {})
+        self._books: dict[tuple, tuple] = {}
         from reconciler import code_fingerprint
 
         self.code_id = code_fingerprint()  # the code this instance runs (`res service install` compares)
@@ -274,6 +309,7 @@ class Engine:
             if self.policy_error:
                 notices.append(self.policy_error)
             records = self.store.records()
+            rebook(desired, records, self.learned, self.policy.margin, self._books)
             desired.hand_added = await self.track_changes(now)
             if self.store.bad:  # unreadable rows: reported, and nothing admitted under their ids
                 desired.held = sorted(set(desired.held) | set(self.store.bad))
@@ -343,9 +379,11 @@ class Engine:
             rows = key[2]  # the history only grows: its row count says whether it changed
             if self._gate_history is None or self._gate_history[0] != rows:
                 self._gate_history = (rows, self.store.history(HISTORY_LEARNED))
-            gatefile.write(self.paths.gate, gatefile.build(self.policy, [*records.values(), *self._gate_history[1]],
-                                                           table=self._gate_table[1], fingerprint_of=self._fingerprint))
+            built = gatefile.build(self.policy, [*records.values(), *self._gate_history[1]],
+                                   table=self._gate_table[1], fingerprint_of=self._fingerprint)
+            gatefile.write(self.paths.gate, built)
             self._gate_key = key
+            self.learned, self._books = built["learned"], {}
         except Exception as e:  # noqa: BLE001 - bookkeeping: the pass goes on
             log.warning("writing %s: %s", self.paths.gate, e)
 
@@ -514,6 +552,7 @@ async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Pla
     try:
         desired, notices = load_desired(paths, store, save=False)
         records = store.records()
+        rebook(desired, records, (gatefile_read(paths.gate) or {}).get("learned") or {}, policy.margin, {})
         if world is None:
             runtime = make_runtime(paths, policy)
             from reconciler.runtime import RuntimeUnavailable

@@ -47,8 +47,10 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "by": asker_data(req), "auto": list(req.auto), "sized_from": req.sized_from, "grown_from_gb": req.grown_from_gb,
         "node_requeues": req.node_requeues,
         # what admission counts of it, what the kernel holds it to, and why (DESIGN §5.1)
-        "book_gb": req.book, "cap_gb": None if req.gated or req.kind == "note" else req.mem_gb,
-        "booked_from": book_source(req), "evictions": list(rec.evictions),
+        # (a queued one as the last pass booked it: history may have learned more since it was asked)
+        "book_gb": (queued or {}).get("book_gb", req.book),
+        "cap_gb": None if req.gated or req.kind == "note" else req.mem_gb,
+        "booked_from": (queued or {}).get("booked_from") or book_source(req), "evictions": list(rec.evictions),
         "cpu_s": rec.cpu_s,
         "created": req.created, "started": rec.started, "ended": rec.ended, "eta": rec.eta(),
         "overdue": bool(rec.phase in LIVE and expires is not None and now > expires),

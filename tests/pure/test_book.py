@@ -327,3 +327,17 @@ def test_game_mode_holds_new_work_back_but_never_stops_a_job_for_its_reserve():
     d = Desired(requests=[a.request], game=on)
     p = plan(d, {"r-1": copy(a, attached_by=ME)}, w, NOW, LADDER, me=ME)
     assert [k for k, _ in kinds(p) if k == "evict"] == []
+
+
+def test_a_queued_job_is_booked_from_what_history_knows_now_a_stopped_one_keeps_its_raised_book():
+    from reconciler.core.capacity import rebookable, with_book
+
+    asked = req(1, mem=3.5, queue=True)
+    assert rebookable(asked, None) and rebookable(asked, JobRecord(request=asked, phase=Phase.queued))
+    assert not rebookable(asked, JobRecord(request=asked, phase=Phase.running))  # admitted at its book
+    assert not rebookable(asked, JobRecord(request=asked, phase=Phase.queued, evictions=[{"at": NOW}]))
+    assert not rebookable(req(2, mem=3.5, gated=True), None) and not rebookable(req(3, kind="note"), None)
+    assert with_book(asked, 2.8, "3 runs of make e2e").book == 2.8
+    assert with_book(asked, 4.0, "3 runs of make e2e") is asked  # above its cap: its cap
+    booked = with_book(asked, 2.8, "3 runs of make e2e")
+    assert with_book(booked, None, None).book == 3.5 and with_book(booked, 2.8, "3 runs of make e2e") is booked
