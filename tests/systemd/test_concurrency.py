@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -169,6 +170,14 @@ def test_sixteen_queued_runs_at_once(user_manager, res_env, monkeypatch):
     prefix = env["RES_UNIT_PREFIX"]
     slices = [env["RES_JOBS_SLICE"], env["RES_AGENTS_SLICE"]]
 
+    # Each job runs a program of its own name (sleep under another name): no two share a command
+    # fingerprint, so none is booked from the others' runs (DESIGN §5.1) and each counts at its --mem,
+    # the ledger's bound this test holds admission to.
+    sleep = shutil.which("sleep")
+    naps = []
+    for i in range(N_PROCS):
+        naps.append(work / f"nap{chr(ord('a') + i)}")
+        naps[-1].symlink_to(sleep)
     sampler = Sampler(db)
     sampler.start()
     procs: list[subprocess.Popen] = []
@@ -177,7 +186,7 @@ def test_sixteen_queued_runs_at_once(user_manager, res_env, monkeypatch):
         for i in range(N_PROCS):
             procs.append(subprocess.Popen(
                 res_cmd("run", "--queue", "--mem", f"{x_mb}M", "--cpus", "0.1", "--for", "1m",
-                        "--title", f"concurrent {i}", "--", "sleep", str(SLEEP_S)),
+                        "--title", f"concurrent {i}", "--", str(naps[i]), str(SLEEP_S)),
                 cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         answers = [p.communicate(timeout=120) + (p.returncode,) for p in procs]
 
