@@ -101,7 +101,9 @@ TESTS = [
     ("toolz", "toolz==1.2.0", ["toolz/tests"]),
     ("tomlkit", "tomlkit==0.15.2", ["tests"]),
     ("jinja2", "jinja2==3.1.6", ["tests"]),
-    ("boltons", "boltons==26.2.0", ["tests"]),
+    # (its netstring self-test gives a socket 10 ms: under two cores' worth of builds it fails now and
+    # then, in every arm alike, for want of a time slice, not of memory or order: left out)
+    ("boltons", "boltons==26.2.0", ["tests", "--deselect", "tests/test_socketutils.py::test_socketutils_netstring"]),
 ]
 TEST_DEPS = ["pytest==8.*", "pytest-xdist==3.*", "trio", "freezegun"]  # trio: jinja2's async tests; freezegun:
 # itsdangerous's; pytest-xdist: the gate's acceptance test runs a suite with `-n auto`, as agents do
