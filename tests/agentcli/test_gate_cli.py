@@ -65,6 +65,7 @@ POLICY = f"""\
 # the gate's acceptance test: CPUs bind (each gated command books every CPU), memory does not
 gate_wait_s = 120
 user_reserve_gb = 0.5
+cpu_overcommit = 1  # every CPU promised once, so two gated commands cannot both hold them
 small_headroom_gb = 0
 [gate_heavy_add]
 "pytest" = {{ mem_gb = 0.25, cpus = {N}, minutes = 0.5 }}
