@@ -54,6 +54,25 @@ def setting_name(margin: float, over: float) -> str:
     return f"margin {margin:g} × cpus {over:g}"
 
 
+def cell(run: dict) -> tuple:
+    """What one run measured: (mix, seed, arm, setting); a resumed sweep skips the cells it has."""
+    return (run["mix"], run["seed"], run["arm"], run.get("setting"))
+
+
+def prior_runs(path: Path, agents: int, mem_gb: float) -> list[dict]:
+    """The runs an earlier sweep wrote to `path`, if it measured the same crowd (agents, W); else none."""
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"crowd_sweep: --resume: {path}: {e}") from None
+    if doc.get("agents") != agents or doc.get("mem_gb") != mem_gb:
+        raise SystemExit(f"crowd_sweep: --resume: {path} measured {doc.get('agents')} agents on {doc.get('mem_gb')} GB, "
+                         f"not {agents} on {mem_gb:g} GB")
+    return list(doc.get("runs", []))
+
+
 def best_slots(rows: list[dict]) -> dict | None:
     """The fastest slot arm that lost nothing (no OOM kill, no failed job), or None."""
     clean = [r for r in rows if r["arm"] in SLOTS and r["oom_killed"] == 0 and r["failed"] == 0]
@@ -112,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agents", type=int, default=crowd.FULL["agents"])
     ap.add_argument("--smoke", action="store_true", help="the smoke's crowd (2 agents, 1 GB): to try the sweep itself")
     ap.add_argument("--json", default="crowd-sweep.json", help="every run's figures, rewritten after each run")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the runs already in --json and measure only the (mix, seed, arm) cells it lacks")
     a = ap.parse_args(argv)
     mixes = [m.strip() for m in a.mixes.split(",") if m.strip()]
     for m in mixes:
@@ -134,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     mem_gb = size["mem_gb"]
     cores = len(os.sched_getaffinity(0))
     workdir = Path(tempfile.mkdtemp(prefix="res-crowd-sweep-"))
-    runs: list[dict] = []
+    runs: list[dict] = prior_runs(Path(a.json), agents, mem_gb) if a.resume else []
+    done = {cell(r) for r in runs}
     doc = dict(mixes=mixes, seeds=seeds, settings=[dict(margin=m, cpu_overcommit=o) for m, o in settings],
                agents=agents, mem_gb=mem_gb, cores=cores, runs=runs)
     started = time.monotonic()
@@ -151,16 +173,20 @@ def main(argv: list[str] | None = None) -> int:
         log("   " + crowd.check_cap(f"cw{os.urandom(3).hex()}", mem_gb))
         suites = crowd.setup_suites(crowd.SMOKE_TESTS if a.smoke else crowd.TESTS, log)
         base = crowd.measure_alone([crowd.PY, crowd.JOB, "build", os.devnull, "0", "0.05"])["peak_mb"]
-        for mix in mixes:
+        idle: dict[str, float] = {}
+        for mix in mixes:  # the owner's probe on the idle machine, once per mix, before any crowd
             probe = crowd.Probe(workdir / f"probe-idle-{mix}.txt")
             time.sleep(size["idle_s"])
             idle_ms = probe.stop()
-            idle_p99 = crowd.pct(idle_ms, 0.99)
-            log(f"{mix}: the owner's probe, idle: p99 {idle_p99:.1f} ms (n={len(idle_ms)})")
-            for seed in seeds:
+            idle[mix] = crowd.pct(idle_ms, 0.99)
+            log(f"{mix}: the owner's probe, idle: p99 {idle[mix]:.1f} ms (n={len(idle_ms)})")
+        # seed-major: a sweep cut short has every mix measured on its first seeds
+        for seed in seeds:
+            for mix in mixes:
+                idle_p99 = idle[mix]
                 plan = crowd.workload(mix, agents, size, suites, seed, base)
                 lb = crowd.lower_bound(plan, mem_gb, cores)
-                here: list[dict] = []
+                here: list[dict] = [r for r in runs if r["mix"] == mix and r["seed"] == seed]
 
                 def record(row: dict, **more) -> dict:
                     ratio = row["probe_p99_ms"] / idle_p99 if row["probe_p99_ms"] and idle_p99 else None
@@ -175,12 +201,16 @@ def main(argv: list[str] | None = None) -> int:
                     return out
 
                 for arm in SLOTS:
+                    if (mix, seed, arm, None) in done:
+                        continue
                     t = time.monotonic()
                     r = record(crowd.ArmRun(arm, plan, mem_gb, workdir / f"{mix}-{seed}").go())
                     log(f"   {mix} seed {seed} {arm}: {r['makespan_s']:.1f} s ({r['bound_ratio']:.2f}× bound), "
                         f"{r['oom_killed']} OOM, {r['failed']} failed ({time.monotonic() - t:.0f} s)")
                 slots = best_slots(here)
                 for margin, over in settings:
+                    if (mix, seed, "res", setting_name(margin, over)) in done:
+                        continue
                     t = time.monotonic()
                     env = {"RES_MARGIN": f"{margin:g}", "RES_CPU_OVERCOMMIT": f"{over:g}"}
                     row = crowd.ArmRun("res", plan, mem_gb, workdir / f"{mix}-{seed}-{margin:g}-{over:g}", res_env=env).go()
