@@ -73,6 +73,16 @@ def prior_runs(path: Path, agents: int, mem_gb: float) -> list[dict]:
     return list(doc.get("runs", []))
 
 
+def hold(pause_file: Path | None, log) -> None:
+    """Wait while the pause file exists: other work on the machine would be measured as the crowd's."""
+    if pause_file is None or not pause_file.exists():
+        return
+    log(f"   paused: {pause_file} exists")
+    while pause_file.exists():
+        time.sleep(2)
+    log("   resumed")
+
+
 def best_slots(rows: list[dict]) -> dict | None:
     """The fastest slot arm that lost nothing (no OOM kill, no failed job), or None."""
     clean = [r for r in rows if r["arm"] in SLOTS and r["oom_killed"] == 0 and r["failed"] == 0]
@@ -131,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--agents", type=int, default=crowd.FULL["agents"])
     ap.add_argument("--smoke", action="store_true", help="the smoke's crowd (2 agents, 1 GB): to try the sweep itself")
     ap.add_argument("--json", default="crowd-sweep.json", help="every run's figures, rewritten after each run")
+    ap.add_argument("--pause-file", type=Path, help="while this file exists, wait before the next run starts "
+                    "(the machine lent to other work between runs, never during one)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the runs already in --json and measure only the (mix, seed, arm) cells it lacks")
     a = ap.parse_args(argv)
@@ -203,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 for arm in SLOTS:
                     if (mix, seed, arm, None) in done:
                         continue
+                    hold(a.pause_file, log)
                     t = time.monotonic()
                     r = record(crowd.ArmRun(arm, plan, mem_gb, workdir / f"{mix}-{seed}").go())
                     log(f"   {mix} seed {seed} {arm}: {r['makespan_s']:.1f} s ({r['bound_ratio']:.2f}× bound), "
@@ -211,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                 for margin, over in settings:
                     if (mix, seed, "res", setting_name(margin, over)) in done:
                         continue
+                    hold(a.pause_file, log)
                     t = time.monotonic()
                     env = {"RES_MARGIN": f"{margin:g}", "RES_CPU_OVERCOMMIT": f"{over:g}"}
                     row = crowd.ArmRun("res", plan, mem_gb, workdir / f"{mix}-{seed}-{margin:g}-{over:g}", res_env=env).go()
