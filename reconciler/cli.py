@@ -19,7 +19,50 @@ from reconciler.core.quantities import BadValue, parse_count, parse_cpus, parse_
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2
-        raise Fail(f"res: {message} (see: {self.prog} --help)", 2)
+        raise Fail(f"res: {_tidy(message)} (see: {self.prog} --help)", 2)
+
+
+def _tidy(message: str) -> str:
+    """argparse's message on one short line: a long quoted value (an invalid choice of 100,000
+    characters) cut, whatever it holds escaped."""
+    import re
+
+    from reconciler.core.invalid import quoted
+
+    def cut(m) -> str:
+        return m.group(0) if len(m.group(0)) <= 62 else m.group(0)[:60] + "…'"
+
+    message = re.sub(r"'(?:[^'\\]|\\.)*'", cut, " ".join(message.split()))
+    message = re.sub(r"\\udc([89a-f][0-9a-f])", r"\\x\1", message)  # repr's escape of a byte that was not text
+    return quoted(message)[1:-1] if any(0xDC80 <= ord(c) <= 0xDCFF for c in message) else message
+
+
+# Text flags: the longest value each takes (what queue.toml and the views hold; README: commands).
+# An id is `r-` and a number. A value that is not UTF-8 text (a byte the shell passed that no text
+# has) is refused for all of them: queue.toml and state.db hold text only.
+TEXT_FLAGS = {"title": ("--title", 200), "project": ("--project", 200), "lock": ("--lock", 200),
+              "by": ("--by", 200), "task": ("--task", 200), "world": ("--world", 4096), "id": ("ID", 64)}
+
+
+def _checked_texts(a: argparse.Namespace) -> None:
+    """Every text flag within its length and UTF-8; an id of the form ids have. Usage errors (exit 2)."""
+    import re
+
+    from reconciler.core.invalid import quoted
+
+    for attr, (flag, limit) in TEXT_FLAGS.items():
+        value = getattr(a, attr, None)
+        if not isinstance(value, str):
+            continue
+        if attr == "title" and a.cmd == "note":
+            flag = "the title"
+        if any(0xDC80 <= ord(c) <= 0xDCFF for c in value):
+            raise Fail(f"res: {flag} {quoted(value)[:60]}: not UTF-8 text; give text (res keeps it in files that "
+                       "hold text only)", 2)
+        if len(value) > limit:
+            raise Fail(f"res: {flag} is {len(value)} characters; at most {limit}", 2)
+        if attr == "id" and not re.fullmatch(r"r-[1-9][0-9]{0,9}", value):
+            raise Fail(f"res: {quoted(value)[:60]}: not an entry id (ids look like r-12)", 2)
 
 
 _VALUED = ("--mem", "--cpus", "--for", "--timeout", "--start-within")
@@ -45,6 +88,11 @@ def _join_negative(argv: list[str]) -> list[str]:
 
 def _arg(parse, what):
     def conv(text):
+        if len(text) > 64 or any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
+            from reconciler.core.invalid import quoted
+
+            raise argparse.ArgumentTypeError(f"{what} {quoted(text)[:40]}{'…' if len(text) > 36 else ''}: "
+                                             f"not a value {what} takes")
         if text.strip().startswith("-"):
             raise argparse.ArgumentTypeError(f"{what} {text!r}: must be more than 0")
         try:
@@ -462,6 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         argv = _join_negative(argv)
         a = build_parser(argv[0] if argv and argv[0] in _NAMES else None).parse_args(argv)
+        _checked_texts(a)
         code = _command(a.cmd)(a, Paths.default())
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         return code

@@ -23,8 +23,17 @@ def cmd_reconcile(a, paths: Paths) -> int:
             try:
                 with open(a.world) as f:
                     world = parse_json(World, f.read())
-            except (OSError, ValueError) as e:
-                raise Fail(f"res: --world {a.world}: {' '.join(str(e).split())[:300]}") from None
+            except OSError as e:
+                raise Fail(f"res: --world {a.world}: {e.strerror or e}") from None
+            except ValueError as e:  # not JSON, or not a world (pydantic's ValidationError is a ValueError)
+                errors = getattr(e, "errors", None)
+                if callable(errors):
+                    from reconciler.core.invalid import first
+
+                    said = first(errors(), World)[1]
+                else:
+                    said = "not JSON text"
+                raise Fail(f"res: --world {a.world}: {said} (make one with res observe --json)") from None
         plan, _ = asyncio.run(dry_run(paths, policy, world))
         return _print_plan(plan, a.json)
     if a.world:

@@ -30,6 +30,11 @@ def cmd_run(a, paths: Paths) -> int:
     from reconciler.config.environ import SECRET_VALUE
 
     for i, arg in enumerate(cmd):
+        if any(0xDC80 <= ord(c) <= 0xDCFF for c in arg):
+            from reconciler.core.invalid import quoted
+
+            raise Fail(f"res: argument {i} of the command, {quoted(arg)[:60]}, is not UTF-8 text; res keeps the "
+                       "command in queue.toml, which holds text only: pass such bytes in a file or the environment", 2)
         if SECRET_VALUE.search(arg):  # it would be written to queue.toml, state.db and the unit
             raise Fail(f"res: argument {i} of the command looks like a secret (a key, a token, a URL with a "
                        "password); pass it in the environment instead: res never writes those down", 2)

@@ -548,7 +548,7 @@ class Writer:
         try:
             game = parse(Game, {"on": on, "until": None if until is None else float(until)})
         except ValidationError as e:
-            raise DesiredError(f"game: {first_error(e)[1]}; nothing was written") from None
+            raise DesiredError(f"game: {first_error(e, Game)[1]}; nothing was written") from None
         path = self.paths.game
 
         def edit(dfd: int) -> "Game":

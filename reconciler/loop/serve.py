@@ -581,7 +581,15 @@ async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None,
         try:
             answer = engine.would_fit(size if isinstance(size, dict) else {}, time.time())
         except (KeyError, TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
-            return {"code": 2, "line": f"res: gate: bad size: {' '.join(str(e).split())[:200]}"}
+            errors = getattr(e, "errors", None)
+            if callable(errors):
+                from reconciler.core.invalid import first
+                from reconciler.core.models import Request
+
+                said = first(errors(), Request)[1]
+            else:
+                said = "not a size (mem_gb, cpus, est_s)"
+            return {"code": 2, "line": f"res: gate: bad size: {said}"}
         return {"code": 0, "line": answer.get("line") or "", "answer": answer}
     elif op == "session":
         # An agent session started (its CLI's SessionStart hook, through `res hook`): a pass now

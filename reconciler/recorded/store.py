@@ -255,8 +255,9 @@ class Store:
         try:
             return parse_json(JobRecord, raw)
         except ValidationError as e:
-            err = e.errors()[0]
-            raise StoreError(f"record {job_id}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+            from reconciler.core.invalid import first
+
+            raise StoreError(f"record {job_id}: {first(e.errors(), JobRecord)[1]}") from None
         except (ValueError, TypeError) as e:  # not even JSON
             raise StoreError(f"record {job_id}: {' '.join(str(e).split())[:200]}") from None
 
