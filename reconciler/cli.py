@@ -48,8 +48,6 @@ def _checked_texts(a: argparse.Namespace) -> None:
     """Every text flag within its length and UTF-8; an id of the form ids have. Usage errors (exit 2)."""
     import re
 
-    from reconciler.core.invalid import quoted
-
     for attr, (flag, limit) in TEXT_FLAGS.items():
         value = getattr(a, attr, None)
         if not isinstance(value, str):
@@ -57,11 +55,15 @@ def _checked_texts(a: argparse.Namespace) -> None:
         if attr == "title" and a.cmd == "note":
             flag = "the title"
         if any(0xDC80 <= ord(c) <= 0xDCFF for c in value):
+            from reconciler.core.invalid import quoted
+
             raise Fail(f"res: {flag} {quoted(value)[:60]}: not UTF-8 text; give text (res keeps it in files that "
                        "hold text only)", 2)
         if len(value) > limit:
             raise Fail(f"res: {flag} is {len(value)} characters; at most {limit}", 2)
         if attr == "id" and not re.fullmatch(r"r-[1-9][0-9]{0,9}", value):
+            from reconciler.core.invalid import quoted
+
             raise Fail(f"res: {quoted(value)[:60]}: not an entry id (ids look like r-12)", 2)
 
 

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import time
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,7 @@ MAX_CONNECTIONS = 512  # requests open at once (each `res wait` holds one while 
 SMALL_REQUEST = 64 << 10
 MAX_READING = 16  # bigger requests read at once: each may buffer up to REQUEST_LIMIT
 REQUEST_S = 10.0  # to send the request line
+REFUSED_LOG_S = 10.0  # at most one log line this often about requests refused for their shape
 ENDED_STATES = ("inactive", "failed", "removed")  # a job unit in one of these has ended
 
 
@@ -353,6 +355,7 @@ class Requests:
         self.watchers = watchers  # loop/watch.Watchers: the machine view, for `watch` and the web page
         self.connections = 0
         self.reading_big = asyncio.Semaphore(MAX_READING)
+        self.refused, self.refused_logged_at = 0, -REFUSED_LOG_S
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -376,11 +379,14 @@ class Requests:
             line = await asyncio.wait_for(self._request_line(reader), REQUEST_S)
             if line is None:
                 return None  # hung up (or past the size limit) before a whole request: nothing was asked
-            req = json.loads(line)
-            if isinstance(req, dict) and req.get("op") == "watch" and self.watchers is not None:
+            req, problem = read_request(line)
+            if problem is not None:  # not a request res sends: said to the caller, one line in the log
+                self._refused(problem)
+                return {"code": 2, "line": f"res: {problem}; nothing was done"}
+            if req.get("op") == "watch" and self.watchers is not None:
                 await self._watch(reader, writer)
                 return None
-            if isinstance(req, dict) and req.get("op") == "web" and self.watchers is not None:
+            if req.get("op") == "web" and self.watchers is not None:
                 from reconciler.loop.web import web_answer  # the page's server (loop/web.py)
 
                 return await web_answer(self.engine, self.ticker, self.watchers)
@@ -390,15 +396,26 @@ class Requests:
             return None  # a client that stalls mid-request is dropped
         except (ConnectionError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):
             return None
-        except ValueError as e:
-            if "limit" in str(e) or "Separator" in str(e):
-                return None  # a line over REQUEST_LIMIT: not a request any res sends
-            return {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
         except Exception as e:  # noqa: BLE001 - a bad request gets an answer, never kills the loop
-            if needs_a_person(e):  # a bug met on the way: the caller's line says what, the log where
-                log.exception("answering a request")
-            return {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
+            if not needs_a_person(e) and not isinstance(e, sqlite3.Error):
+                # The world's (state.db busy, a disk full, the manager away): said in its one line.
+                what = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+                return {"code": 1, "line": f"res: {' '.join(what.split())[:300]}"}
+            # A bug met on the way (what a request can carry is checked above): its traceback in the
+            # log, once, and the caller told in one line that res failed, not why in Python's words.
+            log.exception("answering a request")
+            return {"code": 1, "line": "res: the reconciler loop failed to answer this request (an error in res; "
+                                       "its log has the details); nothing more was done"}
 
+    def _refused(self, problem: str) -> None:
+        """One line in the log per refused request, at most one every REFUSED_LOG_S (a flood of
+        garbage does not fill the log): how many were refused since, and the last one's problem."""
+        now = time.monotonic()
+        self.refused += 1
+        if now - self.refused_logged_at >= REFUSED_LOG_S:
+            log.warning("refused %d request%s on the socket that res does not send (the last: %s)",
+                        self.refused, "s" if self.refused != 1 else "", problem)
+            self.refused, self.refused_logged_at = 0, now
 
     async def _watch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """`watch`: one JSON line per view until the caller hangs up (its connection counts against
@@ -481,6 +498,86 @@ async def auto_clean(engine: Engine, roots, now: float) -> list[str] | None:
     for line in lines:
         log.info("clean: %s", line)
     return lines
+
+
+# What each op's fields must be (read_request): the key, the types it may have, whether it is required.
+_ID = "id"
+_NUM = (int, float)
+OPS: dict[str, dict[str, tuple[tuple, bool]]] = {
+    "submit": {"kind": ((str,), True), "fields": ((dict,), True), "who": ((str, type(None)), False)},
+    "release": {_ID: ((str,), True), "stop": ((bool, type(None)), False), "who": ((str, type(None)), False)},
+    "wait": {_ID: ((str,), True), "timeout": ((*_NUM, type(None)), False)},
+    "tick": {"adopt": ((bool, type(None)), False)},
+    "status": {_ID: ((str, type(None)), False), "json": ((bool, type(None)), False), "all": ((bool, type(None)), False)},
+    "gate": {"size": ((dict, type(None)), False)},
+    "session": {}, "watch": {}, "web": {}, "ping": {},
+}
+# What a submit's fields must be before anything reads them (the writer checks every value after).
+SUBMIT_FIELDS: dict[str, tuple] = {
+    "title": (str,), "project": (str,), "cwd": (str,), "cmd": (list,), "auto": (list,), "env": (dict,),
+    "lock": (str, type(None)), "gated": (bool,), "book_gb": (*_NUM, type(None)), "mem_gb": _NUM, "cpus": _NUM,
+    "est_s": _NUM, "created": _NUM, "queue": (bool,), "request_id": (str, type(None)),
+    "answer_by": (*_NUM, type(None)),
+}
+_TYPE_WORDS = {str: "text", dict: "an object", list: "a list", bool: "true or false", int: "a number",
+               float: "a number", type(None): "null"}
+
+
+def _types(kinds: tuple) -> str:
+    return " or ".join(dict.fromkeys(_TYPE_WORDS.get(k, k.__name__) for k in kinds))
+
+
+def _what(value) -> str:
+    return _TYPE_WORDS.get(type(value), type(value).__name__) if not isinstance(value, bool) else "true or false"
+
+
+def read_request(line: bytes) -> tuple[dict, str | None]:
+    """(the request, None), or ({}, what is wrong with it in one line): not UTF-8, not JSON, nested
+    past any request res sends, not an object, an op res does not know, a field of the wrong type, an
+    id that is not an entry's. What a request may carry is checked here, before any of it is used."""
+    import re
+
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return {}, f"the request is not UTF-8 text (byte {e.start})"
+    try:
+        req = json.loads(text)
+    except RecursionError:
+        return {}, "the request is nested deeper than any request res sends"
+    except ValueError as e:
+        return {}, f"the request is not JSON (at character {getattr(e, 'pos', '?')})"
+    if not isinstance(req, dict):
+        return {}, f"the request is {_what(req)}, not a JSON object"
+    op = req.get("op")
+    if not isinstance(op, str):
+        return {}, "the request has no op" if op is None else f"the request's op is {_what(op)}, not text"
+    if op not in OPS:
+        from reconciler.core.invalid import quoted
+
+        return {}, f"unknown request {quoted(op)[:40]} (res sends {', '.join(OPS)})"
+    for key, (kinds, required) in OPS[op].items():
+        if key not in req:
+            if required:
+                return {}, f"a {op} request without {key}"
+            continue
+        value = req[key]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            return {}, f"a {op} request's {key} is {_what(value)}, not {_types(kinds)}"
+        if key == _ID and isinstance(value, str) and not re.fullmatch(r"r-[1-9][0-9]{0,9}", value):
+            from reconciler.core.invalid import quoted
+
+            return {}, f"a {op} request's id {quoted(value)[:40]} is not an entry id (r-12)"
+        if key == "timeout" and value is not None and not (0 <= value < 10**9):
+            return {}, f"a {op} request's timeout is not a number of seconds from 0"
+    if op == "submit":
+        if req["kind"] not in ("job", "note"):
+            return {}, "a submit request's kind is neither job nor note"
+        for key, value in req["fields"].items():
+            kinds = SUBMIT_FIELDS.get(key)
+            if kinds is not None and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
+                return {}, f"a submit request's {key} is {_what(value)}, not {_types(kinds)}"
+    return req, None
 
 
 def _who(req: dict) -> str | None:
@@ -601,5 +698,5 @@ async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None,
     elif op == "ping":
         return {"code": 0, "line": f"pid {os.getpid()}", "code_id": engine.code_id}
     else:
-        code, line = 2, f"res: unknown request {op!r}"
+        code, line = 2, f"res: unknown request {str(op)[:40]!r}"
     return {"code": code, "line": line, "data": data}
