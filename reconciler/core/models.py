@@ -199,6 +199,9 @@ class Desired:
     held: list[JobId] = field(default_factory=list)
     # Entries that appeared in queue.toml outside res (by hand, DESIGN §5.7): never started.
     hand_added: list[JobId] = field(default_factory=list)
+    # Entries this pass could not check for that (the writer held its lock past the pass's wait):
+    # not started by this pass; the next one checks them.
+    unchecked: list[JobId] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- recorded

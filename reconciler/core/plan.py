@@ -378,15 +378,17 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
     granted or left waiting (DESIGN §5.2)."""
     adm = _Admission(cap, now, policy, spent, pricing_error)
     ran_before = set(world.ran_before) if world is not None else set()
-    hand_added = set(desired.hand_added)
+    hand_added, unchecked = set(desired.hand_added), set(desired.unchecked)
     for req in queue_order(desired.requests, records):
         rec = records.get(req.id)
         if rec is not None and rec.phase != Phase.queued:
             continue
-        if rec is None and req.id in hand_added:
-            adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "hand_added"}, **_tag(req)))
-        elif rec is None and req.id in ran_before:
+        if rec is None and req.id in ran_before:  # (recovering starts nothing, whoever wrote the entry)
             adm.recover(req, world)
+        elif rec is None and req.id in hand_added:
+            adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "hand_added"}, **_tag(req)))
+        elif rec is None and req.id in unchecked:
+            adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "unchecked"}, **_tag(req)))
         elif (where := _where(req, cap, policy, world, adm)) != "local":
             adm.cluster(req, rec, world, overflow=where == "overflow")
         elif cap.never_fits(req):

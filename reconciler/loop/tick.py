@@ -232,24 +232,28 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - jobs still run; the slices are retried next pass
             return [f"could not install the slice unit files: {' '.join(str(e).split())}"]
 
-    async def track_changes(self, now: float) -> list[str]:
+    async def track_changes(self, now: float, desired: Desired, records: dict) -> None:
         """Changes to the user's own files, recorded (desired/changes.py); the queue entries added
-        outside res. Read under the writer's lock: a writer replaces queue.toml and then logs its
-        change, and a pass that read between the two would take the writer's own entry for one added
-        by hand. When that cannot be done now, the entries held before stay held (a failure here is
-        logged, never a pass lost, never an entry let go unseen)."""
+        outside res (`desired.hand_added`). Read under the writer's lock: a writer replaces queue.toml
+        and then logs its change, and a pass that read between the two would take the writer's own
+        entry for one added by hand. When that cannot be done now, the entries held before stay held,
+        and an entry not seen by an earlier check is not started by this pass (`desired.unchecked`):
+        a failure here is logged, never a pass lost, never an entry let go unseen."""
         from reconciler.config.locks import LockBusy
         from reconciler.config.policy import user_policy_path
-        from reconciler.desired.changes import track
+        from reconciler.desired.changes import checked_ids, track
 
         try:
             async with locked_async(self.paths.writer_lock, timeout=WRITER_WAIT_S):
-                return sorted(track(self.paths, self.store, user_policy_path(), now))
+                desired.hand_added = sorted(track(self.paths, self.store, user_policy_path(), now))
+                return
         except LockBusy:
             pass  # a writer is at work: this pass judges nothing new, the next one does
         except Exception as e:  # noqa: BLE001 - bookkeeping: the pass goes on
             log.warning("tracking changes to the user's files: %s", e)
-        return sorted(self.store.get_meta_json("hand_added", []))
+        desired.hand_added = sorted(self.store.get_meta_json("hand_added", []))
+        seen = checked_ids(self.store)
+        desired.unchecked = [r.id for r in desired.requests if r.id not in records and r.id not in seen]
 
     async def tick(self) -> Plan:
         """One pass. One that fails asks for the next as its failure's kind says (core/errors.py): one
@@ -274,7 +278,7 @@ class Engine:
             if self.policy_error:
                 notices.append(self.policy_error)
             records = self.store.records()
-            desired.hand_added = await self.track_changes(now)
+            await self.track_changes(now, desired, records)
             if self.store.bad:  # unreadable rows: reported, and nothing admitted under their ids
                 desired.held = sorted(set(desired.held) | set(self.store.bad))
                 notices.extend(f"state.db: {why}; set aside (res release {job_id} drops it)"
@@ -514,6 +518,14 @@ async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Pla
     try:
         desired, notices = load_desired(paths, store, save=False)
         records = store.records()
+        try:  # what a pass would hold now: a hand edit since the last pass is shown held, not started
+            from reconciler.config.policy import user_policy_path
+            from reconciler.desired.changes import track
+
+            desired.hand_added = sorted(track(paths, store, user_policy_path(), write=False))
+        except Exception as e:  # noqa: BLE001 - a plan for review: shown without, and said
+            notices.append(f"could not check queue.toml for hand edits ({' '.join(str(e).split())}); "
+                           "entries added by hand may show as to start")
         if world is None:
             runtime = make_runtime(paths, policy)
             from reconciler.runtime import RuntimeUnavailable

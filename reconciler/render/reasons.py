@@ -376,6 +376,8 @@ def action_reason(a: Action, zone: Zone) -> str:
         return settle_text(d, outcome_why(d))
     if kind == "stop":
         return stop_text(d)
+    if kind == "hold" and code == "unchecked":
+        return "not yet checked for a hand edit (the writer was at work): the next pass decides it"
     if kind == "hold":
         return f"added to queue.toml outside res (not by res run): never started; res release {a.id} drops it"
     if kind == "recover":

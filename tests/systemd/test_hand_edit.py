@@ -56,3 +56,49 @@ def test_with_a_loop_a_res_run_right_after_the_hand_edit_never_starts_it(res):
     _held_and_logged(res, ran, loop=True)
     serve.send_signal(signal.SIGTERM)
     assert serve.wait(30) == 0
+
+
+# ---------------------------------------------------------------- no pass ever ran here (issue 40 item 3)
+
+
+def test_after_init_a_hand_edit_and_res_run_the_forged_entry_never_runs(res):
+    res.ok("init")  # no pass has run in this state directory
+    ran = _forge(res)
+    assert res.started("true") == "r-8"
+    _held_and_logged_first(res, ran, loop=False)
+
+
+def test_a_queue_written_wholly_by_hand_runs_nothing(res):
+    ran = res.tmp / "forged-ran"
+    res.queue.parent.mkdir(parents=True, exist_ok=True)
+    res.queue.write_text('next_id = 8\n\n[[job]]\nid = "r-7"\ntitle = "forged"\nmem_gb = 0.1\nest_s = 60\n'
+                         f'created = 1.0\ncmd = ["/usr/bin/touch", "{ran}"]\n')
+    assert res.started("true") == "r-8"
+    _held_and_logged_first(res, ran, loop=False)
+
+
+def test_a_loops_first_pass_after_init_and_a_hand_edit_holds_it(res):
+    res.ok("init")
+    ran = _forge(res)
+    res.env["RES_TICK_S"] = "0.5"
+    serve = res.spawn("serve")
+    wait_for(lambda: (res.state / "serve.sock").exists() or serve.poll() is not None, "the serve socket")
+    assert serve.poll() is None, serve.communicate()
+    _held_and_logged_first(res, ran, loop=True)
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(30) == 0
+
+
+def _held_and_logged_first(res, ran, loop: bool) -> None:
+    """As _held_and_logged, for a file no pass had seen before: there is no earlier version to
+    diff, so no change line; the entry is held all the same."""
+    if loop:
+        res.passes(2)
+    else:
+        for _ in range(2):
+            res.ok("reconcile")
+    assert not ran.exists()
+    assert res("status", "r-7").code == 1  # never recorded, never started
+    assert any(ln.startswith('held: r-7 "forged" added to queue.toml outside res') for ln in res.ok("status").lines)
+    dry = res("reconcile", "--dry-run")
+    assert any(re.match(r"\s+x hold\s+r-7\b", ln) for ln in dry.lines), str(dry)
