@@ -164,6 +164,12 @@ def _live_job(rec: JobRecord, gone: bool, world: World, now: float, policy: Rule
         acts.append(Action(kind="settle", id=rec.id, rc=rc, peak_gb=peak, at=ex.at or None,
                            detail={**outcome, "rc": rc, "peak_gb": peak, "took_s": took,
                                    **({"cpu_s": ex.cpu_s} if ex.cpu_s is not None else {})}, **tag))
+    elif not alive and rec.stop_reason is not None:
+        # res stopped it (`res release --stop`, a budget, …) and its unit went without an exit record
+        # of its own: it ended as asked, its exit code unknown. Said so, not "lost".
+        acts.append(Action(kind="settle", id=rec.id, rc=None, peak_gb=None,
+                           detail={"code": rec.stop_code or "stopped", "stop_reason": rec.stop_reason,
+                                   "no_exit_record": "foreign_exit" if foreign else "vanished"}, **tag))
     elif not alive:
         acts.append(Action(kind="settle", id=rec.id, rc=None, peak_gb=None,
                            detail={"code": "lost", "lost": "foreign_exit" if foreign else "vanished"}, **tag))

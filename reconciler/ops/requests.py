@@ -230,8 +230,15 @@ async def release(engine: Engine, tick: TickFn, job_id: str, stop: bool, who: st
     def answer(code: int, line: str, rec) -> tuple[int, str, dict | None]:
         return code, line, (entry_json(rec, engine.paths) if rec is not None else None)
 
+    engine.store.check_same()  # a state.db removed under the loop: said (StoreReplaced), nothing done
     try:
         rec = engine.store.get(job_id)
+        if rec is None and _in_queue(engine, job_id):
+            # In queue.toml, not in state.db (state.db was lost, or no pass has run yet): a pass first
+            # takes it back as what it is (its unit running, say), so what is stopped is the job.
+            await tick()
+            engine.store.check_same()
+            rec = engine.store.get(job_id)
     except StoreError as e:
         # A row that cannot be read: releasing it drops it (its unit, if any, is left alone).
         try:
@@ -261,9 +268,10 @@ async def release(engine: Engine, tick: TickFn, job_id: str, stop: bool, who: st
     except DesiredError as e:
         return answer(1, f"res: {e}", rec)
     if rec is None and not removed:
-        return 1, f"res: no such entry: {job_id}", None
+        return await _release_unit(engine, job_id, stop)
     for _ in range(MAX_PASSES * 2):
         await tick()
+        engine.store.check_same()  # removed under the loop meanwhile: not "released", said as it is
         rec = engine.store.get(job_id)
         if rec is None or rec.phase not in LIVE and rec.phase != Phase.queued:
             break
@@ -272,6 +280,38 @@ async def release(engine: Engine, tick: TickFn, job_id: str, stop: bool, who: st
     if rec.phase in LIVE or rec.phase == Phase.queued:
         return answer(1, f"res: {job_id} is still {rec.phase.value}; see res status {job_id}", rec)
     return answer(0, f"{job_id} released ({rec.phase.value}" + (f", rc={rec.rc}" if rec.rc is not None else "") + ")", rec)
+
+
+def _in_queue(engine: Engine, job_id: str) -> bool:
+    from reconciler.desired.reader import DesiredError, read_queue
+
+    try:
+        return any(r.id == job_id for r in read_queue(engine.paths))
+    except DesiredError:
+        return False
+
+
+async def _release_unit(engine: Engine, job_id: str, stop: bool) -> tuple[int, str, dict | None]:
+    """An id neither state.db nor queue.toml knows, whose unit may still run (state.db was lost after
+    its entry left the file): `--stop` stops the unit; without it, the line says it runs."""
+    runtime = engine.runtime
+    if not getattr(engine, "connected", False):
+        return 1, f"res: no such entry: {job_id}", None
+    try:
+        obs = (await runtime.observe([job_id])).get(job_id)
+    except Exception:  # noqa: BLE001 - nothing to tell from: as before
+        obs = None
+    from reconciler.core.plan import ALIVE
+
+    if obs is None or obs.state not in ALIVE:
+        return 1, f"res: no such entry: {job_id}", None
+    unit = runtime.unit_name(job_id)
+    if not stop:
+        return 1, (f"res: {job_id} has no record (state.db lost it) but its unit {unit} runs; "
+                   f"--stop to stop it"), None
+    await runtime.stop(job_id)
+    return 0, (f"{job_id} stopped: state.db had no record of it (lost?), its unit {unit} was running; "
+               "stopped as asked"), {"id": job_id, "state": "released", "reason": {"code": "released"}}
 
 
 def request_hint(engine: Engine, kind: str, fields: dict) -> str | None:

@@ -265,6 +265,8 @@ def outcome_why(d: dict) -> str:
                 "spend estimated at 1 cent a line")
     code = d["code"]
     if "stop_reason" in d:
+        if d.get("no_exit_record"):  # stopped by res; its unit left no exit record of its own
+            return f"{d['stop_reason']}; its unit ended without an exit record of its own (exit code unknown)"
         return d["stop_reason"]
     if code in ("attach_failed", "log_limit", "budget", "released"):
         return stop_text(d)
