@@ -41,7 +41,8 @@ def _tidy(message: str) -> str:
 # An id is `r-` and a number. A value that is not UTF-8 text (a byte the shell passed that no text
 # has) is refused for all of them: queue.toml and state.db hold text only.
 TEXT_FLAGS = {"title": ("--title", 200), "project": ("--project", 200), "lock": ("--lock", 200),
-              "by": ("--by", 200), "task": ("--task", 200), "world": ("--world", 4096), "id": ("ID", 64)}
+              "by": ("--by", 200), "task": ("--task", 200), "world": ("--world", 4096), "id": ("ID", 64),
+              "request_id": ("--request-id", 64)}
 
 
 def _checked_texts(a: argparse.Namespace) -> None:
@@ -65,6 +66,11 @@ def _checked_texts(a: argparse.Namespace) -> None:
             from reconciler.core.invalid import quoted
 
             raise Fail(f"res: {quoted(value)[:60]}: not an entry id (ids look like r-12)", 2)
+        if attr == "request_id" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}", value):
+            from reconciler.core.invalid import quoted
+
+            raise Fail(f"res: --request-id {quoted(value)[:60]}: not a request id (letters, digits and . _ : -, "
+                       "starting with a letter or digit; at most 64)", 2)
 
 
 _VALUED = ("--mem", "--cpus", "--for", "--timeout", "--start-within")
@@ -119,6 +125,9 @@ def _asker_args(p) -> None:
     p.add_argument("--by", metavar="NAME", help="who asks (default: RES_BY, else the agent session and its pid, "
                                                 "else the user); status and busy lines name it")
     p.add_argument("--task", help="what for (default: RES_TASK, else the git branch here)")
+    p.add_argument("--request-id", metavar="ID", help="this request's name (letters, digits, . _ : -; at most 64): "
+                                                      "asked again with it, the same request is answered, never a "
+                                                      "second job (default: one made up, named if no answer comes)")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

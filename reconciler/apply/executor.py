@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import stat
+import time
 
 from reconciler.config.environ import resolve_program
 from reconciler.core.lifecycle import after_start, planned
@@ -64,6 +65,13 @@ class Executor:
         self.store.put(planned(None, a, now, request=req), expect_phase=None)
 
     async def _grant(self, a, req, rec, now):
+        if rec is None and self._caller_gone(req):  # a note asked for now whose caller stopped waiting
+            from reconciler.recorded.store import ABSENT
+
+            gone = {"code": "caller_gone", "answer_by": req.answer_by}
+            self.store.put(planned(None, Action(kind="refuse", id=req.id, detail=gone), now, request=req,
+                                   why=self._said(gone), detail=gone), expect_phase=ABSENT)
+            return
         self.store.put(planned(rec, a, now, request=req), expect_phase=rec.phase if rec else None)
 
     async def _refuse(self, a, req, rec, now):
@@ -176,8 +184,23 @@ class Executor:
         starting = planned(rec, a, now, request=req, unit=runtime.unit_name(req.id), holder=self.holder,
                            lease_s=self.policy.attach_lease_s, where=where, log_dir=log_dir)
         attempt = starting.attempt
+        from reconciler.recorded.store import ABSENT
+
+        if rec is None and self._caller_gone(req):  # the plan was made before its caller's deadline
+            gone = {"code": "caller_gone", "answer_by": req.answer_by}
+            self.store.put(planned(None, Action(kind="refuse", id=req.id, detail=gone), now, request=req,
+                                   why=self._said(gone), detail=gone), expect_phase=ABSENT)
+            return
         # `starting` (with its lease) is on disk before the unit is asked for (DESIGN §5.3).
         if not self.store.put(starting, expect_phase=rec.phase if rec else None):
+            return
+        if rec is None and self._caller_gone(req):
+            # Written as its caller's deadline passed: the caller was (or is being) told it will not
+            # start, so it does not. Decided by when `starting` was on disk: before the deadline, the
+            # one who answers at the deadline sees it starting.
+            gone = {"code": "caller_gone", "answer_by": req.answer_by}
+            self.store.put(after_start(starting, "busy", now, why=self._said(gone), detail=gone),
+                           expect_phase=Phase.starting)
             return
         # Test-only fault injection (the fault tier, like RES_FAULT_INGEST): "kill" dies here, with
         # `starting` on disk and no unit asked for, the window a requeue after the lease covers.
@@ -221,6 +244,19 @@ class Executor:
             await self._forget(req.id, where)
             return
         self.store.put(after_start(starting, "started", now, invocation=invocation), expect_phase=Phase.starting)
+
+    def _said(self, detail: dict) -> str:
+        from reconciler.config.zone import zone_of
+        from reconciler.render.reasons import reason_line
+
+        return reason_line(detail, zone_of(self.policy))
+
+    @staticmethod
+    def _caller_gone(req) -> bool:
+        """Its caller stopped waiting for an answer by now (core.plan.caller_gone at this moment)."""
+        from reconciler.core.plan import caller_gone
+
+        return caller_gone(req, time.time())
 
     async def _stop(self, a, req, rec, now):
         # The reason goes on record first, so the settle that follows the exit uses it.

@@ -48,7 +48,9 @@ def next_pass_at(desired: Desired, records: dict[str, JobRecord], now: float, po
     soon = now + policy.tick_s
     wanted = {r.id for r in desired.requests}
     if any(r.id not in records for r in desired.requests):
-        return soon  # an entry no pass has recorded yet
+        # an entry no pass has recorded yet; one whose caller's deadline is nearer, by then
+        unrecorded = [r.answer_by for r in desired.requests if r.id not in records and r.answer_by is not None]
+        return max(min([soon, *unrecorded]), now)
     times: list[float] = []
     for rec in records.values():
         if rec.phase == Phase.queued:

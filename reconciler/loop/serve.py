@@ -38,6 +38,11 @@ SMALL_REQUEST = 64 << 10
 MAX_READING = 16  # bigger requests read at once: each may buffer up to REQUEST_LIMIT
 REQUEST_S = 10.0  # to send the request line
 REFUSED_LOG_S = 10.0  # at most one log line this often about requests refused for their shape
+SAY_AGAIN_S = 600.0  # a pass failing the same way is logged again at most this often
+# The longest one statement of the loop waits for another process's lock on state.db: a pass that
+# meets a held database fails at once (and is tried again), and the loop goes on answering.
+LOOP_BUSY_S = 0.25
+OPEN_BUSY_S = 5.0  # ... and when it opens state.db (a new one is set up in one write)
 ENDED_STATES = ("inactive", "failed", "removed")  # a job unit in one of these has ended
 
 
@@ -65,6 +70,8 @@ class Ticker:
         self.on_fatal = None  # called with an error after which no pass may run
         self.on_begin = None  # called right before each pass begins
         self.on_end = None  # called after each pass, whatever its outcome
+        self.failure: Exception | None = None  # why the last pass failed (None: it did not)
+        self._said: tuple[str, float] | None = None  # the last failure logged, and when
 
     def kick(self, before=None) -> int:
         """Ask for a pass; returns the number of the pass that will answer. `before()` is called
@@ -96,18 +103,31 @@ class Ticker:
                 if self.on_fatal is not None:
                     self.on_fatal(e)
             except Exception as e:  # noqa: BLE001 - a failed pass never stops the loop; sorted (core/errors.py)
+                self.failure = e
                 if isinstance(e, RetryLater):  # the world was not ready: one line, and the next pass tries
-                    log.warning("pass %d failed: %s", self.begun, " ".join(str(e).split()))
+                    self._say_once(f"pass failed: {' '.join(str(e).split())}")
                 elif needs_a_person(e):  # not tried again by the clock (Engine.tick): events, the safety net
                     log.exception("pass %d failed; it needs a person", self.begun)
                 else:
                     log.exception("pass %d failed", self.begun)
                 self.last = None  # a failed pass hands back no plan, never the one before it as new
+            else:
+                if self.failure is not None and self._said is not None:
+                    log.warning("passes run again (%s)", self._said[0])
+                self.failure, self._said = None, None
             if self.on_end is not None:
                 self.on_end()
             self.finished = self.begun
             async with self.done:
                 self.done.notify_all()
+
+    def _say_once(self, line: str) -> None:
+        """A failure the next passes may meet again (state.db held by another process for minutes):
+        logged when it is new, and again at most every SAY_AGAIN_S while it lasts, not every pass."""
+        now = time.monotonic()
+        if self._said is None or self._said[0] != line or now - self._said[1] >= SAY_AGAIN_S:
+            log.warning("%s", line)
+            self._said = (line, now)
 
     async def pass_after_now(self, before=None) -> Plan | None:
         want = self.kick(before)
@@ -143,7 +163,16 @@ async def serve(paths: Paths, policy, engine: Engine | None = None, ready=None, 
     lock_fd = await _serve_lock(paths, stopping, standby)
     if lock_fd is None:
         return  # asked to stop while standing by
-    engine = engine or LoopEngine(paths, policy)
+    from reconciler.recorded.store import BUSY_TIMEOUT_S, wait_limits
+
+    wait_limits(busy_s=OPEN_BUSY_S)
+    try:
+        engine = engine or LoopEngine(paths, policy)
+    except BaseException:
+        release(lock_fd)
+        wait_limits(busy_s=BUSY_TIMEOUT_S)
+        raise
+    wait_limits(busy_s=LOOP_BUSY_S)  # no statement of the loop's stops it answering for long
     from reconciler.loop.group import GroupAdd
 
     engine.adder = GroupAdd(engine.writer)
@@ -187,6 +216,7 @@ async def serve(paths: Paths, policy, engine: Engine | None = None, ready=None, 
             pass
         await engine.close()
         release(lock_fd)
+        wait_limits(busy_s=BUSY_TIMEOUT_S)
     if fatal:
         raise ServeStopped(str(fatal[0]))
 
@@ -594,9 +624,21 @@ async def wait_answer(engine: Engine, ticker: Ticker, job_id: str, timeout: floa
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     gone = asyncio.ensure_future(reader.read(1)) if reader is not None else None
+    from reconciler.recorded.store import StoreBusy
+
     try:
         while True:
-            decided = finished(engine.store, engine.paths, job_id, deadline is not None and loop.time() >= deadline, timeout)
+            held = ticker.failure if isinstance(ticker.failure, StoreBusy) else None
+            try:
+                decided = finished(engine.store, engine.paths, job_id, deadline is not None and loop.time() >= deadline,
+                                   timeout, held=held)
+            except StoreBusy as e:  # not even readable (a holder in exclusive locking mode)
+                if deadline is None or loop.time() < deadline:
+                    decided = None
+                else:
+                    from reconciler.loop.waiting import _held_answer
+
+                    decided = _held_answer(job_id, timeout, e)
             if decided is not None:
                 code, line, data = decided
                 return {"code": code, "line": line, "data": data}
@@ -613,32 +655,58 @@ async def wait_answer(engine: Engine, ticker: Ticker, job_id: str, timeout: floa
             gone.cancel()
 
 
+async def _submit_answer(engine: Engine, ticker: Ticker, req: dict, say=None) -> dict:
+    """`res run` / `res note`: answered by the caller's deadline (its fields' `answer_by`, and at most
+    the policy's answer_timeout_s from now): decided, or said not to start and never started (a
+    --queue request: said to be queued). A request that arrives past its deadline (the loop was
+    stopped while its caller waited) is not written at all."""
+    fields = dict(req["fields"])
+    rid = fields.get("request_id")
+    now = time.time()
+    by = fields.get("answer_by")
+    if isinstance(by, (int, float)) and now >= by:
+        return {"code": 1, "line": f"res: request {rid or '(no id)'} reached the reconciler loop after its caller "
+                                   "stopped waiting; not written, never started", "data": None}
+    deadline = min(by if isinstance(by, (int, float)) else now + engine.policy.answer_timeout_s,
+                   now + engine.policy.answer_timeout_s)
+    fields["answer_by"] = deadline  # on the entry: no pass starts it once its caller is gone
+
+    given: list[str] = []
+
+    def accepted(job_id: str) -> None:
+        given.append(job_id)
+        if say is not None:
+            say({"accepted": job_id, "answer_within": max(deadline - time.time(), 0.0)})
+
+    work = asyncio.ensure_future(ops.submit(engine, ticker.pass_after_now, req["kind"], fields, on_accept=accepted,
+                                            who=_who(req), deadline=deadline))
+    try:
+        # A moment past the deadline: the submit answers by it itself; this covers a pass that hangs.
+        code, line, data = await asyncio.wait_for(asyncio.shield(work), max(deadline - time.time(), 0.0) + 1.0)
+    except asyncio.TimeoutError:
+        if not given:  # (its write, on a worker thread, checks the deadline under the lock: not written after)
+            return {"code": 1, "line": f"res: request {rid or '(no id)'} was not written in time; it never starts",
+                    "data": None}
+        work.cancel()
+        code, line, data = await ops.undecided(engine, _Req(given[0], fields), req["kind"],
+                                               "a pass did not end in time")
+    hint = ops.request_hint(engine, req["kind"], req["fields"])
+    return {"code": code, "line": line, "data": data, **({"hint": hint} if hint else {})}
+
+
+class _Req:
+    """What ops.undecided needs of a request the submit wrote and did not decide in time."""
+
+    def __init__(self, job_id: str, fields: dict):
+        self.id, self.queue, self.answer_by = job_id, bool(fields.get("queue")), fields.get("answer_by")
+
+
 async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None, say=None) -> dict | None:
     """The answer to one request; `say(obj)` sends a line before it (the id a submit was given)."""
     op = req.get("op")
     data = None
     if op == "submit":
-        given: list[str] = []
-
-        def accepted(job_id: str) -> None:
-            given.append(job_id)
-            if say is not None:
-                say({"accepted": job_id, "answer_within": engine.policy.answer_timeout_s})
-
-        work = asyncio.ensure_future(ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"],
-                                                on_accept=accepted, who=_who(req)))
-        try:
-            # The policy's answer_timeout_s: past it the caller is told what it left behind (the
-            # request stays; its passes go on), rather than waiting on.
-            code, line, data = await asyncio.wait_for(asyncio.shield(work), engine.policy.answer_timeout_s)
-        except asyncio.TimeoutError:
-            job = given[0] if given else "the request"
-            return {"code": 1, "line": f"res: the reconciler loop took {job} but did not decide it in "
-                                       f"{engine.policy.answer_timeout_s:g} s; it may still start (res status {job}; "
-                                       f"res release {job} withdraws it)", "data": None}
-        hint = ops.request_hint(engine, req["kind"], req["fields"])
-        if hint:
-            return {"code": code, "line": line, "data": data, "hint": hint}
+        return await _submit_answer(engine, ticker, req, say)
     elif op == "release":
         code, line, data = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")),
                                              who=_who(req))
@@ -651,7 +719,8 @@ async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None,
         before = (lambda: setattr(engine, "adopt_once", True)) if req.get("adopt") else None
         plan = await ticker.pass_after_now(before)
         if plan is None:
-            return {"code": 1, "line": "res: the reconciler loop's pass failed; see its log"}
+            why = " ".join(str(ticker.failure).split()) if isinstance(ticker.failure, RetryLater) else "see its log"
+            return {"code": 1, "line": f"res: the reconciler loop's pass failed: {why}"}
         from reconciler.render.lines import render_plan
 
         # The plan as data too, so `res reconcile [--json]` prints the same as without a loop.

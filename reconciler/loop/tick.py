@@ -16,7 +16,7 @@ from reconciler.core.models import Desired, Phase, Plan, World, dump, parse
 from reconciler.loop.world import observe_user_side, observe_world
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
-from reconciler.core.errors import needs_a_person
+from reconciler.core.errors import RetryLater, needs_a_person
 from reconciler.core.lifecycle import transition
 from reconciler.core.plan import plan
 from reconciler.render.reasons import explain, explained
@@ -271,64 +271,73 @@ class Engine:
         # Files any agent may have replaced are read before the lock: a slow one never holds up others.
         self.reload_policy()
         self.streamer.refresh_pricing()
-        async with locked_async(self.paths.tick_lock):
-            self.store.check_same()  # a state.db removed or replaced under us: stop, loudly
-            now = time.time()
-            desired, notices = load_desired(self.paths, self.store)
-            if self.policy_error:
-                notices.append(self.policy_error)
-            records = self.store.records()
-            await self.track_changes(now, desired, records)
-            if self.store.bad:  # unreadable rows: reported, and nothing admitted under their ids
-                desired.held = sorted(set(desired.held) | set(self.store.bad))
-                notices.extend(f"state.db: {why}; set aside (res release {job_id} drops it)"
-                               for job_id, why in self.store.bad.items())
-            self.streamer.stream(records, now)  # before planning: budgets see what was spent so far
-            side = await self.install_slices() if self.connected else []
-            unknown = [r.id for r in desired.requests if r.id not in records]
-            world = await observe_world(self.runtime if self.connected else None, records, self.paths, unknown,
-                                        cluster=self.cluster, ask_cluster=cluster_wanted(desired, records, self.policy))
-            if not self.connected and self.connect_error:
-                world.errors = [self.connect_error]  # why, not just "no runtime connected"
-            if not world.ok:
-                self.connected = False  # reconnect next pass
-            else:
-                side += await observe_user_side(self.runtime, world, self.policy)
-            policy = self.policy
-            if self.adopt_once:  # `res adopt`: this pass adopts even where the policy leaves it to the user
-                policy, self.adopt_once = policy.model_copy(update={"adopt_sessions": True}), False
-            zone = zone_of(policy)
-            p = explain(plan(desired, records, world, now, policy.rules(), me=self.holder, pricing_error=self.streamer.pricing_error,
-                             zone=zone, wake=True), zone, self.explained)
-            self.explained = explained(p, zone)
-            p.notices.extend(notices + side)
-            self.blocked = ([desired.queue_error or "queue.toml cannot be read"] if not desired.queue_ok else []) + \
-                ([f"could not observe jobs ({'; '.join(world.errors)})"] if not world.ok else [])
-            requests = {r.id: r for r in desired.requests}
-            self.executor.begin_pass(records)
-            failed = 0
-            # New queued entries are recorded in one state.db transaction (a crowd's requests that
-            # arrived together), not one each; every other action in its own, in the plan's order.
-            enqueued = [a for a in p.actions if a.kind == "enqueue"]
-            if enqueued:
-                with self.store.transaction():
-                    for action in enqueued:
-                        failed += await self._apply(action, requests, now, p)
-            idle = self.executor.NOTHING_TO_DO
-            for action in p.actions:
-                if action.kind != "enqueue" and action.kind not in idle:
+        from reconciler.config.locks import LockBusy
+        from reconciler.recorded.store import remaining
+
+        try:
+            async with locked_async(self.paths.tick_lock, timeout=remaining()):
+                return await self._locked_tick()
+        except LockBusy:  # (only with a deadline: this process answers by then, whoever holds the lock)
+            raise RetryLater("another reconciler's pass held the tick lock past this call's deadline") from None
+
+    async def _locked_tick(self) -> Plan:
+        self.store.check_same()  # a state.db removed or replaced under us: stop, loudly
+        now = time.time()
+        desired, notices = load_desired(self.paths, self.store)
+        if self.policy_error:
+            notices.append(self.policy_error)
+        records = self.store.records()
+        await self.track_changes(now, desired, records)
+        if self.store.bad:  # unreadable rows: reported, and nothing admitted under their ids
+            desired.held = sorted(set(desired.held) | set(self.store.bad))
+            notices.extend(f"state.db: {why}; set aside (res release {job_id} drops it)"
+                           for job_id, why in self.store.bad.items())
+        self.streamer.stream(records, now)  # before planning: budgets see what was spent so far
+        side = await self.install_slices() if self.connected else []
+        unknown = [r.id for r in desired.requests if r.id not in records]
+        world = await observe_world(self.runtime if self.connected else None, records, self.paths, unknown,
+                                    cluster=self.cluster, ask_cluster=cluster_wanted(desired, records, self.policy))
+        if not self.connected and self.connect_error:
+            world.errors = [self.connect_error]  # why, not just "no runtime connected"
+        if not world.ok:
+            self.connected = False  # reconnect next pass
+        else:
+            side += await observe_user_side(self.runtime, world, self.policy)
+        policy = self.policy
+        if self.adopt_once:  # `res adopt`: this pass adopts even where the policy leaves it to the user
+            policy, self.adopt_once = policy.model_copy(update={"adopt_sessions": True}), False
+        zone = zone_of(policy)
+        p = explain(plan(desired, records, world, now, policy.rules(), me=self.holder, pricing_error=self.streamer.pricing_error,
+                         zone=zone, wake=True), zone, self.explained)
+        self.explained = explained(p, zone)
+        p.notices.extend(notices + side)
+        self.blocked = ([desired.queue_error or "queue.toml cannot be read"] if not desired.queue_ok else []) + \
+            ([f"could not observe jobs ({'; '.join(world.errors)})"] if not world.ok else [])
+        requests = {r.id: r for r in desired.requests}
+        self.executor.begin_pass(records)
+        failed = 0
+        # New queued entries are recorded in one state.db transaction (a crowd's requests that
+        # arrived together), not one each; every other action in its own, in the plan's order.
+        enqueued = [a for a in p.actions if a.kind == "enqueue"]
+        if enqueued:
+            with self.store.transaction():
+                for action in enqueued:
                     failed += await self._apply(action, requests, now, p)
-            publish(self.store, world, p, now)
-            for n in p.notices:
-                log.warning("%s", n)
-            self.last_plan, self.last_pass_at = p, now
-            self.last_inputs = (desired, records, world, policy, zone)
-            # A run settled this pass is learned before its waiter hears of it: the agent's next
-            # `--mem auto` of the same command, a second later, is sized from it.
-            settled = any(a.kind in ("settle", "retry") for a in p.actions)
-            self.publish_gate(self.store.records() if settled else records)
-            self._ask_next(p, records, now, soon=failed > 0 or not self.connected)
-            return p
+        idle = self.executor.NOTHING_TO_DO
+        for action in p.actions:
+            if action.kind != "enqueue" and action.kind not in idle:
+                failed += await self._apply(action, requests, now, p)
+        publish(self.store, world, p, now)
+        for n in p.notices:
+            log.warning("%s", n)
+        self.last_plan, self.last_pass_at = p, now
+        self.last_inputs = (desired, records, world, policy, zone)
+        # A run settled this pass is learned before its waiter hears of it: the agent's next
+        # `--mem auto` of the same command, a second later, is sized from it.
+        settled = any(a.kind in ("settle", "retry") for a in p.actions)
+        self.publish_gate(self.store.records() if settled else records)
+        self._ask_next(p, records, now, soon=failed > 0 or not self.connected)
+        return p
 
     def publish_gate(self, records: dict) -> None:
         """gate.json for the hook (config/gatefile.py), when the policy or the finished runs changed.

@@ -18,18 +18,54 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 from urllib.parse import quote
 
 from reconciler.config.paths import Paths
+from reconciler.core.errors import RetryLater
 
 if TYPE_CHECKING:
     from reconciler.core.models import JobRecord, Phase
 
 SCHEMA_VERSION = 2  # 2: records carry no secret-looking environment (scrubbed on upgrade)
 BUSY_TIMEOUT_S = 30.0
+# How long any wait for another process's lock on state.db may last, for every connection of this
+# process (wait_limits): `busy_s` per statement (the loop's is short: one blocked statement must not
+# stop it answering everyone), and `deadline` (time.monotonic()) past which nothing waits at all: a
+# command's --timeout, or the time it answers by. Issue 40: a --timeout is a timeout whoever holds
+# state.db.
+_LIMITS: dict[str, float | None] = {"busy_s": BUSY_TIMEOUT_S, "deadline": None}
+
+
+def wait_limits(busy_s: float | None = None, deadline: float | None = None) -> None:
+    """Bound every wait of this process for state.db: `busy_s` per statement (None: leave it), and
+    `deadline`, a time.monotonic() past which no statement waits (None: leave it; see clear_deadline)."""
+    if busy_s is not None:
+        _LIMITS["busy_s"] = busy_s
+    if deadline is not None:
+        _LIMITS["deadline"] = deadline
+
+
+def clear_deadline() -> None:
+    _LIMITS["deadline"] = None
+
+
+def remaining() -> float | None:
+    """Seconds left before this process's deadline (None: it has none)."""
+    deadline = _LIMITS["deadline"]
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _wait_s() -> float:
+    """What a statement may wait now for another process's lock."""
+    busy = float(_LIMITS["busy_s"] or 0.0)
+    deadline = _LIMITS["deadline"]
+    if deadline is None:
+        return busy
+    return max(0.0, min(busy, deadline - time.monotonic()))
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -79,6 +115,61 @@ class StoreReplaced(StoreError):
     write would be lost, and what it would read is no longer true. It must stop acting."""
 
 
+class StoreBusy(StoreError, RetryLater):
+    """state.db is held by another process (a transaction it keeps open) for longer than this process
+    may wait: one line naming the holder where /proc/locks shows it. Tried again later, never a bug."""
+
+    def __init__(self, path: Path, waited: float):
+        from reconciler.config.locks import describe_pid, lock_holders
+
+        holders = lock_holders(path)
+        who = ", ".join(describe_pid(p) for p in holders[:3]) if holders else "another process (not seen)"
+        self.path, self.waited, self.holders = path, waited, holders
+        super().__init__(f"{path}: held by {who} in a write transaction; res waited {_span(waited)} for it")
+
+
+def _span(s: float) -> str:
+    return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
+
+
+# SQLite's result codes, said in res's words (never SQLite's own text, issue 40).
+_SQLITE_WORDS = {
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_IOERR": "the disk failed to read or write it (or is full)",
+    "SQLITE_CORRUPT": "it is damaged (not a consistent SQLite database: move it away; res starts a new one)",
+    "SQLITE_NOTADB": "it is not a SQLite database (replaced by another file? move it away; res starts a new one)",
+    "SQLITE_CANTOPEN": "it cannot be opened (its directory or its permissions?)",
+    "SQLITE_READONLY": "it is read-only for res (its permissions, or a read-only file system?)",
+    "SQLITE_PERM": "res may not open it (its permissions?)",
+    "SQLITE_AUTH": "res may not open it (its permissions?)",
+    "SQLITE_NOMEM": "SQLite ran out of memory",
+    "SQLITE_TOOBIG": "a value is too big for it",
+    "SQLITE_SCHEMA": "its tables changed under res",
+    "SQLITE_MISMATCH": "a value of the wrong type",
+    "SQLITE_CONSTRAINT": "a value breaks its constraints",
+}
+
+
+def store_error(path: Path, e: sqlite3.Error, waited: float | None = None) -> StoreError:
+    """SQLite's error as res says it: held by another process (StoreBusy, with the holder), or what
+    its result code means; never SQLite's own text."""
+    name = getattr(e, "sqlite_errorname", "") or ""
+    base = name.split("_", 2)[:2]
+    base_name = "_".join(base) if len(base) == 2 else name
+    text = str(e).lower()
+    if base_name in ("SQLITE_BUSY", "SQLITE_LOCKED") or "database is locked" in text or "database is busy" in text:
+        return StoreBusy(path, _wait_s() if waited is None else waited)
+    said = _SQLITE_WORDS.get(base_name)
+    if said is None:
+        if "no such table" in text or "no such column" in text:
+            said = "it lacks the tables res keeps (made by another program?)"
+        elif "disk is full" in text or "disk i/o" in text:
+            said = "the disk failed to read or write it (or is full)"
+        else:
+            said = f"it could not be used (SQLite code {name or 'unknown'})"
+    return StoreError(f"{path}: {said}")
+
+
 class _Sentinel:
     def __init__(self, name: str):
         self.name = name
@@ -112,10 +203,12 @@ class Store:
         max_number() -> int                                 (highest id number ever recorded)
     """
 
-    def __init__(self, conn: sqlite3.Connection | None, path: Path, readonly: bool):
+    def __init__(self, conn: sqlite3.Connection | None, path: Path, readonly: bool, busy_s: float = BUSY_TIMEOUT_S):
         self._conn = conn
         self.path = path
         self.readonly = readonly
+        self.busy_s = busy_s  # the longest this store waits for another process's lock (also: wait_limits)
+        self._busy_ms: int | None = None
         # Rows that records() could not read (a corrupt or hand-written row): id -> why. Skipped, so
         # that one bad row never blocks every command; a pass reports them and admits nothing for them.
         self.bad: dict[str, str] = {}
@@ -142,12 +235,13 @@ class Store:
                 return cls(None, path, True)
             try:
                 conn = sqlite3.connect(
-                    f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
+                    f"file:{quote(str(path))}?mode=ro", uri=True, timeout=min(timeout, _wait_s()),
+                    isolation_level=None, check_same_thread=False
                 )
                 conn.execute("PRAGMA query_only = ON")
             except sqlite3.Error as e:
-                raise StoreError(f"{path}: {e}") from None
-            store = cls(conn, path, True)
+                raise store_error(path, e) from None
+            store = cls(conn, path, True, timeout)
             store._check_version()
             return store
 
@@ -161,7 +255,8 @@ class Store:
             raise StoreError(f"{path}: {' '.join(str(e.strerror or e).split())}") from None
         old = os.umask(0o077)
         try:
-            conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(str(path), timeout=min(timeout, _wait_s()), isolation_level=None,
+                                   check_same_thread=False)
             # WAL: readers (every CLI call) never block the reconciler and never see half a
             # transaction. synchronous=NORMAL: in WAL mode a commit survives any crash of the process
             # (SIGKILL included: the fault tier) and the database is never corrupted; only an OS
@@ -169,28 +264,53 @@ class Store:
             # what recorded them (log offset and spend in one transaction, exit records on disk) rolls
             # back together and is re-read. FULL would add an fsync to every commit (every lease
             # renewal) for no decision that could go wrong.
-            conn.execute("PRAGMA journal_mode = WAL")
+            store = cls(conn, path, False, timeout)
+            store._bound()
+            if store._current_schema() != str(SCHEMA_VERSION):
+                # A new or older database: its tables made (or upgraded) in one write. One already
+                # set up needs no write to be opened, so a process that holds state.db in a long
+                # transaction does not stop a reader of it from opening it.
+                conn.execute("PRAGMA journal_mode = WAL")
+                with store.transaction():
+                    for statement in _SCHEMA.split(";"):  # (executescript would COMMIT first)
+                        if statement.strip():
+                            conn.execute(statement)
+                    got = store._meta_raw("schema_version")
+                    if got is None:
+                        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                        conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('db_id', ?)", (os.urandom(8).hex(),))
+                    elif int(got) < 2:
+                        _scrub_secrets(conn)
+                        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
             conn.execute("PRAGMA synchronous = NORMAL")
-            store = cls(conn, path, False)
-            with store.transaction():
-                for statement in _SCHEMA.split(";"):  # (executescript would COMMIT first)
-                    if statement.strip():
-                        conn.execute(statement)
-                got = store._meta_raw("schema_version")
-                if got is None:
-                    conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('db_id', ?)", (os.urandom(8).hex(),))
-                elif int(got) < 2:
-                    _scrub_secrets(conn)
-                    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
             store._check_version()
             st = os.stat(path)
             store.identity = (st.st_dev, st.st_ino)
         except sqlite3.Error as e:
-            raise StoreError(f"{path}: {e}") from None
+            raise store_error(path, e) from None
         finally:
             os.umask(old)
         return store
+
+    def _current_schema(self) -> str | None:
+        """The schema version the database says it has (None: not set up yet), read without a write."""
+        try:
+            rows = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+        except sqlite3.OperationalError as e:
+            if "no such table" in str(e):
+                return None
+            raise
+        return rows[0][0] if rows else None
+
+    def _bound(self) -> None:
+        """The connection waits for another process's lock no longer than this process may now
+        (wait_limits): a --timeout is kept whoever holds state.db."""
+        if self._conn is None:
+            return
+        ms = int(min(self.busy_s, _wait_s()) * 1000)
+        if ms != self._busy_ms:
+            self._conn.execute(f"PRAGMA busy_timeout = {ms}")
+            self._busy_ms = ms
 
     def check_same(self) -> None:
         """StoreReplaced unless the file at the path is still the one this connection writes to."""
@@ -229,13 +349,14 @@ class Store:
             return []
         with self._lock:
             try:
+                self._bound()
                 return self._conn.execute(sql, args).fetchall()
             except sqlite3.OperationalError as e:
                 if self.readonly and "no such table" in str(e):
                     return []
-                raise StoreError(f"{self.path}: {e}") from None
+                raise store_error(self.path, e) from None
             except sqlite3.Error as e:
-                raise StoreError(f"{self.path}: {e}") from None
+                raise store_error(self.path, e) from None
 
     def _writable(self) -> sqlite3.Connection:
         if self.readonly or self._conn is None:
@@ -278,22 +399,25 @@ class Store:
                     self._depth -= 1
                 return
             try:
+                self._bound()
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
-                raise StoreError(f"{self.path}: {e}") from None
+                raise store_error(self.path, e) from None
             self._depth = 1
             try:
                 yield self
-            except BaseException:
+            except BaseException as e:
                 self._depth = 0
                 _rollback(conn)
+                if isinstance(e, sqlite3.Error):  # a statement of the transaction: said in res's words
+                    raise store_error(self.path, e) from None
                 raise
             self._depth = 0
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as e:
                 _rollback(conn)
-                raise StoreError(f"{self.path}: {e}") from None
+                raise store_error(self.path, e) from None
 
     # ---------------------------------------------------------- records
 

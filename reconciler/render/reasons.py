@@ -45,6 +45,11 @@ def _amounts(short: list[str], gb: float, cpus: float, beside: tuple[float, floa
 
 def reason_line(d: dict, zone: Zone) -> str:
     """The one line of a refusal's structured reason (core.capacity.*_detail)."""
+    if d["code"] == "caller_gone":
+        return (f"not started: its caller stopped waiting at ~{fmt_clock(d['answer_by'], zone)} before res decided "
+                "it (nothing ran; ask again)")
+    if d["code"] == "same_request":
+        return f"not started: the same request ({d['request_id']}) as {d['as']}, which holds it"
     if d["code"] == "never_fits":
         if d["resource"] == "memory":
             return "{} GB can never fit (max {} GB)".format(*apart(_g, d["asked"], d["max"]))
