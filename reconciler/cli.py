@@ -546,6 +546,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         if not _ours(e):
             raise  # a bug: the traceback is what a report needs
+        if type(e).__module__ == "sqlite3":  # SQLite's own words never reach a user (issue 40)
+            from reconciler.recorded.store import store_error
+
+            e = store_error(Paths.default().db, e)
         text = " ".join(str(e).split()) or type(e).__name__
         if any(m in text for m in ("database or disk is full", "No space left on device", "disk I/O error")) \
                 and _little_space_left():  # SQLite calls a full disk under its WAL "disk I/O error"
@@ -574,8 +578,9 @@ _OUR_ERRORS = ("StoreError", "DesiredError", "PolicyError", "RuntimeUnavailable"
 
 
 def _ours(e: Exception) -> bool:
-    mod = type(e).__module__ or ""
-    return (mod.startswith("reconciler.") and type(e).__name__ in _OUR_ERRORS) or mod == "sqlite3"
+    if (type(e).__module__ or "") == "sqlite3":
+        return True
+    return any((c.__module__ or "").startswith("reconciler.") and c.__name__ in _OUR_ERRORS for c in type(e).__mro__)
 
 
 def reconcile_main(argv: list[str] | None = None) -> int:

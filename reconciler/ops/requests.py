@@ -45,8 +45,12 @@ def outcome(engine: Engine, job_id: str, plan: Plan | None) -> tuple[int, str, d
     zone = zone_of(engine.policy)
     if rec.phase == Phase.refused:
         why = rec.why or "refused"
-        busy = (rec.detail or {}).get("code") == "busy"
-        return (3, why, data) if busy else (1, f"res: {why}", data)
+        code = (rec.detail or {}).get("code")
+        if code == "same_request" and (rec.detail or {}).get("as") not in (None, job_id):
+            return outcome(engine, rec.detail["as"], plan)  # the entry that holds the request id answers
+        if code == "caller_gone":
+            return 1, f"res: {job_id} {why}", data
+        return (3, why, data) if code == "busy" else (1, f"res: {why}", data)
     if rec.phase in LIVE:
         if req.kind == "note":
             return 0, f"{job_id} noted: {fmt_gb(req.mem_gb)} until ~{fmt_clock(rec.expires(), zone)}{_owner(req)}; free it: res release {job_id}", data
@@ -356,8 +360,14 @@ async def release(engine: Engine, tick: TickFn, job_id: str, stop: bool, who: st
         return answer(1, f"res: {e}", rec)
     if rec is None and not removed:
         return await _release_unit(engine, job_id, stop)
+    from reconciler.recorded.store import StoreBusy
+
     for _ in range(MAX_PASSES * 2):
-        await tick()
+        try:
+            await tick()
+        except StoreBusy as e:  # its release is on record and its entry gone: the first pass that can acts
+            return answer(1, f"res: {job_id} released, not yet {'stopped' if stop else 'done'}: {e}; the first pass "
+                             "that can write state.db carries it out", rec)
         engine.store.check_same()  # removed under the loop meanwhile: not "released", said as it is
         rec = engine.store.get(job_id)
         if rec is None or rec.phase not in LIVE and rec.phase != Phase.queued:

@@ -125,7 +125,8 @@ class StoreBusy(StoreError, RetryLater):
         holders = lock_holders(path)
         who = ", ".join(describe_pid(p) for p in holders[:3]) if holders else "another process (not seen)"
         self.path, self.waited, self.holders = path, waited, holders
-        super().__init__(f"{path}: held by {who} in a write transaction; res waited {_span(waited)} for it")
+        waited_text = f"; res waited {_span(waited)} for it" if waited >= 0.05 else ""
+        super().__init__(f"{path}: held by {who} in a write transaction{waited_text}")
 
 
 def _span(s: float) -> str:
@@ -302,6 +303,10 @@ class Store:
             raise
         return rows[0][0] if rows else None
 
+    def _waited(self) -> float | None:
+        """How long the last statement may have waited for another process's lock."""
+        return None if self._busy_ms is None else self._busy_ms / 1000
+
     def _bound(self) -> None:
         """The connection waits for another process's lock no longer than this process may now
         (wait_limits): a --timeout is kept whoever holds state.db."""
@@ -354,9 +359,9 @@ class Store:
             except sqlite3.OperationalError as e:
                 if self.readonly and "no such table" in str(e):
                     return []
-                raise store_error(self.path, e) from None
+                raise store_error(self.path, e, self._waited()) from None
             except sqlite3.Error as e:
-                raise store_error(self.path, e) from None
+                raise store_error(self.path, e, self._waited()) from None
 
     def _writable(self) -> sqlite3.Connection:
         if self.readonly or self._conn is None:
@@ -402,7 +407,7 @@ class Store:
                 self._bound()
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
-                raise store_error(self.path, e) from None
+                raise store_error(self.path, e, self._waited()) from None
             self._depth = 1
             try:
                 yield self
@@ -410,14 +415,14 @@ class Store:
                 self._depth = 0
                 _rollback(conn)
                 if isinstance(e, sqlite3.Error):  # a statement of the transaction: said in res's words
-                    raise store_error(self.path, e) from None
+                    raise store_error(self.path, e, self._waited()) from None
                 raise
             self._depth = 0
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as e:
                 _rollback(conn)
-                raise store_error(self.path, e) from None
+                raise store_error(self.path, e, self._waited()) from None
 
     # ---------------------------------------------------------- records
 
