@@ -208,8 +208,11 @@ class Executor:
             os.kill(os.getpid(), signal.SIGKILL)
         # The caller's environment as recorded; the runtime passes none of it that looks secret
         # (environ.is_secret, applied in runtime.systemd.job_environment).
+        env = job_env(req)
+        if where == "local":  # its systemd-run marks what it starts with the job (docs/escaping.md)
+            env = self._marked(env)
         spec = JobSpec(
-            job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=job_env(req), mem_gb=req.mem_gb, cpus=req.cpus,
+            job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=env, mem_gb=req.mem_gb, cpus=req.cpus,
             log_path=self.paths.log(req.id, log_dir), exit_path=self.paths.exit_record(req.id, log_dir),
             description=f"res {req.id}: {' '.join(req.title.split())[:120]}", cpu_quota=self.policy.cpu_quota,
             est_s=req.est_s, queue=req.queue, enforce_mem=not req.gated,
@@ -244,6 +247,18 @@ class Executor:
             await self._forget(req.id, where)
             return
         self.store.put(after_start(starting, "started", now, invocation=invocation), expect_phase=Phase.starting)
+
+    def _marked(self, env: dict[str, str]) -> dict[str, str]:
+        """The job's environment with res's systemd-run first on its PATH (apply/escape.py); as it was
+        where that file cannot be written (the job starts all the same, unmarked)."""
+        from reconciler.apply import escape
+
+        try:
+            escape.ensure(self.paths.job_bin)
+        except OSError as e:
+            log.warning("could not write %s: %s", self.paths.job_bin / escape.NAME, e)
+            return env
+        return escape.first_on_path(env, self.paths.job_bin)
 
     def _said(self, detail: dict) -> str:
         from reconciler.config.zone import zone_of

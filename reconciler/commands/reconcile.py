@@ -46,7 +46,8 @@ def cmd_reconcile(a, paths: Paths) -> int:
         say(e.line, e.code)
         return e.code
     except TimeoutError:
-        raise Fail("res: the reconciler loop did not answer in time; see res status") from None
+        raise Fail("res: the reconciler loop did not answer in time (stopped or stuck?); its pass, if it runs, "
+                   "is its own; see res status") from None
 
 
 def _print_plan(plan, as_json: bool) -> int:

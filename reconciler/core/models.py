@@ -410,6 +410,10 @@ class World:
     sessions: list[SessionObs] | None = None
     tmp_tmpfs_used_gb: float | None = None  # /tmp in use when it is a tmpfs (it is RAM)
     stray_services: list[str] = field(default_factory=list)  # transient services outside the agents slices
+    # ... the job each was started from, where its unit says (RES_ESCAPED_FROM, docs/escaping.md), and
+    # the memory each holds now (GB; absent: not read)
+    stray_from: dict[str, str] = field(default_factory=dict)
+    stray_mem_gb: dict[str, float] = field(default_factory=dict)
     # Memory pressure (PSI `full avg10`, %, DESIGN §5.9): the machine's (/proc/pressure/memory) and the
     # agents slice's own (cgroup v2 memory.pressure). None: not observed (then it blocks nothing).
     pressure_full_pct: float | None = None

@@ -452,12 +452,17 @@ class PassFailed(Exception):
         self.line, self.code = line, code
 
 
-def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float = 60.0) -> Plan:
+def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float | None = None) -> Plan:
     """A pass now: the running loop's (it answers with the plan of a pass that began after the
     request), else one here. `adopt`: that pass adopts sessions whatever adopt_sessions says.
-    TimeoutError: the loop took the request and did not answer in time."""
+    TimeoutError: the loop took the request and did not answer in time (`timeout`, else what is left
+    of this call's deadline, else 60 s)."""
     from reconciler.loop.client import NoDaemon, ask
+    from reconciler.recorded.store import remaining
 
+    if timeout is None:
+        timeout = remaining()
+        timeout = 60.0 if timeout is None else max(timeout, 0.001)
     try:
         answer = ask(paths.socket, {"op": "tick", "adopt": adopt}, timeout=timeout)
     except NoDaemon:

@@ -163,3 +163,12 @@ def test_the_loop_says_a_held_database_once_and_answers_meanwhile(state, held, c
     assert len(said) == 1 and said[0].startswith("pass failed: ") and f"pid {held.pid}" in said[0], said
     assert isinstance(ticker.failure, StoreBusy)
     _ = SimpleNamespace
+
+
+@pytest.mark.parametrize("args", [("reconcile",), ("game", "on"), ("adopt",)])
+def test_commands_that_run_a_pass_here_answer_within_the_answer_wait(state, held, args):
+    r = _res(state, *args, timeout=30, RES_ANSWER_WAIT_S="2")
+    assert r.returncode == 1, r
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("res: ")]
+    assert lines and any(f"pid {held.pid}" in ln for ln in lines), r.stderr
+    assert not SQLITE_WORDS.search(r.stderr) and not SQLITE_WORDS.search(r.stdout), r
