@@ -576,7 +576,7 @@ def _bounded(cmd: str) -> None:
     import time
 
     from reconciler.loop.client import answer_wait_s
-    from reconciler.recorded.store import wait_limits
+    from reconciler.config.deadline import wait_limits
 
     try:
         wait_s = answer_wait_s()

@@ -55,7 +55,7 @@ def decide(paths: Paths, request: dict, local: Callable[[Engine], Awaitable[tupl
     import time
 
     from reconciler.loop.client import NoAnswer, NoDaemon, Unanswered, answer_wait_s, ask, grace_s
-    from reconciler.recorded.store import clear_deadline, wait_limits
+    from reconciler.config.deadline import clear_deadline, wait_limits
 
     fn = local
     try:

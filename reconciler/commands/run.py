@@ -214,9 +214,7 @@ def _request_id(a) -> str:
     a caller gets when no answer comes names it, and asking again with it is the same request."""
     if getattr(a, "request_id", None):
         return a.request_id
-    import secrets
-
-    return "q-" + secrets.token_hex(6)
+    return "q-" + os.urandom(6).hex()
 
 
 def _asker(a, env: dict[str, str], repo) -> dict:

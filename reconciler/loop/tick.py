@@ -272,7 +272,7 @@ class Engine:
         self.reload_policy()
         self.streamer.refresh_pricing()
         from reconciler.config.locks import LockBusy
-        from reconciler.recorded.store import remaining
+        from reconciler.config.deadline import remaining
 
         try:
             async with locked_async(self.paths.tick_lock, timeout=remaining()):
@@ -458,7 +458,7 @@ def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float | None = 
     TimeoutError: the loop took the request and did not answer in time (`timeout`, else what is left
     of this call's deadline, else 60 s)."""
     from reconciler.loop.client import NoDaemon, ask
-    from reconciler.recorded.store import remaining
+    from reconciler.config.deadline import remaining
 
     if timeout is None:
         timeout = remaining()

@@ -28,7 +28,7 @@ def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idl
     A `timeout` is kept whatever holds state.db or the loop (issue 40): every wait of this process for
     state.db ends by then (recorded.store.wait_limits), and a loop that cannot answer is given up on
     ANSWER_GRACE_S after it."""
-    from reconciler.recorded.store import clear_deadline, wait_limits
+    from reconciler.config.deadline import clear_deadline, wait_limits
 
     deadline = None if timeout is None else time.monotonic() + timeout
     if deadline is not None:

@@ -114,23 +114,17 @@ def _known_requests(engine: Engine) -> tuple[list, list]:
     return queued, [r.request for r in engine.store.records().values()]
 
 
-def same_request(engine: Engine, rid: str, now: float | None = None):
+def same_request(engine: Engine, rid: str):
     """The entry a request id already names, which asking again with it gets instead of a second job
-    (issue 40): one whose job waits, runs or ran (core.plan.taken_request_ids), else one written and
-    not yet decided whose caller still waits for it (asked twice at once). None: a new attempt (an
-    earlier one was refused, withdrawn, or its caller gave up before any pass decided it)."""
-    from reconciler.core.plan import caller_gone, taken_request_ids
+    (issue 40): one whose job waits, runs or ran (core.plan.taken_request_ids). None: a new attempt
+    (an earlier one was refused, withdrawn, or its caller gave up before any pass decided it). One
+    written and not yet decided (asked twice at once) is not looked for here: the planner starts one
+    of the two and answers the other with it (`same_request`)."""
+    from reconciler.core.plan import taken_request_ids
 
-    now = time.time() if now is None else now
-    records = engine.store.records()
+    records = engine.store.with_request_id(rid)
     taken = taken_request_ids(records).get(rid)
-    if taken is not None:
-        return records[taken].request
-    queued, _ = _known_requests(engine)
-    for req in queued:
-        if req.request_id == rid and req.id not in records and not caller_gone(req, now):
-            return req
-    return None
+    return records[taken].request if taken is not None else None
 
 
 async def _as(engine: Engine, who: str | None, edit):

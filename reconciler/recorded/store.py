@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 from urllib.parse import quote
 
+# Every wait of this process for another's lock on state.db is bounded (config/deadline.py).
+from reconciler.config.deadline import BUSY_TIMEOUT_S, clear_deadline, remaining, wait_limits  # noqa: F401
+from reconciler.config.deadline import wait_s as _wait_s
 from reconciler.config.paths import Paths
 from reconciler.core.errors import RetryLater
 
@@ -31,41 +34,6 @@ if TYPE_CHECKING:
     from reconciler.core.models import JobRecord, Phase
 
 SCHEMA_VERSION = 2  # 2: records carry no secret-looking environment (scrubbed on upgrade)
-BUSY_TIMEOUT_S = 30.0
-# How long any wait for another process's lock on state.db may last, for every connection of this
-# process (wait_limits): `busy_s` per statement (the loop's is short: one blocked statement must not
-# stop it answering everyone), and `deadline` (time.monotonic()) past which nothing waits at all: a
-# command's --timeout, or the time it answers by. Issue 40: a --timeout is a timeout whoever holds
-# state.db.
-_LIMITS: dict[str, float | None] = {"busy_s": BUSY_TIMEOUT_S, "deadline": None}
-
-
-def wait_limits(busy_s: float | None = None, deadline: float | None = None) -> None:
-    """Bound every wait of this process for state.db: `busy_s` per statement (None: leave it), and
-    `deadline`, a time.monotonic() past which no statement waits (None: leave it; see clear_deadline)."""
-    if busy_s is not None:
-        _LIMITS["busy_s"] = busy_s
-    if deadline is not None:
-        _LIMITS["deadline"] = deadline
-
-
-def clear_deadline() -> None:
-    _LIMITS["deadline"] = None
-
-
-def remaining() -> float | None:
-    """Seconds left before this process's deadline (None: it has none)."""
-    deadline = _LIMITS["deadline"]
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-
-def _wait_s() -> float:
-    """What a statement may wait now for another process's lock."""
-    busy = float(_LIMITS["busy_s"] or 0.0)
-    deadline = _LIMITS["deadline"]
-    if deadline is None:
-        return busy
-    return max(0.0, min(busy, deadline - time.monotonic()))
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -462,6 +430,19 @@ class Store:
         if known is not None and known[0] == rows[0][0]:
             return known[1]
         return self._load(job_id, rows[0][0])
+
+    def with_request_id(self, request_id: str) -> dict[str, "JobRecord"]:
+        """The records whose request carries this request id (`--request-id`), by id: one query (a
+        scan of the JSON in SQLite, no record parsed but these), not a read of every record."""
+        rows = self._rows("SELECT id, record FROM jobs WHERE json_extract(record, '$.request.request_id') = ? "
+                          "ORDER BY num", (request_id,))
+        out = {}
+        for job_id, raw in rows:
+            try:
+                out[job_id] = self._load(job_id, raw)
+            except StoreError:
+                continue
+        return out
 
     def row(self, job_id: str) -> dict:
         """The record's row as plain JSON data, without building the record (no pydantic: what a

@@ -18,7 +18,8 @@ import pytest
 from reconciler.config.locks import describe_pid, lock_holders
 from reconciler.config.paths import Paths
 from reconciler.core.lifecycle import transition
-from reconciler.recorded.store import Store, StoreBusy, clear_deadline, wait_limits
+from reconciler.config.deadline import clear_deadline, wait_limits
+from reconciler.recorded.store import Store, StoreBusy
 
 ROOT = Path(__file__).resolve().parents[2]
 SQLITE_WORDS = re.compile(r"database is locked|database is busy|sqlite3\.|OperationalError|Traceback")
@@ -136,7 +137,7 @@ def test_the_loop_says_a_held_database_once_and_answers_meanwhile(state, held, c
     from types import SimpleNamespace
 
     from reconciler.loop.serve import LOOP_BUSY_S, Ticker
-    from reconciler.recorded.store import BUSY_TIMEOUT_S
+    from reconciler.config.deadline import BUSY_TIMEOUT_S
 
     store = Store.open(state)
 
