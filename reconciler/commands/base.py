@@ -72,6 +72,10 @@ def decide(paths: Paths, request: dict, local: Callable[[Engine], Awaitable[tupl
     try:
         try:
             answer = ask(paths.socket, request, timeout=wait_s)
+            if _older_loop(answer, request):  # a loop from before request ids refused them: as before
+                fields = request["fields"]
+                request = {**request, "fields": {k: v for k, v in fields.items() if k not in NEW_FIELDS}}
+                answer = ask(paths.socket, request, timeout=max(gives_up - time.monotonic(), 0.001))
             if answer.get("hint"):
                 print(answer["hint"], file=sys.stderr)
             return answer["code"], answer["line"], answer.get("data")
@@ -86,6 +90,18 @@ def decide(paths: Paths, request: dict, local: Callable[[Engine], Awaitable[tupl
         return asyncio.run(with_engine(paths, fn))
     finally:
         clear_deadline()  # (a `res run --wait` then waits for the job as long as it takes)
+
+
+NEW_FIELDS = ("request_id", "answer_by")  # what a loop from before issue 40 refuses in a request
+
+
+def _older_loop(answer: dict, request: dict) -> bool:
+    """A loop still running code from before request ids (an upgrade it has not been restarted
+    for) refuses a request that carries one, writing nothing: it is asked again without."""
+    line = str(answer.get("line") or "")
+    # (its words are pydantic's: an older res said them as they were)
+    return (request.get("op") == "submit" and answer.get("code") == 1 and "Extra inputs are not permitted" in line
+            and any(f"{name}:" in line for name in NEW_FIELDS))
 
 
 def gave_up_line(request: dict, wait_s: float, accepted: str | None) -> str:

@@ -223,3 +223,37 @@ def test_a_bad_answer_wait_is_a_usage_error(tmp_path, value):
 def test_a_request_id_of_another_form_is_a_usage_error(tmp_path, value):
     r = _res(tmp_path, "run", "--mem", "64M", "--for", "1m", "--request-id", value, "--", "true")
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("res: "), r
+
+
+def test_a_loop_from_before_request_ids_is_asked_again_without_them(tmp_path):
+    """An upgrade the running loop was not restarted for: it refuses the new fields (in pydantic's
+    words, as it said them) and writes nothing; the caller asks again without them."""
+    sock = tmp_path / "state" / "serve.sock"
+    sock.parent.mkdir()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sock))
+    server.listen(4)
+    got = []
+
+    def serve():
+        for _ in range(2):
+            c, _ = server.accept()
+            with c:
+                req = json.loads(c.recv(1 << 20).split(b"\n")[0])
+                got.append(req)
+                if "request_id" in req["fields"]:
+                    line = ("res: job: request_id: Extra inputs are not permitted (got 'q-1'); nothing was written")
+                    c.sendall(json.dumps({"code": 1, "line": line}).encode() + b"\n")
+                else:
+                    c.sendall(json.dumps({"code": 0, "line": "r-1 started; log x; ETA ~12:00"}).encode() + b"\n")
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        r = _res(tmp_path, "run", "--mem", "64M", "--for", "1m", "--", "true", RES_ANSWER_WAIT_S="20")
+    finally:
+        t.join(30)
+        server.close()
+    assert r.returncode == 0 and r.stdout.startswith("r-1 started"), r
+    assert "request_id" in got[0]["fields"] and "request_id" not in got[1]["fields"]
+    assert "answer_by" not in got[1]["fields"]
