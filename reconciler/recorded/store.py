@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     record      TEXT NOT NULL              -- models.JobRecord, models.dump_json()
 );
 CREATE INDEX IF NOT EXISTS jobs_phase ON jobs (phase);
+CREATE INDEX IF NOT EXISTS jobs_request_id ON jobs (json_extract(record, '$.request.request_id'));
 CREATE INDEX IF NOT EXISTS jobs_num ON jobs (num);
 CREATE TABLE IF NOT EXISTS history (
     id          TEXT PRIMARY KEY,
@@ -235,7 +236,7 @@ class Store:
             # renewal) for no decision that could go wrong.
             store = cls(conn, path, False, timeout)
             store._bound()
-            if store._current_schema() != str(SCHEMA_VERSION):
+            if store._current_schema() != str(SCHEMA_VERSION) or not store._has_index("jobs_request_id"):
                 # A new or older database: its tables made (or upgraded) in one write. One already
                 # set up needs no write to be opened, so a process that holds state.db in a long
                 # transaction does not stop a reader of it from opening it.
@@ -274,6 +275,10 @@ class Store:
     def _waited(self) -> float | None:
         """How long the last statement may have waited for another process's lock."""
         return None if self._busy_ms is None else self._busy_ms / 1000
+
+    def _has_index(self, name: str) -> bool:
+        rows = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (name,)).fetchall()
+        return bool(rows)
 
     def _bound(self) -> None:
         """The connection waits for another process's lock no longer than this process may now
