@@ -8,12 +8,16 @@ import asyncio
 import json
 import logging
 import re
-import socket
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from reconciler.loop.serve import Requests, read_request
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from clihelp import ask_raw  # noqa: E402
 
 LIBRARY = re.compile(r"codec can't|object has no attribute|Error binding|unhashable|recursion|Traceback|"
                      r"Expecting value|JSONDecodeError|NoneType|KeyError|TypeError")
@@ -42,23 +46,6 @@ class Untouchable:
         raise AssertionError(f"a hostile request reached the engine ({name})")
 
 
-def _ask(path: str, data: bytes) -> list[bytes]:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    try:
-        s.connect(path)
-        s.sendall(data)
-        got = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            got += chunk
-        return got.splitlines()
-    finally:
-        s.close()
-
-
 @pytest.mark.parametrize("name", list(SHAPES))
 def test_each_hostile_shape_gets_one_line_and_the_log_one_at_most(tmp_path, caplog, name):
     data, words = SHAPES[name]
@@ -69,7 +56,7 @@ def test_each_hostile_shape_gets_one_line_and_the_log_one_at_most(tmp_path, capl
     async def main() -> list[bytes]:
         server = await asyncio.start_unix_server(Requests(engine, ticker).handle, path=path, limit=64 << 10)
         try:
-            return await asyncio.to_thread(_ask, path, data)
+            return await asyncio.to_thread(ask_raw, path, data)
         finally:
             server.close()
             await server.wait_closed()
@@ -94,7 +81,7 @@ def test_a_flood_of_garbage_is_one_log_line_not_one_each(tmp_path, caplog):
         server = await asyncio.start_unix_server(Requests(Untouchable(), SimpleNamespace()).handle, path=path)
         try:
             for _ in range(50):
-                await asyncio.to_thread(_ask, path, b"\xff\n")
+                await asyncio.to_thread(ask_raw, path, b"\xff\n")
         finally:
             server.close()
             await server.wait_closed()

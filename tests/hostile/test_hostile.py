@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from clihelp import PY, res, unit_props, wait_for  # noqa: F401
+from clihelp import PY, ask_raw, res, unit_props, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.systemd
 
@@ -412,27 +412,11 @@ HOSTILE_SHAPES = [
 ]
 
 
-def _ask_raw(sock: str, data: bytes) -> list[bytes]:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(30)
-    try:
-        s.connect(sock)
-        s.sendall(data)
-        got = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return got.splitlines()
-            got += chunk
-    finally:
-        s.close()
-
-
 def test_hostile_requests_get_one_line_each_and_the_log_one_line(res):
     loop = serve(res)
     sock = str(res.state / "serve.sock")
     for data, words in HOSTILE_SHAPES:
-        (line,) = _ask_raw(sock, data)
+        (line,) = ask_raw(sock, data)
         answer = json.loads(line)
         assert answer["code"] == 2 and answer["line"].startswith("res: ") and words in answer["line"], answer
         assert not re.search(r"codec can't|has no attribute|Error binding|unhashable|recursion", answer["line"]), answer
