@@ -427,6 +427,8 @@ class Requests:
         except (ConnectionError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):
             return None
         except Exception as e:  # noqa: BLE001 - a bad request gets an answer, never kills the loop
+            if isinstance(e, ValueError) and ("limit" in str(e) or "Separator" in str(e)):
+                return None  # a line over REQUEST_LIMIT (the stream's words): not a request any res sends
             if not needs_a_person(e) and not isinstance(e, sqlite3.Error):
                 # The world's (state.db busy, a disk full, the manager away): said in its one line.
                 what = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
@@ -607,6 +609,10 @@ def read_request(line: bytes) -> tuple[dict, str | None]:
             kinds = SUBMIT_FIELDS.get(key)
             if kinds is not None and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
                 return {}, f"a submit request's {key} is {_what(value)}, not {_types(kinds)}"
+            if key in ("cmd", "auto") and not all(isinstance(v, str) for v in value):
+                return {}, f"a submit request's {key} holds something other than text"
+            if key == "env" and not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                return {}, "a submit request's env holds something other than text"
     return req, None
 
 

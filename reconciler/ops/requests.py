@@ -318,9 +318,10 @@ async def release(engine: Engine, tick: TickFn, job_id: str, stop: bool, who: st
     engine.store.check_same()  # a state.db removed under the loop: said (StoreReplaced), nothing done
     try:
         rec = engine.store.get(job_id)
-        if rec is None and _in_queue(engine, job_id):
-            # In queue.toml, not in state.db (state.db was lost, or no pass has run yet): a pass first
-            # takes it back as what it is (its unit running, say), so what is stopped is the job.
+        if rec is None and engine.paths.log(job_id).is_file() and _in_queue(engine, job_id):
+            # In queue.toml, not in state.db, and it ran before (its log is there: state.db was lost):
+            # a pass first takes it back as what it is (its unit running, say), so that what is
+            # stopped is the job. (An entry no pass decided yet is withdrawn as before: never started.)
             await tick()
             engine.store.check_same()
             rec = engine.store.get(job_id)

@@ -35,6 +35,8 @@ SHAPES = {
     "a string where a table goes": (b'{"op": "submit", "kind": "job", "fields": "x"}\n', "fields is text"),
     "a field of the wrong type": (b'{"op": "submit", "kind": "job", "fields": {"cmd": {"a": 1}}}\n',
                                   "cmd is an object, not a list"),
+    "a command of numbers": (b'{"op": "submit", "kind": "job", "fields": {"cmd": [1, {}]}}\n',
+                             "cmd holds something other than text"),
     "an id that is not an entry's": (b'{"op": "status", "id": "../../etc/passwd"}\n', "not an entry id"),
     "a timeout that is not a time": (b'{"op": "wait", "id": "r-1", "timeout": -5}\n', "timeout"),
     "nan": (b'{"op": "wait", "id": "r-1", "timeout": NaN}\n', "timeout"),
