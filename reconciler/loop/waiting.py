@@ -103,7 +103,7 @@ def _wait_here(paths: Paths, policy, job_id: str, left: float | None, timeout: f
         if engine is not None:
             await engine.runtime.watch(lambda _job, state: changed.set())
             await engine.connect()
-        reader = Store.open(paths, readonly=True) if engine is None else None
+        reader = None
         try:
             while True:
                 changed.clear()
@@ -115,6 +115,8 @@ def _wait_here(paths: Paths, policy, job_id: str, left: float | None, timeout: f
                         busy[:] = [e]
                 timed_out = deadline is not None and loop.time() >= deadline
                 try:
+                    if engine is None and reader is None:
+                        reader = Store.open(paths, readonly=True)
                     decided = finished(engine.store if engine is not None else reader, paths, job_id, timed_out,
                                        timeout, held=busy[0] if busy else None)
                 except StoreBusy as e:  # not even readable now (a holder in exclusive locking mode)

@@ -173,3 +173,33 @@ def test_commands_that_run_a_pass_here_answer_within_the_answer_wait(state, held
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("res: ")]
     assert lines and any(f"pid {held.pid}" in ln for ln in lines), r.stderr
     assert not SQLITE_WORDS.search(r.stderr) and not SQLITE_WORDS.search(r.stdout), r
+
+
+HOLD_ALL = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+conn.execute("BEGIN EXCLUSIVE")
+conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('held', 'yes')")
+print("holding", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
+
+
+def test_a_holder_that_keeps_even_readers_out_still_gets_a_timeout_answered_124(state, tmp_path):
+    script = tmp_path / "holder-all.py"
+    script.write_text(HOLD_ALL)
+    p = subprocess.Popen([sys.executable, str(script), str(state.db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "holding"
+        r = _res(state, "wait", "r-1", "--timeout", "2s", timeout=20)
+        assert r.returncode == 124, r
+        line = _one_line(r)
+        assert line.startswith("res: r-1 not known to be done after 2 s: ") and "held by" in line, line
+        r = _res(state, "status", timeout=30, RES_ANSWER_WAIT_S="2")
+        assert r.returncode == 1 and "held by" in _one_line(r), r
+    finally:
+        p.stdin.close()
+        p.wait(30)
