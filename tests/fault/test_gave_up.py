@@ -164,3 +164,34 @@ def test_twenty_callers_a_loop_stopped_at_random_each_request_runs_at_most_once(
     loop.send_signal(signal.SIGTERM)
     assert loop.wait(60) == 0
     assert "Traceback" not in (res.tmp / "serve.log").read_text()
+
+
+def test_every_command_answers_in_its_own_time_while_the_loop_is_stopped(res):
+    """Each command's --timeout or answer wait holds with the loop stopped (issue 40): a bound far
+    below what a stuck loop would cost, and the documented exit code and one line."""
+    res.env["RES_TICK_S"] = "0.5"
+    loop = _loop(res)
+    blocker = res.tmp / "go"
+    assert res.started("sh", "-c", 'until [ -e "$0" ]; do sleep 0.1; done', str(blocker)) == "r-1"
+    loop.send_signal(signal.SIGSTOP)
+    try:
+        env = {**res.env, "RES_ANSWER_WAIT_S": "3"}
+
+        def cli(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([PY, "-m", "reconciler.cli", *args], cwd=str(res.work), env=env, capture_output=True,
+                                  text=True, timeout=20)
+
+        r = cli("wait", "r-1", "--timeout", "2s")
+        assert r.returncode == 124 and "did not answer by then" in r.stderr, r
+        r = cli("status", "r-1")
+        assert r.returncode == 0 and "r-1" in r.stdout, r  # read from state.db itself
+        r = cli("reconcile")
+        assert r.returncode == 1 and r.stderr.count("\n") == 1 and "did not answer in time" in r.stderr, r
+        r = cli("release", "--stop", "r-1")
+        assert r.returncode == 1 and r.stderr.startswith("res: no answer from the reconciler loop in 3 s"), r
+    finally:
+        loop.send_signal(signal.SIGCONT)
+    blocker.touch()
+    assert res("wait", "r-1", timeout=120).code in (0, 143)  # released meanwhile, or ended by itself
+    loop.send_signal(signal.SIGTERM)
+    assert loop.wait(30) == 0
