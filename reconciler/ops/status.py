@@ -314,4 +314,6 @@ def entry_json(rec: JobRecord, paths: Paths, detail: dict | None = None) -> dict
             "log": str(paths.log(rec.id, rec.log_dir)) if req.kind == "job" else None,
             "position": reason.get("position"), "est_start": reason.get("est_start"),
             "started": rec.started, "eta": rec.eta() if rec.phase not in TERMINAL else None, "ended": rec.ended,
-            "rc": rec.rc, "peak_gb": rec.peak_gb, "why": rec.why, "reason": reason}
+            "rc": rec.rc, "peak_gb": rec.peak_gb, "why": rec.why, "reason": reason,
+            # the caller's own name for the request (--request-id): asked again with it, this entry answers
+            "request_id": req.request_id}
