@@ -91,7 +91,8 @@ def test_a_queued_request_that_reached_a_stopped_loop_too_late_is_never_written(
     finally:
         loop.send_signal(signal.SIGCONT)
     res.passes(3)
-    assert "queued-late" not in res.queue.read_text()  # it reached the loop after its caller's deadline
+    # it reached the loop after its caller's deadline: never written
+    assert not res.queue.exists() or "queued-late" not in res.queue.read_text()
     assert _marks(res) == Counter()
     loop.send_signal(signal.SIGTERM)
     assert loop.wait(30) == 0
@@ -155,7 +156,7 @@ def test_twenty_callers_a_loop_stopped_at_random_each_request_runs_at_most_once(
     # the loop running freely, every caller asks a last time: each request runs exactly once
     for rid in answers:
         r = _ask(res, rid)
-        assert r.returncode == 0 and re.match(r"r-\d+ (started|done)", r.stdout.strip()), (rid, r)
+        assert r.returncode == 0 and re.match(r"r-\d+ (started|starting|done)", r.stdout.strip()), (rid, r)
     _settled(res)
     marks = _marks(res)
     assert marks == Counter({rid: 1 for rid in answers}), marks
