@@ -9,6 +9,7 @@ import json
 import signal
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -38,8 +39,9 @@ def test_a_service_a_job_starts_outside_res_is_named_with_its_job_and_counted_as
     unit = f"{res.prefix}-escaped.service"
     loop = serving(res)
     try:
-        line = (f"systemd-run --user --quiet --unit={unit} python3 -c "
-                "'b = bytearray(64 << 20); import time; time.sleep(600)'; sleep 600")
+        hold = res.tmp / "hold.py"  # 64 MB, every page touched (a zeroed bytearray alone costs no RSS)
+        hold.write_text("import time\nb = bytearray(64 << 20)\nb[::4096] = b'\\1' * (len(b) // 4096)\ntime.sleep(600)\n")
+        line = f"systemd-run --user --quiet --unit={unit} {sys.executable} {hold}; sleep 600"
         assert res.started("sh", "-c", line, extra=("--project", "proj-esc")) == "r-1"
         wait_for(lambda: res.active("r-1") == "active" and subprocess.run(
             ["systemctl", "--user", "is-active", unit], env=res.env, capture_output=True, text=True).stdout.strip()
