@@ -300,6 +300,15 @@ async def undecided(engine: Engine, req, kind: str, why: str) -> tuple[int, str,
                            f"start (res release {req.id} withdraws it)"), None
         return 1, f"res: {req.id} not {what}: {because}; withdrawn: it never starts (ask again)", \
             {"id": req.id, "kind": kind, "state": "withdrawn", "reason": {"code": "undecided", "why": because}}
+    if req.queue and rec is None and hasattr(req, "request_id"):
+        # Told it is queued: on record as such now (what the pass would have written had it run), so
+        # that asking again with its request id is answered with this entry, not a second one.
+        from reconciler.recorded.store import ABSENT, StoreError
+
+        try:
+            engine.store.put(transition(None, "enqueue", time.time(), request=req), expect_phase=ABSENT)
+        except StoreError:
+            pass  # state.db held: asked again meanwhile, the planner still starts only one of them
     pending = {"id": req.id, "kind": kind, "state": "queued", "reason": {"code": "undecided", "why": why or None}}
     if why:
         return 0, f"{req.id} queued, not decided yet: {why}; cancel: res release {req.id}", pending

@@ -257,3 +257,19 @@ def test_a_loop_from_before_request_ids_is_asked_again_without_them(tmp_path):
     assert r.returncode == 0 and r.stdout.startswith("r-1 started"), r
     assert "request_id" in got[0]["fields"] and "request_id" not in got[1]["fields"]
     assert "answer_by" not in got[1]["fields"]
+
+
+def test_a_queued_request_told_undecided_is_the_same_request_when_asked_again(engine):
+    e, runtime = engine
+    runtime.reachable = False  # nothing can be decided; --queue: told it waits
+    asyncio.run(e.connect())
+    fields = {**JOB, "queue": True, "request_id": "q-10"}
+    code, line, _ = asyncio.run(ops.submit(e, e.tick, "job", {**fields, "answer_by": time.time() + 30}))
+    assert code == 0 and line.startswith("r-1 queued, not decided yet: "), line
+    code, line, _ = asyncio.run(ops.submit(e, e.tick, "job", {**fields, "answer_by": time.time() + 30}))
+    assert code == 0 and line.startswith("r-1 queued"), line  # the same entry, not r-2
+    assert 'id = "r-2"' not in e.paths.queue.read_text()
+    runtime.reachable = True
+    asyncio.run(e.connect())
+    asyncio.run(e.tick())
+    assert _started(runtime) == ["r-1"]
