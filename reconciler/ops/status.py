@@ -45,7 +45,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "mem_gb": req.mem_gb, "cpus": req.cpus, "used_gb": used if rec.phase in LIVE else None,
         "peak_gb": rec.peak_gb, "rc": rec.rc, "why": rec.why, "queue": req.queue, "lock": req.lock,
         "by": asker_data(req), "auto": list(req.auto), "sized_from": req.sized_from, "grown_from_gb": req.grown_from_gb,
-        "node_requeues": req.node_requeues,
+        "node_requeues": req.node_requeues, "request_id": req.request_id, "answer_by": req.answer_by,
         # what admission counts of it, what the kernel holds it to, and why (DESIGN §5.1)
         "book_gb": req.book, "cap_gb": None if req.gated or req.kind == "note" else req.mem_gb,
         "booked_from": book_source(req), "evictions": list(rec.evictions),
