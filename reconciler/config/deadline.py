@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import time
 
-BUSY_TIMEOUT_S = 30.0
+# A command's statement waits at most this for another process's write: res's own transactions take
+# milliseconds, so a lock held longer is someone else's open transaction, said rather than waited out
+# (it was 30 s: a `res run` then answered "database is locked" after half a minute).
+BUSY_TIMEOUT_S = 5.0
 _LIMITS: dict[str, float | None] = {"busy_s": BUSY_TIMEOUT_S, "deadline": None}
 
 
