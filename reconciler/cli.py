@@ -55,7 +55,7 @@ def _checked_texts(a: argparse.Namespace) -> None:
             continue
         if attr == "title" and a.cmd == "note":
             flag = "the title"
-        if any(0xDC80 <= ord(c) <= 0xDCFF for c in value):
+        if attr != "world" and any(0xDC80 <= ord(c) <= 0xDCFF for c in value):  # (a path may be any bytes)
             from reconciler.core.invalid import quoted
 
             raise Fail(f"res: {flag} {quoted(value)[:60]}: not UTF-8 text; give text (res keeps it in files that "

@@ -24,7 +24,9 @@ def cmd_reconcile(a, paths: Paths) -> int:
                 with open(a.world) as f:
                     world = parse_json(World, f.read())
             except OSError as e:
-                raise Fail(f"res: --world {a.world}: {e.strerror or e}") from None
+                from reconciler.core.invalid import quoted
+
+                raise Fail(f"res: --world {quoted(a.world)}: {e.strerror or e}") from None
             except ValueError as e:  # not JSON, or not a world (pydantic's ValidationError is a ValueError)
                 errors = getattr(e, "errors", None)
                 if callable(errors):
@@ -33,7 +35,9 @@ def cmd_reconcile(a, paths: Paths) -> int:
                     said = first(errors(), World)[1]
                 else:
                     said = "not JSON text"
-                raise Fail(f"res: --world {a.world}: {said} (make one with res observe --json)") from None
+                from reconciler.core.invalid import quoted
+
+                raise Fail(f"res: --world {quoted(a.world)}: {said} (make one with res observe --json)") from None
         plan, _ = asyncio.run(dry_run(paths, policy, world))
         return _print_plan(plan, a.json)
     if a.world:
