@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -47,12 +48,12 @@ def state(tmp_path):
     return paths
 
 
-@pytest.fixture
-def held(state, tmp_path):
-    """state.db held in an exclusive transaction by another process (its Popen)."""
-    script = tmp_path / "holder.py"
-    script.write_text(HOLD)
-    p = subprocess.Popen([sys.executable, str(script), str(state.db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+@contextmanager
+def holding(db: Path, tmp_path: Path, script_text: str = None, name: str = "holder.py"):
+    """`db` held in an exclusive transaction by another process (its Popen) until the block ends."""
+    script = tmp_path / name
+    script.write_text(script_text or HOLD)
+    p = subprocess.Popen([sys.executable, str(script), str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          text=True)
     try:
         assert p.stdout.readline().strip() == "holding"
@@ -60,6 +61,12 @@ def held(state, tmp_path):
     finally:
         p.stdin.close()
         p.wait(30)
+
+
+@pytest.fixture
+def held(state, tmp_path):
+    with holding(state.db, tmp_path) as p:
+        yield p
 
 
 def test_the_holder_is_found_in_proc_locks(state, held):
@@ -188,18 +195,10 @@ conn.execute("ROLLBACK")
 
 
 def test_a_holder_that_keeps_even_readers_out_still_gets_a_timeout_answered_124(state, tmp_path):
-    script = tmp_path / "holder-all.py"
-    script.write_text(HOLD_ALL)
-    p = subprocess.Popen([sys.executable, str(script), str(state.db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True)
-    try:
-        assert p.stdout.readline().strip() == "holding"
+    with holding(state.db, tmp_path, HOLD_ALL, "holder-all.py"):
         r = _res(state, "wait", "r-1", "--timeout", "2s", timeout=20)
         assert r.returncode == 124, r
         line = _one_line(r)
         assert line.startswith("res: r-1 not known to be done after 2 s: ") and "held by" in line, line
         r = _res(state, "status", timeout=30, RES_ANSWER_WAIT_S="2")
         assert r.returncode == 1 and "held by" in _one_line(r), r
-    finally:
-        p.stdin.close()
-        p.wait(30)
