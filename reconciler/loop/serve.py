@@ -630,11 +630,12 @@ async def wait_answer(engine: Engine, ticker: Ticker, job_id: str, timeout: floa
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     gone = asyncio.ensure_future(reader.read(1)) if reader is not None else None
+    from reconciler.core.errors import HeldElsewhere
     from reconciler.recorded.store import StoreBusy
 
     try:
         while True:
-            held = ticker.failure if isinstance(ticker.failure, StoreBusy) else None
+            held = ticker.failure if isinstance(ticker.failure, HeldElsewhere) else None
             try:
                 decided = finished(engine.store, engine.paths, job_id, deadline is not None and loop.time() >= deadline,
                                    timeout, held=held)

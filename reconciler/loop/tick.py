@@ -16,7 +16,7 @@ from reconciler.core.models import Desired, Phase, Plan, World, dump, parse
 from reconciler.loop.world import observe_user_side, observe_world
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
-from reconciler.core.errors import RetryLater, needs_a_person
+from reconciler.core.errors import HeldElsewhere, needs_a_person
 from reconciler.core.lifecycle import transition
 from reconciler.core.plan import plan
 from reconciler.render.reasons import explain, explained
@@ -282,7 +282,10 @@ class Engine:
             async with locked_async(self.paths.tick_lock, timeout=remaining()):
                 return await self._locked_tick()
         except LockBusy:  # (only with a deadline: this process answers by then, whoever holds the lock)
-            raise RetryLater("another reconciler's pass held the tick lock past this call's deadline") from None
+            from reconciler.config.locks import describe_pid, lock_holders
+
+            who = ", ".join(describe_pid(p) for p in lock_holders(self.paths.tick_lock)[:3]) or "another process"
+            raise HeldElsewhere(f"a pass of {who} held the tick lock past this call's deadline (stopped or stuck?)") from None
 
     async def _locked_tick(self) -> Plan:
         self.store.check_same()  # a state.db removed or replaced under us: stop, loudly

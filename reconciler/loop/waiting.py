@@ -85,6 +85,7 @@ def _wait_here(paths: Paths, policy, job_id: str, left: float | None, timeout: f
     import asyncio
     import logging
 
+    from reconciler.core.errors import HeldElsewhere
     from reconciler.loop.tick import Engine
     from reconciler.recorded.store import Store, StoreBusy
 
@@ -93,7 +94,7 @@ def _wait_here(paths: Paths, policy, job_id: str, left: float | None, timeout: f
     async def run():
         loop = asyncio.get_running_loop()
         deadline = None if left is None else loop.time() + left
-        busy: list[StoreBusy] = []
+        busy: list[HeldElsewhere] = []
         try:
             engine = Engine(paths, policy)
         except StoreBusy as e:  # not even opened for writing: the records are read as they are
@@ -111,7 +112,7 @@ def _wait_here(paths: Paths, policy, job_id: str, left: float | None, timeout: f
                     try:
                         await engine.tick()
                         busy.clear()
-                    except StoreBusy as e:
+                    except HeldElsewhere as e:
                         busy[:] = [e]
                 timed_out = deadline is not None and loop.time() >= deadline
                 try:

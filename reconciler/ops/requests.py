@@ -208,6 +208,7 @@ async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: 
     is answered, never a second job (same_request). `resume`: a loop took this request and ended
     before answering; decide the request it recorded, if it did. `on_accept(id)`: told the id as soon
     as the request is written (a caller that gives up waiting then knows what it left behind)."""
+    from reconciler.core.errors import HeldElsewhere
     from reconciler.desired.reader import DesiredError
     from reconciler.recorded.store import StoreBusy
 
@@ -242,7 +243,7 @@ async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: 
         try:
             plan = await tick()
             busy = None
-        except StoreBusy as e:  # another process holds state.db: no pass can decide it now
+        except HeldElsewhere as e:  # another process holds state.db (or the tick lock): no pass can decide it now
             busy, plan = e, None
         passes += 1
         try:
@@ -364,12 +365,12 @@ async def release(engine: Engine, tick: TickFn, job_id: str, stop: bool, who: st
         return answer(1, f"res: {e}", rec)
     if rec is None and not removed:
         return await _release_unit(engine, job_id, stop)
-    from reconciler.recorded.store import StoreBusy
+    from reconciler.core.errors import HeldElsewhere
 
     for _ in range(MAX_PASSES * 2):
         try:
             await tick()
-        except StoreBusy as e:  # its release is on record and its entry gone: the first pass that can acts
+        except HeldElsewhere as e:  # its release is on record and its entry gone: the first pass that can acts
             return answer(1, f"res: {job_id} released, not yet {'stopped' if stop else 'done'}: {e}; the first pass "
                              "that can write state.db carries it out", rec)
         engine.store.check_same()  # removed under the loop meanwhile: not "released", said as it is

@@ -28,7 +28,7 @@ from urllib.parse import quote
 from reconciler.config.deadline import BUSY_TIMEOUT_S, clear_deadline, remaining, wait_limits  # noqa: F401
 from reconciler.config.deadline import wait_s as _wait_s
 from reconciler.config.paths import Paths
-from reconciler.core.errors import RetryLater
+from reconciler.core.errors import HeldElsewhere
 
 if TYPE_CHECKING:
     from reconciler.core.models import JobRecord, Phase
@@ -84,7 +84,7 @@ class StoreReplaced(StoreError):
     write would be lost, and what it would read is no longer true. It must stop acting."""
 
 
-class StoreBusy(StoreError, RetryLater):
+class StoreBusy(StoreError, HeldElsewhere):
     """state.db is held by another process (a transaction it keeps open) for longer than this process
     may wait: one line naming the holder where /proc/locks shows it. Tried again later, never a bug."""
 

@@ -202,3 +202,23 @@ def test_a_holder_that_keeps_even_readers_out_still_gets_a_timeout_answered_124(
         assert line.startswith("res: r-1 not known to be done after 2 s: ") and "held by" in line, line
         r = _res(state, "status", timeout=30, RES_ANSWER_WAIT_S="2")
         assert r.returncode == 1 and "held by" in _one_line(r), r
+
+
+HOLD_TICK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)  # a pass that does not end (a loop stopped in the middle of one)
+print("holding", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_pass_that_does_not_end_elsewhere_keeps_no_caller_past_its_wait(state, tmp_path):
+    with holding(state.root / "tick.lock", tmp_path, HOLD_TICK, "tick-holder.py") as p:
+        r = _res(state, "run", "--mem", "64M", "--for", "1m", "--", "true", timeout=30, RES_ANSWER_WAIT_S="2")
+        assert r.returncode == 1, r
+        line = _one_line(r)
+        assert "held the tick lock past this call's deadline" in line and f"pid {p.pid}" in line, line
+        assert line.endswith("withdrawn: it never starts (ask again)"), line
+        r = _res(state, "wait", "r-1", "--timeout", "2s", timeout=20)
+        assert r.returncode == 124 and "tick lock" in _one_line(r), r
