@@ -59,9 +59,10 @@ def ensure(bin_dir: Path) -> Path:
 
 
 def first_on_path(env: dict[str, str], bin_dir: Path) -> dict[str, str]:
-    """`env` with `bin_dir` first on its PATH (once)."""
-    path = env.get("PATH", "")
+    """`env` with `bin_dir` first on its PATH (once). An environment without a PATH (an entry written
+    by hand) is left as it is: the job then gets the manager's own PATH, which this would replace."""
+    path = env.get("PATH")
     here = str(bin_dir)
-    if path.split(":")[:1] == [here]:
+    if not path or path.split(":")[:1] == [here]:
         return env
-    return {**env, "PATH": f"{here}:{path}" if path else here}
+    return {**env, "PATH": f"{here}:{path}"}

@@ -71,5 +71,5 @@ def test_it_is_written_once_and_again_only_when_changed(tmp_path):
 def test_first_on_the_jobs_path_once():
     assert escape.first_on_path({"PATH": "/usr/bin"}, Path("/s/bin")) == {"PATH": "/s/bin:/usr/bin"}
     assert escape.first_on_path({"PATH": "/s/bin:/usr/bin"}, Path("/s/bin")) == {"PATH": "/s/bin:/usr/bin"}
-    assert escape.first_on_path({}, Path("/s/bin")) == {"PATH": "/s/bin"}
+    assert escape.first_on_path({}, Path("/s/bin")) == {}  # no PATH of the caller's: the manager's stays
     _ = os
