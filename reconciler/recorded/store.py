@@ -18,7 +18,6 @@ import json
 import os
 import sqlite3
 import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator

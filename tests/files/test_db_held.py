@@ -141,7 +141,6 @@ def test_the_loop_says_a_held_database_once_and_answers_meanwhile(state, held, c
     """The loop's own passes meet the held database: each fails at once (its statements wait 0.25 s at
     most), the loop goes on answering, and its log says so once, not every pass."""
     import logging
-    from types import SimpleNamespace
 
     from reconciler.loop.serve import LOOP_BUSY_S, Ticker
     from reconciler.config.deadline import BUSY_TIMEOUT_S
@@ -170,7 +169,6 @@ def test_the_loop_says_a_held_database_once_and_answers_meanwhile(state, held, c
     said = [r.getMessage() for r in caplog.records if r.name.startswith("res")]
     assert len(said) == 1 and said[0].startswith("pass failed: ") and f"pid {held.pid}" in said[0], said
     assert isinstance(ticker.failure, StoreBusy)
-    _ = SimpleNamespace
 
 
 @pytest.mark.parametrize("args", [("reconcile",), ("game", "on"), ("adopt",)])

@@ -4,7 +4,6 @@ real one with the same arguments and exit code, marking the service with the job
 "real" systemd-run here is a script that prints its arguments."""
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -72,4 +71,3 @@ def test_first_on_the_jobs_path_once():
     assert escape.first_on_path({"PATH": "/usr/bin"}, Path("/s/bin")) == {"PATH": "/s/bin:/usr/bin"}
     assert escape.first_on_path({"PATH": "/s/bin:/usr/bin"}, Path("/s/bin")) == {"PATH": "/s/bin:/usr/bin"}
     assert escape.first_on_path({}, Path("/s/bin")) == {}  # no PATH of the caller's: the manager's stays
-    _ = os
