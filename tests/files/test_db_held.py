@@ -111,14 +111,14 @@ def test_wait_with_a_timeout_answers_124_naming_the_holder(state, held):
 
 
 def test_run_answers_within_its_wait_and_starts_nothing(state, held):
-    r = _res(state, "run", "--mem", "64M", "--for", "1m", "--", "true", timeout=30, RES_ANSWER_WAIT_S="3")
+    r = _res(state, "run", "--mem", "64M", "--for", "1m", "--", "true", timeout=30, RES_ANSWER_WAIT_S="1.5")
     assert r.returncode == 1, r
     line = _one_line(r)
     assert f"pid {held.pid}" in line and ("never starts" in line or "nothing was changed" in line), line
 
 
 def test_release_says_the_database_is_held_and_changes_nothing(state, held):
-    r = _res(state, "release", "r-1", timeout=30, RES_ANSWER_WAIT_S="3")
+    r = _res(state, "release", "r-1", timeout=30, RES_ANSWER_WAIT_S="1.5")
     assert r.returncode == 1 and f"pid {held.pid}" in _one_line(r), r
 
 
