@@ -80,6 +80,8 @@ def test_the_next_pass_is_due_at_an_undecided_requests_deadline():
     assert next_pass_at(d, {}, NOW, POLICY, 86400) == NOW + 0.3
     d = Desired(requests=[req(1, answer_by=NOW + 300)])
     assert next_pass_at(d, {}, NOW, POLICY, 86400) == NOW + POLICY.tick_s
+    d = Desired(requests=[req(1, answer_by=NOW - 300)], queue_ok=False)  # past, and nothing may act on it
+    assert next_pass_at(d, {}, NOW, POLICY, 86400) == NOW + POLICY.tick_s  # not at once, again and again
 
 
 def test_a_job_res_stopped_whose_unit_left_no_exit_record_is_settled_with_its_stop():
