@@ -19,7 +19,58 @@ from reconciler.core.quantities import BadValue, parse_count, parse_cpus, parse_
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2
-        raise Fail(f"res: {message} (see: {self.prog} --help)", 2)
+        raise Fail(f"res: {_tidy(message)} (see: {self.prog} --help)", 2)
+
+
+def _tidy(message: str) -> str:
+    """argparse's message on one short line: a long quoted value (an invalid choice of 100,000
+    characters) cut, whatever it holds escaped."""
+    import re
+
+    from reconciler.core.invalid import quoted
+
+    def cut(m) -> str:
+        return m.group(0) if len(m.group(0)) <= 62 else m.group(0)[:60] + "…'"
+
+    message = re.sub(r"'(?:[^'\\]|\\.)*'", cut, " ".join(message.split()))
+    message = re.sub(r"\\udc([89a-f][0-9a-f])", r"\\x\1", message)  # repr's escape of a byte that was not text
+    return quoted(message)[1:-1] if any(0xDC80 <= ord(c) <= 0xDCFF for c in message) else message
+
+
+# Text flags: the longest value each takes (what queue.toml and the views hold; README: commands).
+# An id is `r-` and a number. A value that is not UTF-8 text (a byte the shell passed that no text
+# has) is refused for all of them: queue.toml and state.db hold text only.
+TEXT_FLAGS = {"title": ("--title", 200), "project": ("--project", 200), "lock": ("--lock", 200),
+              "by": ("--by", 200), "task": ("--task", 200), "world": ("--world", 4096), "id": ("ID", 64),
+              "request_id": ("--request-id", 64)}
+
+
+def _checked_texts(a: argparse.Namespace) -> None:
+    """Every text flag within its length and UTF-8; an id of the form ids have. Usage errors (exit 2)."""
+    import re
+
+    for attr, (flag, limit) in TEXT_FLAGS.items():
+        value = getattr(a, attr, None)
+        if not isinstance(value, str):
+            continue
+        if attr == "title" and a.cmd == "note":
+            flag = "the title"
+        if attr != "world" and any(0xDC80 <= ord(c) <= 0xDCFF for c in value):  # (a path may be any bytes)
+            from reconciler.core.invalid import quoted
+
+            raise Fail(f"res: {flag} {quoted(value)[:60]}: not UTF-8 text; give text (res keeps it in files that "
+                       "hold text only)", 2)
+        if len(value) > limit:
+            raise Fail(f"res: {flag} is {len(value)} characters; at most {limit}", 2)
+        if attr == "id" and not re.fullmatch(r"r-[1-9][0-9]{0,9}", value):
+            from reconciler.core.invalid import quoted
+
+            raise Fail(f"res: {quoted(value)[:60]}: not an entry id (ids look like r-12)", 2)
+        if attr == "request_id" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}", value):
+            from reconciler.core.invalid import quoted
+
+            raise Fail(f"res: --request-id {quoted(value)[:60]}: not a request id (letters, digits and . _ : -, "
+                       "starting with a letter or digit; at most 64)", 2)
 
 
 _VALUED = ("--mem", "--cpus", "--for", "--timeout", "--start-within")
@@ -45,6 +96,11 @@ def _join_negative(argv: list[str]) -> list[str]:
 
 def _arg(parse, what):
     def conv(text):
+        if len(text) > 64 or any(0xDC80 <= ord(c) <= 0xDCFF for c in text):
+            from reconciler.core.invalid import quoted
+
+            raise argparse.ArgumentTypeError(f"{what} {quoted(text)[:40]}{'…' if len(text) > 36 else ''}: "
+                                             f"not a value {what} takes")
         if text.strip().startswith("-"):
             raise argparse.ArgumentTypeError(f"{what} {text!r}: must be more than 0")
         try:
@@ -69,6 +125,9 @@ def _asker_args(p) -> None:
     p.add_argument("--by", metavar="NAME", help="who asks (default: RES_BY, else the agent session and its pid, "
                                                 "else the user); status and busy lines name it")
     p.add_argument("--task", help="what for (default: RES_TASK, else the git branch here)")
+    p.add_argument("--request-id", metavar="ID", help="this request's name (letters, digits, . _ : -; at most 64): "
+                                                      "asked again with it, the same request is answered, never a "
+                                                      "second job (default: one made up, named if no answer comes)")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -353,10 +412,13 @@ def cmd_game(a, paths: Paths) -> int:
 
         quiet_logs()
         try:
-            return list(pass_now(paths, policy, timeout=30).notices)
+            return list(pass_now(paths, policy).notices)
         except PassFailed:
             return []
-        except OSError:  # the loop did not answer in time: a pass here, under the same lock
+        except TimeoutError:  # the loop took the request and did not answer by this call's deadline
+            return ["res: the reconciler loop did not answer in time (stopped or stuck?); game mode is written "
+                    "and applies at its next pass"]
+        except OSError:  # no loop after all: a pass here, under the same lock
             return list(pass_here(paths, policy).notices)
 
     code, lines = game(a, paths, policy, decide)
@@ -462,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         argv = _join_negative(argv)
         a = build_parser(argv[0] if argv and argv[0] in _NAMES else None).parse_args(argv)
+        _checked_texts(a)
+        _bounded(a.cmd)
         code = _command(a.cmd)(a, Paths.default())
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         return code
@@ -486,6 +550,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         if not _ours(e):
             raise  # a bug: the traceback is what a report needs
+        if type(e).__module__ == "sqlite3":  # SQLite's own words never reach a user (issue 40)
+            from reconciler.recorded.store import store_error
+
+            e = store_error(Paths.default().db, e)
         text = " ".join(str(e).split()) or type(e).__name__
         if any(m in text for m in ("database or disk is full", "No space left on device", "disk I/O error")) \
                 and _little_space_left():  # SQLite calls a full disk under its WAL "disk I/O error"
@@ -493,6 +561,28 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"res: {text}", file=sys.stderr)
         return 1
+
+
+# Commands that answer within the caller's answer wait (RES_ANSWER_WAIT_S, 60 s) whoever holds the loop
+# or state.db: every wait of theirs for either ends by then (issue 40). `run`, `note` and `release`
+# keep theirs in commands/base.decide, `wait` its --timeout; `serve`, `top`, `web` and `hook` are
+# not asked for an answer (the hook has its own short limits).
+BOUNDED = {"reconcile", "observe", "game", "adopt", "status", "hist", "clean", "init", "service", "doctor"}
+
+
+def _bounded(cmd: str) -> None:
+    if cmd not in BOUNDED:
+        return
+    import time
+
+    from reconciler.loop.client import answer_wait_s
+    from reconciler.config.deadline import wait_limits
+
+    try:
+        wait_s = answer_wait_s()
+    except ValueError as e:
+        raise Fail(f"res: {e}", 2) from None
+    wait_limits(deadline=time.monotonic() + wait_s)
 
 
 def _little_space_left() -> bool:
@@ -514,8 +604,9 @@ _OUR_ERRORS = ("StoreError", "DesiredError", "PolicyError", "RuntimeUnavailable"
 
 
 def _ours(e: Exception) -> bool:
-    mod = type(e).__module__ or ""
-    return (mod.startswith("reconciler.") and type(e).__name__ in _OUR_ERRORS) or mod == "sqlite3"
+    if (type(e).__module__ or "") == "sqlite3":
+        return True
+    return any((c.__module__ or "").startswith("reconciler.") and c.__name__ in _OUR_ERRORS for c in type(e).__mro__)
 
 
 def reconcile_main(argv: list[str] | None = None) -> int:

@@ -290,6 +290,25 @@ def unit_props(unit: str, kind: str = "Service") -> dict:
     return asyncio.run(unit_props_async(unit, (kind,)))
 
 
+def ask_raw(sock: str, data: bytes, timeout: float = 30) -> list[bytes]:
+    """Send `data` as it is to a unix socket, read until the other side closes: the lines it sent."""
+    import socket
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(sock)
+        s.sendall(data)
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return got.splitlines()
+            got += chunk
+    finally:
+        s.close()
+
+
 def wait_for(pred, what: str, limit_s: float = 60, step: float = 0.1):
     deadline = time.monotonic() + limit_s
     while True:

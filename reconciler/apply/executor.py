@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import stat
+import time
 
 from reconciler.config.environ import resolve_program
 from reconciler.core.lifecycle import after_start, planned
@@ -64,6 +65,13 @@ class Executor:
         self.store.put(planned(None, a, now, request=req), expect_phase=None)
 
     async def _grant(self, a, req, rec, now):
+        if rec is None and self._caller_gone(req):  # a note asked for now whose caller stopped waiting
+            from reconciler.recorded.store import ABSENT
+
+            gone = {"code": "caller_gone", "answer_by": req.answer_by}
+            self.store.put(planned(None, Action(kind="refuse", id=req.id, detail=gone), now, request=req,
+                                   why=self._said(gone), detail=gone), expect_phase=ABSENT)
+            return
         self.store.put(planned(rec, a, now, request=req), expect_phase=rec.phase if rec else None)
 
     async def _refuse(self, a, req, rec, now):
@@ -176,8 +184,23 @@ class Executor:
         starting = planned(rec, a, now, request=req, unit=runtime.unit_name(req.id), holder=self.holder,
                            lease_s=self.policy.attach_lease_s, where=where, log_dir=log_dir)
         attempt = starting.attempt
+        from reconciler.recorded.store import ABSENT
+
+        if rec is None and self._caller_gone(req):  # the plan was made before its caller's deadline
+            gone = {"code": "caller_gone", "answer_by": req.answer_by}
+            self.store.put(planned(None, Action(kind="refuse", id=req.id, detail=gone), now, request=req,
+                                   why=self._said(gone), detail=gone), expect_phase=ABSENT)
+            return
         # `starting` (with its lease) is on disk before the unit is asked for (DESIGN §5.3).
         if not self.store.put(starting, expect_phase=rec.phase if rec else None):
+            return
+        if rec is None and self._caller_gone(req):
+            # Written as its caller's deadline passed: the caller was (or is being) told it will not
+            # start, so it does not. Decided by when `starting` was on disk: before the deadline, the
+            # one who answers at the deadline sees it starting.
+            gone = {"code": "caller_gone", "answer_by": req.answer_by}
+            self.store.put(after_start(starting, "busy", now, why=self._said(gone), detail=gone),
+                           expect_phase=Phase.starting)
             return
         # Test-only fault injection (the fault tier, like RES_FAULT_INGEST): "kill" dies here, with
         # `starting` on disk and no unit asked for, the window a requeue after the lease covers.
@@ -185,8 +208,11 @@ class Executor:
             os.kill(os.getpid(), signal.SIGKILL)
         # The caller's environment as recorded; the runtime passes none of it that looks secret
         # (environ.is_secret, applied in runtime.systemd.job_environment).
+        env = job_env(req)
+        if where == "local":  # its systemd-run marks what it starts with the job (docs/escaping.md)
+            env = self._marked(env)
         spec = JobSpec(
-            job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=job_env(req), mem_gb=req.mem_gb, cpus=req.cpus,
+            job_id=req.id, cmd=_program_resolved(req), cwd=req.cwd, env=env, mem_gb=req.mem_gb, cpus=req.cpus,
             log_path=self.paths.log(req.id, log_dir), exit_path=self.paths.exit_record(req.id, log_dir),
             description=f"res {req.id}: {' '.join(req.title.split())[:120]}", cpu_quota=self.policy.cpu_quota,
             est_s=req.est_s, queue=req.queue, enforce_mem=not req.gated,
@@ -221,6 +247,31 @@ class Executor:
             await self._forget(req.id, where)
             return
         self.store.put(after_start(starting, "started", now, invocation=invocation), expect_phase=Phase.starting)
+
+    def _marked(self, env: dict[str, str]) -> dict[str, str]:
+        """The job's environment with res's systemd-run first on its PATH (apply/escape.py); as it was
+        where that file cannot be written (the job starts all the same, unmarked)."""
+        from reconciler.apply import escape
+
+        try:
+            escape.ensure(self.paths.job_bin)
+        except OSError as e:
+            log.warning("could not write %s: %s", self.paths.job_bin / escape.NAME, e)
+            return env
+        return escape.first_on_path(env, self.paths.job_bin)
+
+    def _said(self, detail: dict) -> str:
+        from reconciler.config.zone import zone_of
+        from reconciler.render.reasons import reason_line
+
+        return reason_line(detail, zone_of(self.policy))
+
+    @staticmethod
+    def _caller_gone(req) -> bool:
+        """Its caller stopped waiting for an answer by now (core.plan.caller_gone at this moment)."""
+        from reconciler.core.plan import caller_gone
+
+        return caller_gone(req, time.time())
 
     async def _stop(self, a, req, rec, now):
         # The reason goes on record first, so the settle that follows the exit uses it.

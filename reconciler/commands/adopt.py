@@ -46,4 +46,7 @@ def cmd_adopt(paths: Paths, policy) -> tuple[int, list[str]]:
         plan = pass_now(paths, policy, adopt=True)
     except PassFailed as e:
         return 1, [e.line]
+    except TimeoutError:
+        return 1, ["res: the reconciler loop did not answer in time (stopped or stuck?); it adopts sessions at its "
+                   "next pass"]
     return adopt_report(plan, policy.agents_slice)

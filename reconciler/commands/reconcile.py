@@ -23,8 +23,21 @@ def cmd_reconcile(a, paths: Paths) -> int:
             try:
                 with open(a.world) as f:
                     world = parse_json(World, f.read())
-            except (OSError, ValueError) as e:
-                raise Fail(f"res: --world {a.world}: {' '.join(str(e).split())[:300]}") from None
+            except OSError as e:
+                from reconciler.core.invalid import quoted
+
+                raise Fail(f"res: --world {quoted(a.world)}: {e.strerror or e}") from None
+            except ValueError as e:  # not JSON, or not a world (pydantic's ValidationError is a ValueError)
+                errors = getattr(e, "errors", None)
+                if callable(errors):
+                    from reconciler.core.invalid import first
+
+                    said = first(errors(), World)[1]
+                else:
+                    said = "not JSON text"
+                from reconciler.core.invalid import quoted
+
+                raise Fail(f"res: --world {quoted(a.world)}: {said} (make one with res observe --json)") from None
         plan, _ = asyncio.run(dry_run(paths, policy, world))
         return _print_plan(plan, a.json)
     if a.world:
@@ -37,7 +50,8 @@ def cmd_reconcile(a, paths: Paths) -> int:
         say(e.line, e.code)
         return e.code
     except TimeoutError:
-        raise Fail("res: the reconciler loop did not answer in time; see res status") from None
+        raise Fail("res: the reconciler loop did not answer in time (stopped or stuck?); its pass, if it runs, "
+                   "is its own; see res status") from None
 
 
 def _print_plan(plan, as_json: bool) -> int:

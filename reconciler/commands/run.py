@@ -30,6 +30,11 @@ def cmd_run(a, paths: Paths) -> int:
     from reconciler.config.environ import SECRET_VALUE
 
     for i, arg in enumerate(cmd):
+        if any(0xDC80 <= ord(c) <= 0xDCFF for c in arg):
+            from reconciler.core.invalid import quoted
+
+            raise Fail(f"res: argument {i} of the command, {quoted(arg)[:60]}, is not UTF-8 text; res keeps the "
+                       "command in queue.toml, which holds text only: pass such bytes in a file or the environment", 2)
         if SECRET_VALUE.search(arg):  # it would be written to queue.toml, state.db and the unit
             raise Fail(f"res: argument {i} of the command looks like a secret (a key, a token, a URL with a "
                        "password); pass it in the environment instead: res never writes those down", 2)
@@ -52,7 +57,8 @@ def cmd_run(a, paths: Paths) -> int:
                   created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
                   agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
                   max_iterations=a.max_iterations, **_given(on="local" if a.gated else a.on),
-                  **({"gated": True} if a.gated else {}), **({"auto": auto} if auto else {}), **_asker(a, caller, repo))
+                  **({"gated": True} if a.gated else {}), **({"auto": auto} if auto else {}), **_asker(a, caller, repo),
+                  request_id=_request_id(a))
     fields.update(_agent_session(a.agent, cmd, cwd, caller))
     if a.agent != "none" and not a.json:
         from reconciler.core.agents import unread_output
@@ -199,8 +205,16 @@ def cmd_note(a, paths: Paths) -> int:
     repo = checkout(cwd)
     fields = dict(title=_check_title(a.title), project=a.project or _project(cwd, repo), mem_gb=a.mem,
                   est_s=a.est, created=time.time(), force=a.force, owner_pid=owner, owner_name=name,
-                  **_given(cpus=a.cpus), **_asker(a, _caller_env(), repo))
+                  **_given(cpus=a.cpus), **_asker(a, _caller_env(), repo), request_id=_request_id(a))
     return _submit(paths, "note", fields, a.json)
+
+
+def _request_id(a) -> str:
+    """The caller's name for this request (`--request-id`), else one made up here: either way the line
+    a caller gets when no answer comes names it, and asking again with it is the same request."""
+    if getattr(a, "request_id", None):
+        return a.request_id
+    return "q-" + os.urandom(6).hex()
 
 
 def _asker(a, env: dict[str, str], repo) -> dict:

@@ -103,3 +103,69 @@ async def locked_async(path: Path, timeout: float | None = None):
         yield fd
     finally:
         release(fd)
+
+
+# ---------------------------------------------------------------- who holds a file's lock
+
+# SQLite's unix locks (fcntl, byte ranges): in WAL mode a writer holds byte 120 of the `-shm` file
+# (WAL_WRITE_LOCK); a connection in exclusive locking mode, or in rollback-journal mode, holds the
+# database file itself (the PENDING, RESERVED and SHARED bytes from 0x40000000).
+SHM_WRITE_BYTE = 120
+
+
+def _inode_key(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return os.major(st.st_dev), os.minor(st.st_dev), st.st_ino
+
+
+def lock_holders(path: Path, proc_locks: str = "/proc/locks") -> list[int]:
+    """The pids (other than ours) holding a write lock that stops a writer of the SQLite database at
+    `path`: a WRITE lock on its `-shm` file over byte 120, or any WRITE lock on the file itself
+    (/proc/locks, read only: opening the files would drop this process's own SQLite locks on them).
+    [] when none is seen or /proc/locks cannot be read."""
+    db, shm = _inode_key(path), _inode_key(Path(f"{path}-shm"))
+    try:
+        with open(proc_locks) as f:
+            text = f.read()
+    except OSError:
+        return []
+    found: list[int] = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 8 or parts[1] == "->":
+            continue
+        rw, pid, where, start, end = parts[3], parts[4], parts[5], parts[6], parts[7]
+        if rw != "WRITE" or not pid.lstrip("-").isdigit() or int(pid) <= 0 or int(pid) == os.getpid():
+            continue
+        try:
+            major, minor, inode = where.split(":")
+            key = (int(major, 16), int(minor, 16), int(inode))
+            lo, hi = int(start), (None if end == "EOF" else int(end))
+        except ValueError:
+            continue
+        if key == db or (key == shm and lo <= SHM_WRITE_BYTE and (hi is None or hi >= SHM_WRITE_BYTE)):
+            if int(pid) not in found:
+                found.append(int(pid))
+    return found
+
+
+def describe_pid(pid: int) -> str:
+    """`pid 4242 (sqlite3 /home/me/.local/state/res/state.db)`: the process as `ps` would name it, its
+    command line cut short and on one line; `pid 4242` when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        argv = []
+    if not argv:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                argv = [f.read().strip()]
+        except OSError:
+            return f"pid {pid}"
+    text = " ".join(" ".join([os.path.basename(argv[0]), *argv[1:]]).split())
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return f"pid {pid} ({text[:80]}{'…' if len(text) > 80 else ''})"

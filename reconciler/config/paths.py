@@ -63,6 +63,12 @@ class Paths:
     def logs(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def job_bin(self) -> Path:
+        """First on every job's PATH: res's `systemd-run` for jobs (apply/escape.py), which marks a
+        transient service a job starts with the job that started it (docs/escaping.md)."""
+        return self.root / "bin"
+
     def log(self, job_id: str, log_dir: str | None = None) -> Path:
         """A job's log: in the state directory's logs/, or in the directory its record names (a
         cluster job's: the policy's shared directory when it was submitted)."""

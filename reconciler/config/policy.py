@@ -137,6 +137,20 @@ class Policy(BaseSettings):
     web_actions: bool
     cluster: ClusterPolicy
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_truth_for_a_figure(cls, v: Any, info) -> Any:
+        """`user_reserve_gb = true` is a mistake, not 1 GB, and `loop_autostart = inf` one, not true
+        (pydantic would take both). A variable's text ("true", "8") is read as pydantic reads it."""
+        from pydantic_core import PydanticCustomError
+
+        kind = cls.model_fields[info.field_name].annotation
+        if isinstance(v, bool) and kind in (int, float):
+            raise PydanticCustomError("float_type", "not a number")
+        if kind is bool and isinstance(v, (int, float)) and not isinstance(v, bool):
+            raise PydanticCustomError("bool_type", "not true or false")
+        return v
+
     @field_validator("time_zone")
     @classmethod
     def _zone(cls, v: str) -> str:
@@ -164,8 +178,8 @@ class Policy(BaseSettings):
                 return 0
             try:
                 return parse_duration_s(v, "max_duration")
-            except BadValue as e:
-                raise ValueError(str(e)) from None
+            except BadValue as e:  # its line names the key and the value already: the rest says what
+                raise ValueError(str(e).split(": ", 1)[-1]) from None
         return v
 
     @field_validator("jobs_slice")
@@ -215,14 +229,40 @@ def load_policy(**overrides: Any) -> Policy:
     _FilesSource.files = {**default, **user}
     unknown = sorted(set(user) - set(Policy.model_fields))
     if unknown:
-        raise PolicyError(f"{user_path}: unknown key {unknown[0]!r}")
+        from reconciler.core.invalid import quoted
+
+        name = unknown[0] if unknown[0].isidentifier() else quoted(unknown[0])
+        raise PolicyError(f"{user_path}: {name}: not a key of the policy (a typo? policies/default.toml lists "
+                          "every key)")
+
+    from pydantic_settings import SettingsError
 
     try:
         loaded = Policy(**overrides)
     except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(x) for x in err["loc"]) or "policy"
+        raise PolicyError(policy_problem(e.errors()[0], user, user_path)) from None
+    except SettingsError as e:  # a list or table key given as a variable that is not JSON
+        import re
+
+        from reconciler.core.invalid import allowed, quoted
+
+        m = re.search(r'field "([A-Za-z0-9_]+)"', str(e))
+        key = m.group(1) if m else "?"
         var = f"RES_{key.upper()}"
-        source = var if var in os.environ else str(user_path) if key in user else "policy"
-        raise PolicyError(f"{source}: {key}: {err['msg']}") from None
+        said = allowed(Policy.model_fields.get(key), key)
+        raise PolicyError(f"{var}={quoted(os.environ.get(var, ''))[:60]}: not JSON; allowed: "
+                          f"{said or 'a value'}, written as JSON (e.g. [\"gate\"] or {{}})") from None
     return loaded
+
+
+def policy_problem(err: dict, user: dict[str, Any], user_path: Path) -> str:
+    """One line, in res's words, naming where the bad value came from (the RES_ variable, the user's
+    file, the shipped defaults), what is wrong with it and what is allowed (core/invalid.py)."""
+    from reconciler.core.invalid import explain, quoted
+
+    top = str(err["loc"][0]) if err.get("loc") else "policy"
+    var = f"RES_{top.upper()}"
+    if var in os.environ:
+        return explain(err, Policy, head=f"{var}={quoted(os.environ[var])}")[1]
+    source = str(user_path) if top in user else str(default_policy_path())
+    return f"{source}: {explain(err, Policy)[1]}"

@@ -834,9 +834,9 @@ def make_digest(agent: str, pricing: PricingTable | None,
         else:
             st = DigestState.model_validate(state)
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"]) or "state"
-        raise DigestError(f"digest state: {where}: {err['msg']}") from None
+        from reconciler.core.invalid import first
+
+        raise DigestError(f"digest state: {first(e.errors(), DigestState)[1]}") from None
     if cls is NullDigest:
         return cls(pricing, st)
     if cls is ClaudeDigest:

@@ -19,6 +19,12 @@ class RetryLater(Exception):
     """A failure the next pass may not meet: tried again then."""
 
 
+class HeldElsewhere(RetryLater):
+    """What this process needs is held by another process past what it may wait (state.db in an open
+    transaction, the tick lock by a pass that does not end): said with its holder where that is known,
+    and tried again later; a command answers by its deadline saying so."""
+
+
 class NeedsPerson(Exception):
     """A failure no retry mends: said once, loudly, and not tried again in a hot loop."""
 

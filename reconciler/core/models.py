@@ -30,6 +30,7 @@ MAX_COUNT = 10**9
 MAX_TOKENS = 10**12  # a usage count (core/pricing.py)
 MODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]+-]{0,199}$"  # core/agents.MODEL_ID
 VERSION_PATTERN = r"^[0-9]{1,6}\.[0-9]{1,6}\.[0-9]{1,6}([-+][0-9A-Za-z.-]{1,40})?$"  # core/agents.VERSION
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"  # --request-id
 # Half a CPU unless asked: CPUs are shared by weight, and most jobs leave them idle part of the time.
 DEFAULT_CPUS = 0.5
 
@@ -147,6 +148,12 @@ class Request:
     task: Annotated[str | None, _typed(max_length=200)] = None
     batch: Annotated[str | None, _typed(pattern=r"^r-[1-9][0-9]{0,9}$")] = None
     reply_to: Annotated[str | None, _typed(max_length=500)] = None
+    # The caller's own name for this request (`--request-id`, else one `res run` made up): asking again
+    # with it is the same request, never a second job (issue 40). And when the caller stops waiting
+    # for an answer: a request asked for now (no --queue) that no pass decided by then is never
+    # started (refused, code caller_gone).
+    request_id: Annotated[str | None, _typed(pattern=REQUEST_ID_PATTERN)] = None
+    answer_by: Annotated[float | None, _typed(ge=0, le=MAX_EPOCH)] = None
 
     @property
     def number(self) -> int:
@@ -167,7 +174,7 @@ class Request:
         return self.kind == "job" and self.agent != "none"
 
 
-FLOAT_FIELDS = ("mem_gb", "cpus", "created", "grown_from_gb", "book_gb")  # of Request: written as floats (`cpus = 1.0`, not `1`)
+FLOAT_FIELDS = ("mem_gb", "cpus", "created", "grown_from_gb", "book_gb", "answer_by")  # of Request: written as floats (`cpus = 1.0`, not `1`)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -199,6 +206,9 @@ class Desired:
     held: list[JobId] = field(default_factory=list)
     # Entries that appeared in queue.toml outside res (by hand, DESIGN §5.7): never started.
     hand_added: list[JobId] = field(default_factory=list)
+    # Entries this pass could not check for that (the writer held its lock past the pass's wait):
+    # not started by this pass; the next one checks them.
+    unchecked: list[JobId] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- recorded
@@ -400,6 +410,10 @@ class World:
     sessions: list[SessionObs] | None = None
     tmp_tmpfs_used_gb: float | None = None  # /tmp in use when it is a tmpfs (it is RAM)
     stray_services: list[str] = field(default_factory=list)  # transient services outside the agents slices
+    # ... the job each was started from, where its unit says (RES_ESCAPED_FROM, docs/escaping.md), and
+    # the memory each holds now (GB; absent: not read)
+    stray_from: dict[str, str] = field(default_factory=dict)
+    stray_mem_gb: dict[str, float] = field(default_factory=dict)
     # Memory pressure (PSI `full avg10`, %, DESIGN §5.9): the machine's (/proc/pressure/memory) and the
     # agents slice's own (cgroup v2 memory.pressure). None: not observed (then it blocks nothing).
     pressure_full_pct: float | None = None

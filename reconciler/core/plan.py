@@ -164,6 +164,12 @@ def _live_job(rec: JobRecord, gone: bool, world: World, now: float, policy: Rule
         acts.append(Action(kind="settle", id=rec.id, rc=rc, peak_gb=peak, at=ex.at or None,
                            detail={**outcome, "rc": rc, "peak_gb": peak, "took_s": took,
                                    **({"cpu_s": ex.cpu_s} if ex.cpu_s is not None else {})}, **tag))
+    elif not alive and rec.stop_reason is not None:
+        # res stopped it (`res release --stop`, a budget, …) and its unit went without an exit record
+        # of its own: it ended as asked, its exit code unknown. Said so, not "lost".
+        acts.append(Action(kind="settle", id=rec.id, rc=None, peak_gb=None,
+                           detail={"code": rec.stop_code or "stopped", "stop_reason": rec.stop_reason,
+                                   "no_exit_record": "foreign_exit" if foreign else "vanished"}, **tag))
     elif not alive:
         acts.append(Action(kind="settle", id=rec.id, rc=None, peak_gb=None,
                            detail={"code": "lost", "lost": "foreign_exit" if foreign else "vanished"}, **tag))
@@ -378,15 +384,24 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
     granted or left waiting (DESIGN §5.2)."""
     adm = _Admission(cap, now, policy, spent, pricing_error)
     ran_before = set(world.ran_before) if world is not None else set()
-    hand_added = set(desired.hand_added)
+    hand_added, unchecked = set(desired.hand_added), set(desired.unchecked)
+    taken = taken_request_ids(records)  # a request id whose job ran or waits: asked again, never again
     for req in queue_order(desired.requests, records):
         rec = records.get(req.id)
         if rec is not None and rec.phase != Phase.queued:
             continue
-        if rec is None and req.id in hand_added:
-            adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "hand_added"}, **_tag(req)))
-        elif rec is None and req.id in ran_before:
+        mark = len(adm.acts)
+        if rec is None and req.id in ran_before:  # (recovering starts nothing, whoever wrote the entry)
             adm.recover(req, world)
+        elif rec is None and req.id in hand_added:
+            adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "hand_added"}, **_tag(req)))
+        elif rec is None and req.id in unchecked:
+            adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "unchecked"}, **_tag(req)))
+        elif rec is None and caller_gone(req, now):
+            adm.acts.append(_refuse(req, {"code": "caller_gone", "answer_by": req.answer_by}))
+        elif rec is None and req.request_id is not None and taken.get(req.request_id, req.id) != req.id:
+            adm.acts.append(_refuse(req, {"code": "same_request", "request_id": req.request_id,
+                                          "as": taken[req.request_id]}))
         elif (where := _where(req, cap, policy, world, adm)) != "local":
             adm.cluster(req, rec, world, overflow=where == "overflow")
         elif cap.never_fits(req):
@@ -395,7 +410,33 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             adm.now_or_never(req)
         else:
             adm.queued(req, rec)
+        if req.request_id is not None and rec is None:
+            # Once admitted (started, granted, queued) it holds its request id against a second
+            # entry of the same id later in this very pass (two processes that wrote one each).
+            if any(a.id == req.id and a.kind in ("start", "grant", "enqueue") for a in adm.acts[mark:]):
+                taken.setdefault(req.request_id, req.id)
     return adm.acts
+
+
+def caller_gone(req: Request, now: float) -> bool:
+    """A request asked for now (no --queue) whose caller stopped waiting before any pass decided it:
+    never started (issue 40: a request is answered or never run). A --queue request waits whoever
+    waits for it: its caller was told so (its answer, or the line it gave up with)."""
+    return req.answer_by is not None and not req.queue and now >= req.answer_by
+
+
+def taken_request_ids(records: dict[str, JobRecord]) -> dict[str, str]:
+    """Request id -> the entry holding it: one whose job waits in the queue, runs, or ran. A request
+    refused, cancelled or never started holds nothing: asking again is a new attempt, still one job."""
+    out: dict[str, str] = {}
+    for rec in records.values():
+        rid = rec.request.request_id
+        if rid is None:
+            continue
+        if rec.phase in (Phase.queued, Phase.starting, Phase.running, Phase.exited) or \
+                (rec.phase == Phase.done and rec.started is not None):
+            out.setdefault(rid, rec.id)
+    return out
 
 
 def queue_order(requests: list[Request], records: dict[str, JobRecord]) -> list[Request]:

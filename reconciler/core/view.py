@@ -148,6 +148,7 @@ def owners(now: Readings, before: Readings | None, records: dict[str, JobRecord]
                     "session": session_key(pid) if pid is not None else None,
                     # what admission counts of it and what the kernel holds it to (DESIGN §5.1)
                     "book_gb": req.book, "cap_gb": None if req.gated else req.mem_gb, "booked_from": book_source(req)})
+    out += escaped(world, records)
     res_gb = _gb(now.use.get(RES, Use()).gb)
     res_cpu = cpu_pct(now, before, RES)
     used = now.total_gb - now.available_gb
@@ -161,6 +162,25 @@ def owners(now: Readings, before: Readings | None, records: dict[str, JobRecord]
     out.append({"key": YOU, "kind": "you", "label": "your programs", "gb": you_gb, "cpu_pct": you_cpu})
     out.append({"key": RES, "kind": "res", "label": "res", "gb": res_gb, "cpu_pct": res_cpu})
     out.sort(key=lambda o: -o["gb"])  # stable: equal sizes keep sessions, jobs, you, res in that order
+    return out
+
+
+def escaped(world: dict, records: dict[str, JobRecord]) -> list[dict]:
+    """Transient services outside res's slices (docs/escaping.md), each with the memory it holds: one
+    a job started (its systemd-run marked it) is counted as that job's project's, never as the
+    owner's programs; one nobody marked is said as outside res, with no project."""
+    names = world.get("stray_services") or []
+    started_by = world.get("stray_from") or {}
+    held = world.get("stray_mem_gb") or {}
+    out = []
+    for name in names:
+        if not isinstance(name, str):
+            continue
+        job = started_by.get(name)
+        rec = records.get(job) if isinstance(job, str) else None
+        label = f"{name} (escaped from {job})" if job else f"{name} (a service outside res)"
+        out.append({"key": f"stray:{name}", "kind": "escaped", "label": label, "gb": _gb(held.get(name)),
+                    "cpu_pct": None, "job": job, "project": rec.request.project if rec is not None else None})
     return out
 
 
@@ -305,7 +325,7 @@ def sample(at: float, owners_: list[dict], memory_: dict) -> dict:
     """The history's sample (docs/watching.md, core/history.py) of owners and a memory block."""
     gb = {"sessions": 0.0, "jobs": 0.0, "you": 0.0, "res": 0.0}
     for o in owners_:
-        group = {"session": "sessions", "job": "jobs", "you": "you", "res": "res"}.get(o["kind"])
+        group = {"session": "sessions", "job": "jobs", "escaped": "jobs", "you": "you", "res": "res"}.get(o["kind"])
         if group:
             gb[group] += o["gb"] or 0.0
     gb = {k: round(v, 3) for k, v in gb.items()}

@@ -48,7 +48,11 @@ def next_pass_at(desired: Desired, records: dict[str, JobRecord], now: float, po
     soon = now + policy.tick_s
     wanted = {r.id for r in desired.requests}
     if any(r.id not in records for r in desired.requests):
-        return soon  # an entry no pass has recorded yet
+        # an entry no pass has recorded yet; one whose caller's deadline is nearer, by then (one already
+        # past is refused by the next pass, `soon`: never a pass at once, again and again)
+        nearer = [r.answer_by for r in desired.requests
+                  if r.id not in records and r.answer_by is not None and now < r.answer_by < soon]
+        return min([soon, *nearer])
     times: list[float] = []
     for rec in records.values():
         if rec.phase == Phase.queued:

@@ -170,9 +170,9 @@ def _unread_events(paths: Paths, store) -> tuple[list[dict], int, int]:
     return events, offset, end
 
 
-def _writer_events(paths: Paths, store) -> list[dict]:
+def _writer_events(paths: Paths, store, write: bool = True) -> list[dict]:
     events, offset, end = _unread_events(paths, store)
-    if end > offset:
+    if end > offset and write:
         store.set_meta("changes_offset", str(end))
     return events
 
@@ -210,11 +210,17 @@ def _tracked(store) -> dict:
     return dict(known)
 
 
-def track(paths: Paths, store, policy_path: Path, now: float | None = None) -> set[str]:
+def track(paths: Paths, store, policy_path: Path, now: float | None = None, write: bool = True) -> set[str]:
     """Record this pass's changes to the policy, game and queue files; return the ids of the queue
-    entries that were added outside res (and are still there)."""
+    entries that were added outside res (and are still there). `write` False: only say what a pass
+    would hold (a dry run, on a read-only store).
+
+    The first look at queue.toml (no pass has tracked it in this state directory: after `res init`,
+    or a queue written wholly by hand) has nothing to diff against: every entry in it counts as added
+    since, and only the writer's own change lines vouch for one (an `add` or `restore` naming its
+    id). An entry nobody vouches for is hand-added, from the first pass on (DESIGN §5.7)."""
     now = time.time() if now is None else now
-    events = _writer_events(paths, store)
+    events = _writer_events(paths, store, write)
     rows = [_writer_row(e, now) for e in events]
     by_writer: dict[str, set[str]] = {}
     added_by_writer: set[str] = set()
@@ -233,7 +239,10 @@ def track(paths: Paths, store, policy_path: Path, now: float | None = None) -> s
         if prev is not None and prev.get("digest") == digest:
             continue
         snap = _snapshot(file, data)
-        if prev is not None and digest not in by_writer.get(file, set()):
+        if file == "queue.toml" and prev is None:
+            # The first look: nothing to diff against, so nothing is taken on trust.
+            hand_added.update(i for i in queue_diff({}, snap)[1] if i not in added_by_writer)
+        elif prev is not None and digest not in by_writer.get(file, set()):
             if file == "queue.toml":
                 summary, added = queue_diff(prev.get("snapshot", {}), snap)
                 hand_added.update(i for i in added if i not in added_by_writer)
@@ -246,6 +255,8 @@ def track(paths: Paths, store, policy_path: Path, now: float | None = None) -> s
         changed = True
     if "queue.toml" in known:
         hand_added &= set(known["queue.toml"].get("snapshot", {}))  # gone from the file: forgotten
+    if not write:
+        return hand_added
     if rows:
         store.add_changes(rows)
     if changed:
@@ -255,6 +266,11 @@ def track(paths: Paths, store, policy_path: Path, now: float | None = None) -> s
     if hand_added != before:
         store.set_meta_json("hand_added", sorted(hand_added))
     return hand_added
+
+
+def checked_ids(store) -> set[str]:
+    """The queue entries the last check of queue.toml saw (every one judged hand-added or not)."""
+    return set((_tracked(store).get("queue.toml") or {}).get("snapshot") or {})
 
 
 def record_outside(paths: Paths) -> None:

@@ -95,17 +95,14 @@ def _short(value: Any) -> str:
     return r if len(r) <= 40 else r[:37] + "..."
 
 
-def first_error(e: Any) -> tuple[str | None, str]:
-    """(top-level field, 'field: message (got value)') of a pydantic ValidationError, on one line."""
-    err = e.errors()[0]
-    loc = [str(x) for x in err.get("loc", ())]
-    where = ".".join(loc) or "entry"
-    msg = err.get("msg", "invalid")
-    if loc == ["id"] and err.get("type") == "string_pattern_mismatch":
-        msg = 'must look like "r-12" (r- and a number from 1)'
-    if err.get("type") != "missing" and "input" in err and not isinstance(err["input"], dict):
-        msg += f" (got {_short(err['input'])})"
-    return (loc[0] if loc else None), f"{where}: {msg}"
+def first_error(e: Any, model: Any = None) -> tuple[str | None, str]:
+    """(top-level field, `field = value: what is wrong; allowed: …`) of a pydantic ValidationError of
+    `model` (a Request when not said), on one line, in res's words (core/invalid.py)."""
+    from reconciler.core.invalid import first
+
+    if model is None:
+        from reconciler.core.models import Request as model
+    return first(e.errors(), model)
 
 
 # ---------------------------------------------------------------- parsing (the reader's rules)
@@ -295,6 +292,6 @@ def parse_game(text: str) -> tuple[dict[str, Any], "Game"]:
     try:
         game = parse(Game, data)
     except ValidationError as e:
-        key, what = first_error(e)
+        key, what = first_error(e, Game)
         raise Bad(what, _top_key_line(text, key) if key else None) from None
     return data, game

@@ -33,6 +33,15 @@ if TYPE_CHECKING:
     from reconciler.core.models import Game, Request
 
 
+class CallerGone(DesiredError):
+    """The request's caller stopped waiting before the writer could write it: it is not written."""
+
+    def __init__(self, request_id: str | None):
+        super().__init__(f"request {request_id or '(no id)'} reached res after its caller stopped waiting; "
+                         "not written, never started")
+        self.request_id = request_id
+
+
 def _check_text(where: str, s: str) -> None:
     if "\x00" in s:
         raise DesiredError(f"{where}: contains a NUL character")
@@ -219,6 +228,10 @@ class Writer:
             for _, base, kind, who in good:
                 if n > MAX_ID:
                     out.append(DesiredError(f"{self.paths.queue}: no ids left (next would be r-{n}); nothing was changed"))
+                    continue
+                late = base.get("answer_by")
+                if isinstance(late, (int, float)) and time.time() >= late:  # under the lock: before or never
+                    out.append(CallerGone(base.get("request_id")))
                     continue
                 entry = {"id": f"r-{n}", **base}
                 try:
@@ -548,7 +561,7 @@ class Writer:
         try:
             game = parse(Game, {"on": on, "until": None if until is None else float(until)})
         except ValidationError as e:
-            raise DesiredError(f"game: {first_error(e)[1]}; nothing was written") from None
+            raise DesiredError(f"game: {first_error(e, Game)[1]}; nothing was written") from None
         path = self.paths.game
 
         def edit(dfd: int) -> "Game":

@@ -24,17 +24,43 @@ class Unanswered(TimeoutError):
         self.accepted = accepted
 
 
-# Past the time the loop said it answers in (its policy's answer_timeout_s), how long to wait on: the
-# loop answers by then itself; this only covers a loop that cannot answer at all.
-ANSWER_MARGIN_S = 30.0
+# How long a command that asks for a decision (`run`, `note`, `release`) waits for its answer, whoever
+# holds the loop or state.db (RES_ANSWER_WAIT_S: an agent whose own tool times out sooner says so).
+ANSWER_WAIT_S = 60.0
+ANSWER_WAIT_RANGE = (1.0, 3600.0)
+
+
+def answer_wait_s(environ=None) -> float:
+    """The caller's answer wait: RES_ANSWER_WAIT_S, else ANSWER_WAIT_S. ValueError naming the variable
+    when it is not a number of seconds in ANSWER_WAIT_RANGE."""
+    import math
+    import os
+
+    text = (os.environ if environ is None else environ).get("RES_ANSWER_WAIT_S")
+    if text is None or not text.strip():
+        return ANSWER_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    lo, hi = ANSWER_WAIT_RANGE
+    if not (lo <= value <= hi):
+        raise ValueError(f"RES_ANSWER_WAIT_S={text[:40]!r}: not a number of seconds from {lo:g} to {hi:g}")
+    return value
+
+
+def grace_s(wait_s: float) -> float:
+    """How much of its wait a caller leaves the loop to send the answer it owes: the request's own
+    deadline (`answer_by`) is this much before the caller gives up."""
+    return min(5.0, wait_s / 4)
 
 
 def ask(sock_path: Path, request: dict, timeout: float | None, on_idle=None, idle_s: float = 0.1) -> dict:
     """Send one JSON request, return the JSON answer. NoDaemon if nobody listens. `timeout`: for the
-    whole answer (None: no limit); Unanswered past it. `on_idle()` is called every `idle_s` while
-    the answer is awaited (e.g. to print a job's log as it grows). A line `{"accepted": id,
-    "answer_within": s}` before the answer says the request was written under that id and that the
-    loop answers within `s` seconds: the wait is then that, plus ANSWER_MARGIN_S."""
+    whole answer (None: no limit); Unanswered past it, whatever the loop said meanwhile. `on_idle()`
+    is called every `idle_s` while the answer is awaited (e.g. to print a job's log as it grows). A
+    line `{"accepted": id, ...}` before the answer says the request was written under that id (an
+    Unanswered then carries it)."""
     import time
 
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -57,10 +83,7 @@ def ask(sock_path: Path, request: dict, timeout: float | None, on_idle=None, idl
                     line, buf = buf.split(b"\n", 1)
                     answer = json.loads(line)
                     if "accepted" in answer and "code" not in answer:
-                        accepted = answer["accepted"]
-                        within = answer.get("answer_within")
-                        if deadline is not None and type(within) in (int, float) and 0 < within < 86400:
-                            deadline = time.monotonic() + within + ANSWER_MARGIN_S
+                        accepted = answer["accepted"] if isinstance(answer["accepted"], str) else None
                         continue
                     if accepted and "accepted" not in answer:
                         answer["accepted"] = accepted

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import time
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,12 @@ MAX_CONNECTIONS = 512  # requests open at once (each `res wait` holds one while 
 SMALL_REQUEST = 64 << 10
 MAX_READING = 16  # bigger requests read at once: each may buffer up to REQUEST_LIMIT
 REQUEST_S = 10.0  # to send the request line
+REFUSED_LOG_S = 10.0  # at most one log line this often about requests refused for their shape
+SAY_AGAIN_S = 600.0  # a pass failing the same way is logged again at most this often
+# The longest one statement of the loop waits for another process's lock on state.db: a pass that
+# meets a held database fails at once (and is tried again), and the loop goes on answering.
+LOOP_BUSY_S = 0.25
+OPEN_BUSY_S = 5.0  # ... and when it opens state.db (a new one is set up in one write)
 ENDED_STATES = ("inactive", "failed", "removed")  # a job unit in one of these has ended
 
 
@@ -63,6 +70,8 @@ class Ticker:
         self.on_fatal = None  # called with an error after which no pass may run
         self.on_begin = None  # called right before each pass begins
         self.on_end = None  # called after each pass, whatever its outcome
+        self.failure: Exception | None = None  # why the last pass failed (None: it did not)
+        self._said: tuple[str, float] | None = None  # the last failure logged, and when
 
     def kick(self, before=None) -> int:
         """Ask for a pass; returns the number of the pass that will answer. `before()` is called
@@ -94,18 +103,31 @@ class Ticker:
                 if self.on_fatal is not None:
                     self.on_fatal(e)
             except Exception as e:  # noqa: BLE001 - a failed pass never stops the loop; sorted (core/errors.py)
+                self.failure = e
                 if isinstance(e, RetryLater):  # the world was not ready: one line, and the next pass tries
-                    log.warning("pass %d failed: %s", self.begun, " ".join(str(e).split()))
+                    self._say_once(f"pass failed: {' '.join(str(e).split())}")
                 elif needs_a_person(e):  # not tried again by the clock (Engine.tick): events, the safety net
                     log.exception("pass %d failed; it needs a person", self.begun)
                 else:
                     log.exception("pass %d failed", self.begun)
                 self.last = None  # a failed pass hands back no plan, never the one before it as new
+            else:
+                if self.failure is not None and self._said is not None:
+                    log.warning("passes run again (%s)", self._said[0])
+                self.failure, self._said = None, None
             if self.on_end is not None:
                 self.on_end()
             self.finished = self.begun
             async with self.done:
                 self.done.notify_all()
+
+    def _say_once(self, line: str) -> None:
+        """A failure the next passes may meet again (state.db held by another process for minutes):
+        logged when it is new, and again at most every SAY_AGAIN_S while it lasts, not every pass."""
+        now = time.monotonic()
+        if self._said is None or self._said[0] != line or now - self._said[1] >= SAY_AGAIN_S:
+            log.warning("%s", line)
+            self._said = (line, now)
 
     async def pass_after_now(self, before=None) -> Plan | None:
         want = self.kick(before)
@@ -141,7 +163,16 @@ async def serve(paths: Paths, policy, engine: Engine | None = None, ready=None, 
     lock_fd = await _serve_lock(paths, stopping, standby)
     if lock_fd is None:
         return  # asked to stop while standing by
-    engine = engine or LoopEngine(paths, policy)
+    from reconciler.recorded.store import BUSY_TIMEOUT_S, wait_limits
+
+    wait_limits(busy_s=OPEN_BUSY_S)
+    try:
+        engine = engine or LoopEngine(paths, policy)
+    except BaseException:
+        release(lock_fd)
+        wait_limits(busy_s=BUSY_TIMEOUT_S)
+        raise
+    wait_limits(busy_s=LOOP_BUSY_S)  # no statement of the loop's stops it answering for long
     from reconciler.loop.group import GroupAdd
 
     engine.adder = GroupAdd(engine.writer)
@@ -185,6 +216,7 @@ async def serve(paths: Paths, policy, engine: Engine | None = None, ready=None, 
             pass
         await engine.close()
         release(lock_fd)
+        wait_limits(busy_s=BUSY_TIMEOUT_S)
     if fatal:
         raise ServeStopped(str(fatal[0]))
 
@@ -353,6 +385,7 @@ class Requests:
         self.watchers = watchers  # loop/watch.Watchers: the machine view, for `watch` and the web page
         self.connections = 0
         self.reading_big = asyncio.Semaphore(MAX_READING)
+        self.refused, self.refused_logged_at = 0, -REFUSED_LOG_S
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -376,11 +409,14 @@ class Requests:
             line = await asyncio.wait_for(self._request_line(reader), REQUEST_S)
             if line is None:
                 return None  # hung up (or past the size limit) before a whole request: nothing was asked
-            req = json.loads(line)
-            if isinstance(req, dict) and req.get("op") == "watch" and self.watchers is not None:
+            req, problem = read_request(line)
+            if problem is not None:  # not a request res sends: said to the caller, one line in the log
+                self._refused(problem)
+                return {"code": 2, "line": f"res: {problem}; nothing was done"}
+            if req.get("op") == "watch" and self.watchers is not None:
                 await self._watch(reader, writer)
                 return None
-            if isinstance(req, dict) and req.get("op") == "web" and self.watchers is not None:
+            if req.get("op") == "web" and self.watchers is not None:
                 from reconciler.loop.web import web_answer  # the page's server (loop/web.py)
 
                 return await web_answer(self.engine, self.ticker, self.watchers)
@@ -390,15 +426,28 @@ class Requests:
             return None  # a client that stalls mid-request is dropped
         except (ConnectionError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):
             return None
-        except ValueError as e:
-            if "limit" in str(e) or "Separator" in str(e):
-                return None  # a line over REQUEST_LIMIT: not a request any res sends
-            return {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
         except Exception as e:  # noqa: BLE001 - a bad request gets an answer, never kills the loop
-            if needs_a_person(e):  # a bug met on the way: the caller's line says what, the log where
-                log.exception("answering a request")
-            return {"code": 1, "line": f"res: {' '.join(str(e).split())}"}
+            if isinstance(e, ValueError) and ("limit" in str(e) or "Separator" in str(e)):
+                return None  # a line over REQUEST_LIMIT (the stream's words): not a request any res sends
+            if not needs_a_person(e) and not isinstance(e, sqlite3.Error):
+                # The world's (state.db busy, a disk full, the manager away): said in its one line.
+                what = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+                return {"code": 1, "line": f"res: {' '.join(what.split())[:300]}"}
+            # A bug met on the way (what a request can carry is checked above): its traceback in the
+            # log, once, and the caller told in one line that res failed, not why in Python's words.
+            log.exception("answering a request")
+            return {"code": 1, "line": "res: the reconciler loop failed to answer this request (an error in res; "
+                                       "its log has the details); nothing more was done"}
 
+    def _refused(self, problem: str) -> None:
+        """One line in the log per refused request, at most one every REFUSED_LOG_S (a flood of
+        garbage does not fill the log): how many were refused since, and the last one's problem."""
+        now = time.monotonic()
+        self.refused += 1
+        if now - self.refused_logged_at >= REFUSED_LOG_S:
+            log.warning("refused %d request%s on the socket that res does not send (the last: %s)",
+                        self.refused, "s" if self.refused != 1 else "", problem)
+            self.refused, self.refused_logged_at = 0, now
 
     async def _watch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """`watch`: one JSON line per view until the caller hangs up (its connection counts against
@@ -483,6 +532,90 @@ async def auto_clean(engine: Engine, roots, now: float) -> list[str] | None:
     return lines
 
 
+# What each op's fields must be (read_request): the key, the types it may have, whether it is required.
+_ID = "id"
+_NUM = (int, float)
+OPS: dict[str, dict[str, tuple[tuple, bool]]] = {
+    "submit": {"kind": ((str,), True), "fields": ((dict,), True), "who": ((str, type(None)), False)},
+    "release": {_ID: ((str,), True), "stop": ((bool, type(None)), False), "who": ((str, type(None)), False)},
+    "wait": {_ID: ((str,), True), "timeout": ((*_NUM, type(None)), False)},
+    "tick": {"adopt": ((bool, type(None)), False)},
+    "status": {_ID: ((str, type(None)), False), "json": ((bool, type(None)), False), "all": ((bool, type(None)), False)},
+    "gate": {"size": ((dict, type(None)), False)},
+    "session": {}, "watch": {}, "web": {}, "ping": {},
+}
+# What a submit's fields must be before anything reads them (the writer checks every value after).
+SUBMIT_FIELDS: dict[str, tuple] = {
+    "title": (str,), "project": (str,), "cwd": (str,), "cmd": (list,), "auto": (list,), "env": (dict,),
+    "lock": (str, type(None)), "gated": (bool,), "book_gb": (*_NUM, type(None)), "mem_gb": _NUM, "cpus": _NUM,
+    "est_s": _NUM, "created": _NUM, "queue": (bool,), "request_id": (str, type(None)),
+    "answer_by": (*_NUM, type(None)),
+}
+_TYPE_WORDS = {str: "text", dict: "an object", list: "a list", bool: "true or false", int: "a number",
+               float: "a number", type(None): "null"}
+
+
+def _types(kinds: tuple) -> str:
+    return " or ".join(dict.fromkeys(_TYPE_WORDS.get(k, k.__name__) for k in kinds))
+
+
+def _what(value) -> str:
+    return _TYPE_WORDS.get(type(value), type(value).__name__) if not isinstance(value, bool) else "true or false"
+
+
+def read_request(line: bytes) -> tuple[dict, str | None]:
+    """(the request, None), or ({}, what is wrong with it in one line): not UTF-8, not JSON, nested
+    past any request res sends, not an object, an op res does not know, a field of the wrong type, an
+    id that is not an entry's. What a request may carry is checked here, before any of it is used."""
+    import re
+
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return {}, f"the request is not UTF-8 text (byte {e.start})"
+    try:
+        req = json.loads(text)
+    except RecursionError:
+        return {}, "the request is nested deeper than any request res sends"
+    except ValueError as e:
+        return {}, f"the request is not JSON (at character {getattr(e, 'pos', '?')})"
+    if not isinstance(req, dict):
+        return {}, f"the request is {_what(req)}, not a JSON object"
+    op = req.get("op")
+    if not isinstance(op, str):
+        return {}, "the request has no op" if op is None else f"the request's op is {_what(op)}, not text"
+    if op not in OPS:
+        from reconciler.core.invalid import quoted
+
+        return {}, f"unknown request {quoted(op)[:40]} (res sends {', '.join(OPS)})"
+    for key, (kinds, required) in OPS[op].items():
+        if key not in req:
+            if required:
+                return {}, f"a {op} request without {key}"
+            continue
+        value = req[key]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            return {}, f"a {op} request's {key} is {_what(value)}, not {_types(kinds)}"
+        if key == _ID and isinstance(value, str) and not re.fullmatch(r"r-[1-9][0-9]{0,9}", value):
+            from reconciler.core.invalid import quoted
+
+            return {}, f"a {op} request's id {quoted(value)[:40]} is not an entry id (r-12)"
+        if key == "timeout" and value is not None and not (0 <= value < 10**9):
+            return {}, f"a {op} request's timeout is not a number of seconds from 0"
+    if op == "submit":
+        if req["kind"] not in ("job", "note"):
+            return {}, "a submit request's kind is neither job nor note"
+        for key, value in req["fields"].items():
+            kinds = SUBMIT_FIELDS.get(key)
+            if kinds is not None and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
+                return {}, f"a submit request's {key} is {_what(value)}, not {_types(kinds)}"
+            if key in ("cmd", "auto") and not all(isinstance(v, str) for v in value):
+                return {}, f"a submit request's {key} holds something other than text"
+            if key == "env" and not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                return {}, "a submit request's env holds something other than text"
+    return req, None
+
+
 def _who(req: dict) -> str | None:
     """The caller's process chain as it says it (for the record of who changed queue.toml)."""
     who = req.get("who")
@@ -497,9 +630,22 @@ async def wait_answer(engine: Engine, ticker: Ticker, job_id: str, timeout: floa
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     gone = asyncio.ensure_future(reader.read(1)) if reader is not None else None
+    from reconciler.core.errors import HeldElsewhere
+    from reconciler.recorded.store import StoreBusy
+
     try:
         while True:
-            decided = finished(engine.store, engine.paths, job_id, deadline is not None and loop.time() >= deadline, timeout)
+            held = ticker.failure if isinstance(ticker.failure, HeldElsewhere) else None
+            try:
+                decided = finished(engine.store, engine.paths, job_id, deadline is not None and loop.time() >= deadline,
+                                   timeout, held=held)
+            except StoreBusy as e:  # not even readable (a holder in exclusive locking mode)
+                if deadline is None or loop.time() < deadline:
+                    decided = None
+                else:
+                    from reconciler.loop.waiting import _held_answer
+
+                    decided = _held_answer(job_id, timeout, e)
             if decided is not None:
                 code, line, data = decided
                 return {"code": code, "line": line, "data": data}
@@ -516,32 +662,58 @@ async def wait_answer(engine: Engine, ticker: Ticker, job_id: str, timeout: floa
             gone.cancel()
 
 
+async def _submit_answer(engine: Engine, ticker: Ticker, req: dict, say=None) -> dict:
+    """`res run` / `res note`: answered by the caller's deadline (its fields' `answer_by`, and at most
+    the policy's answer_timeout_s from now): decided, or said not to start and never started (a
+    --queue request: said to be queued). A request that arrives past its deadline (the loop was
+    stopped while its caller waited) is not written at all."""
+    fields = dict(req["fields"])
+    rid = fields.get("request_id")
+    now = time.time()
+    by = fields.get("answer_by")
+    if isinstance(by, (int, float)) and now >= by:
+        return {"code": 1, "line": f"res: request {rid or '(no id)'} reached the reconciler loop after its caller "
+                                   "stopped waiting; not written, never started", "data": None}
+    deadline = min(by if isinstance(by, (int, float)) else now + engine.policy.answer_timeout_s,
+                   now + engine.policy.answer_timeout_s)
+    fields["answer_by"] = deadline  # on the entry: no pass starts it once its caller is gone
+
+    given: list[str] = []
+
+    def accepted(job_id: str) -> None:
+        given.append(job_id)
+        if say is not None:
+            say({"accepted": job_id, "answer_within": max(deadline - time.time(), 0.0)})
+
+    work = asyncio.ensure_future(ops.submit(engine, ticker.pass_after_now, req["kind"], fields, on_accept=accepted,
+                                            who=_who(req), deadline=deadline))
+    try:
+        # A moment past the deadline: the submit answers by it itself; this covers a pass that hangs.
+        code, line, data = await asyncio.wait_for(asyncio.shield(work), max(deadline - time.time(), 0.0) + 1.0)
+    except asyncio.TimeoutError:
+        if not given:  # (its write, on a worker thread, checks the deadline under the lock: not written after)
+            return {"code": 1, "line": f"res: request {rid or '(no id)'} was not written in time; it never starts",
+                    "data": None}
+        work.cancel()
+        code, line, data = await ops.undecided(engine, _Req(given[0], fields), req["kind"],
+                                               "a pass did not end in time")
+    hint = ops.request_hint(engine, req["kind"], req["fields"])
+    return {"code": code, "line": line, "data": data, **({"hint": hint} if hint else {})}
+
+
+class _Req:
+    """What ops.undecided needs of a request the submit wrote and did not decide in time."""
+
+    def __init__(self, job_id: str, fields: dict):
+        self.id, self.queue, self.answer_by = job_id, bool(fields.get("queue")), fields.get("answer_by")
+
+
 async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None, say=None) -> dict | None:
     """The answer to one request; `say(obj)` sends a line before it (the id a submit was given)."""
     op = req.get("op")
     data = None
     if op == "submit":
-        given: list[str] = []
-
-        def accepted(job_id: str) -> None:
-            given.append(job_id)
-            if say is not None:
-                say({"accepted": job_id, "answer_within": engine.policy.answer_timeout_s})
-
-        work = asyncio.ensure_future(ops.submit(engine, ticker.pass_after_now, req["kind"], req["fields"],
-                                                on_accept=accepted, who=_who(req)))
-        try:
-            # The policy's answer_timeout_s: past it the caller is told what it left behind (the
-            # request stays; its passes go on), rather than waiting on.
-            code, line, data = await asyncio.wait_for(asyncio.shield(work), engine.policy.answer_timeout_s)
-        except asyncio.TimeoutError:
-            job = given[0] if given else "the request"
-            return {"code": 1, "line": f"res: the reconciler loop took {job} but did not decide it in "
-                                       f"{engine.policy.answer_timeout_s:g} s; it may still start (res status {job}; "
-                                       f"res release {job} withdraws it)", "data": None}
-        hint = ops.request_hint(engine, req["kind"], req["fields"])
-        if hint:
-            return {"code": code, "line": line, "data": data, "hint": hint}
+        return await _submit_answer(engine, ticker, req, say)
     elif op == "release":
         code, line, data = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")),
                                              who=_who(req))
@@ -554,7 +726,8 @@ async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None,
         before = (lambda: setattr(engine, "adopt_once", True)) if req.get("adopt") else None
         plan = await ticker.pass_after_now(before)
         if plan is None:
-            return {"code": 1, "line": "res: the reconciler loop's pass failed; see its log"}
+            why = " ".join(str(ticker.failure).split()) if isinstance(ticker.failure, RetryLater) else "see its log"
+            return {"code": 1, "line": f"res: the reconciler loop's pass failed: {why}"}
         from reconciler.render.lines import render_plan
 
         # The plan as data too, so `res reconcile [--json]` prints the same as without a loop.
@@ -581,7 +754,15 @@ async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None,
         try:
             answer = engine.would_fit(size if isinstance(size, dict) else {}, time.time())
         except (KeyError, TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
-            return {"code": 2, "line": f"res: gate: bad size: {' '.join(str(e).split())[:200]}"}
+            errors = getattr(e, "errors", None)
+            if callable(errors):
+                from reconciler.core.invalid import first
+                from reconciler.core.models import Request
+
+                said = first(errors(), Request)[1]
+            else:
+                said = "not a size (mem_gb, cpus, est_s)"
+            return {"code": 2, "line": f"res: gate: bad size: {said}"}
         return {"code": 0, "line": answer.get("line") or "", "answer": answer}
     elif op == "session":
         # An agent session started (its CLI's SessionStart hook, through `res hook`): a pass now
@@ -593,5 +774,5 @@ async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None,
     elif op == "ping":
         return {"code": 0, "line": f"pid {os.getpid()}", "code_id": engine.code_id}
     else:
-        code, line = 2, f"res: unknown request {op!r}"
+        code, line = 2, f"res: unknown request {str(op)[:40]!r}"
     return {"code": code, "line": line, "data": data}

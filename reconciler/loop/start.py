@@ -55,14 +55,14 @@ def listening(paths: Paths) -> bool:
         s.close()
 
 
-def autostart(paths: Paths, policy, wait: bool) -> tuple[bool, str | None]:
+def autostart(paths: Paths, policy, wait: bool, within: float | None = None) -> tuple[bool, str | None]:
     """Start a loop where the policy says so (loop_autostart): (one now listens, the line to print).
     `wait`: until it listens (a `res wait`, which has time); else the caller decides by itself this
     once, under the same tick lock, while the loop comes up (a `res run` answers as fast as it did
     without a loop, not after the loop's start)."""
     if not policy.loop_autostart:
         return False, None
-    return start_loop(paths, policy.unit_prefix, wait)
+    return start_loop(paths, policy.unit_prefix, wait, within)
 
 
 # unit -> how this process started its loop (`res run --wait` starts one, then waits), or BY_ANOTHER
@@ -70,7 +70,7 @@ _STARTED: dict[str, str] = {}
 BY_ANOTHER = ""  # another call started the loop a moment ago: this one started nothing
 
 
-def start_loop(paths: Paths, prefix: str, wait: bool = True) -> tuple[bool, str | None]:
+def start_loop(paths: Paths, prefix: str, wait: bool = True, within: float | None = None) -> tuple[bool, str | None]:
     """Start `res serve` for `paths` (and with `wait`, wait until it listens): (listening, the line
     that says what this call did or what failed; None when it started nothing, another call having
     started the loop, or when this process started it before and said so)."""
@@ -86,14 +86,15 @@ def start_loop(paths: Paths, prefix: str, wait: bool = True) -> tuple[bool, str 
             f"res: no reconciler loop was running for {paths.root}: started one ({how}; `res service install` runs one from boot)"
     if not wait:
         return False, said
-    deadline = time.monotonic() + READY_S
+    ready_s = READY_S if within is None else max(min(READY_S, within), 0.0)  # never past the caller's --timeout
+    deadline = time.monotonic() + ready_s
     while time.monotonic() < deadline:
         if listening(paths):
             return True, said
         time.sleep(0.02)
     if how == BY_ANOTHER:
-        return False, f"res: the reconciler loop for {paths.root} did not listen in {READY_S:g} s; deciding here"
-    return False, f"res: started the reconciler loop ({how}) but it did not listen in {READY_S:g} s; deciding here"
+        return False, f"res: the reconciler loop for {paths.root} did not listen in {ready_s:g} s; deciding here"
+    return False, f"res: started the reconciler loop ({how}) but it did not listen in {ready_s:g} s; deciding here"
 
 
 def _as_unit(unit: str, argv: list[str], paths: Paths) -> str | None:

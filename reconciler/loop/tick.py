@@ -16,7 +16,7 @@ from reconciler.core.models import Desired, Phase, Plan, World, dump, parse
 from reconciler.loop.world import observe_user_side, observe_world
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
-from reconciler.core.errors import needs_a_person
+from reconciler.core.errors import HeldElsewhere, needs_a_person
 from reconciler.core.lifecycle import transition
 from reconciler.core.plan import plan
 from reconciler.render.reasons import explain, explained
@@ -267,24 +267,32 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - jobs still run; the slices are retried next pass
             return [f"could not install the slice unit files: {' '.join(str(e).split())}"]
 
-    async def track_changes(self, now: float) -> list[str]:
+    async def track_changes(self, now: float, desired: Desired, records: dict) -> None:
         """Changes to the user's own files, recorded (desired/changes.py); the queue entries added
-        outside res. Read under the writer's lock: a writer replaces queue.toml and then logs its
-        change, and a pass that read between the two would take the writer's own entry for one added
-        by hand. When that cannot be done now, the entries held before stay held (a failure here is
-        logged, never a pass lost, never an entry let go unseen)."""
+        outside res (`desired.hand_added`). Read under the writer's lock: a writer replaces queue.toml
+        and then logs its change, and a pass that read between the two would take the writer's own
+        entry for one added by hand. When that cannot be done now, the entries held before stay held,
+        and an entry not seen by an earlier check is not started by this pass (`desired.unchecked`):
+        a failure here is logged, never a pass lost, never an entry let go unseen."""
         from reconciler.config.locks import LockBusy
         from reconciler.config.policy import user_policy_path
-        from reconciler.desired.changes import track
+        from reconciler.desired.changes import checked_ids, track
 
         try:
             async with locked_async(self.paths.writer_lock, timeout=WRITER_WAIT_S):
-                return sorted(track(self.paths, self.store, user_policy_path(), now))
+                desired.hand_added = sorted(track(self.paths, self.store, user_policy_path(), now))
+                return
         except LockBusy:
             pass  # a writer is at work: this pass judges nothing new, the next one does
         except Exception as e:  # noqa: BLE001 - bookkeeping: the pass goes on
+            from reconciler.recorded.store import StoreBusy
+
+            if isinstance(e, StoreBusy):
+                raise  # state.db held by another process: this pass can record nothing (said once, by the loop)
             log.warning("tracking changes to the user's files: %s", e)
-        return sorted(self.store.get_meta_json("hand_added", []))
+        desired.hand_added = sorted(self.store.get_meta_json("hand_added", []))
+        seen = checked_ids(self.store)
+        desired.unchecked = [r.id for r in desired.requests if r.id not in records and r.id not in seen]
 
     async def tick(self) -> Plan:
         """One pass. One that fails asks for the next as its failure's kind says (core/errors.py): one
@@ -302,65 +310,77 @@ class Engine:
         # Files any agent may have replaced are read before the lock: a slow one never holds up others.
         self.reload_policy()
         self.streamer.refresh_pricing()
-        async with locked_async(self.paths.tick_lock):
-            self.store.check_same()  # a state.db removed or replaced under us: stop, loudly
-            now = time.time()
-            desired, notices = load_desired(self.paths, self.store)
-            if self.policy_error:
-                notices.append(self.policy_error)
-            records = self.store.records()
-            rebook(desired, records, self.learned, self.policy.margin, self._books)
-            desired.hand_added = await self.track_changes(now)
-            if self.store.bad:  # unreadable rows: reported, and nothing admitted under their ids
-                desired.held = sorted(set(desired.held) | set(self.store.bad))
-                notices.extend(f"state.db: {why}; set aside (res release {job_id} drops it)"
-                               for job_id, why in self.store.bad.items())
-            self.streamer.stream(records, now)  # before planning: budgets see what was spent so far
-            side = await self.install_slices() if self.connected else []
-            unknown = [r.id for r in desired.requests if r.id not in records]
-            world = await observe_world(self.runtime if self.connected else None, records, self.paths, unknown,
-                                        cluster=self.cluster, ask_cluster=cluster_wanted(desired, records, self.policy))
-            if not self.connected and self.connect_error:
-                world.errors = [self.connect_error]  # why, not just "no runtime connected"
-            if not world.ok:
-                self.connected = False  # reconnect next pass
-            else:
-                side += await observe_user_side(self.runtime, world, self.policy)
-            policy = self.policy
-            if self.adopt_once:  # `res adopt`: this pass adopts even where the policy leaves it to the user
-                policy, self.adopt_once = policy.model_copy(update={"adopt_sessions": True}), False
-            zone = zone_of(policy)
-            p = explain(plan(desired, records, world, now, policy.rules(), me=self.holder, pricing_error=self.streamer.pricing_error,
-                             zone=zone, wake=True), zone, self.explained)
-            self.explained = explained(p, zone)
-            p.notices.extend(notices + side)
-            self.blocked = ([desired.queue_error or "queue.toml cannot be read"] if not desired.queue_ok else []) + \
-                ([f"could not observe jobs ({'; '.join(world.errors)})"] if not world.ok else [])
-            requests = {r.id: r for r in desired.requests}
-            self.executor.begin_pass(records)
-            failed = 0
-            # New queued entries are recorded in one state.db transaction (a crowd's requests that
-            # arrived together), not one each; every other action in its own, in the plan's order.
-            enqueued = [a for a in p.actions if a.kind == "enqueue"]
-            if enqueued:
-                with self.store.transaction():
-                    for action in enqueued:
-                        failed += await self._apply(action, requests, now, p)
-            idle = self.executor.NOTHING_TO_DO
-            for action in p.actions:
-                if action.kind != "enqueue" and action.kind not in idle:
+        from reconciler.config.locks import LockBusy
+        from reconciler.config.deadline import remaining
+
+        try:
+            async with locked_async(self.paths.tick_lock, timeout=remaining()):
+                return await self._locked_tick()
+        except LockBusy:  # (only with a deadline: this process answers by then, whoever holds the lock)
+            from reconciler.config.locks import describe_pid, lock_holders
+
+            who = ", ".join(describe_pid(p) for p in lock_holders(self.paths.tick_lock)[:3]) or "another process"
+            raise HeldElsewhere(f"a pass of {who} held the tick lock past this call's deadline (stopped or stuck?)") from None
+
+    async def _locked_tick(self) -> Plan:
+        self.store.check_same()  # a state.db removed or replaced under us: stop, loudly
+        now = time.time()
+        desired, notices = load_desired(self.paths, self.store)
+        if self.policy_error:
+            notices.append(self.policy_error)
+        records = self.store.records()
+        rebook(desired, records, self.learned, self.policy.margin, self._books)
+        await self.track_changes(now, desired, records)
+        if self.store.bad:  # unreadable rows: reported, and nothing admitted under their ids
+            desired.held = sorted(set(desired.held) | set(self.store.bad))
+            notices.extend(f"state.db: {why}; set aside (res release {job_id} drops it)"
+                           for job_id, why in self.store.bad.items())
+        self.streamer.stream(records, now)  # before planning: budgets see what was spent so far
+        side = await self.install_slices() if self.connected else []
+        unknown = [r.id for r in desired.requests if r.id not in records]
+        world = await observe_world(self.runtime if self.connected else None, records, self.paths, unknown,
+                                    cluster=self.cluster, ask_cluster=cluster_wanted(desired, records, self.policy))
+        if not self.connected and self.connect_error:
+            world.errors = [self.connect_error]  # why, not just "no runtime connected"
+        if not world.ok:
+            self.connected = False  # reconnect next pass
+        else:
+            side += await observe_user_side(self.runtime, world, self.policy)
+        policy = self.policy
+        if self.adopt_once:  # `res adopt`: this pass adopts even where the policy leaves it to the user
+            policy, self.adopt_once = policy.model_copy(update={"adopt_sessions": True}), False
+        zone = zone_of(policy)
+        p = explain(plan(desired, records, world, now, policy.rules(), me=self.holder, pricing_error=self.streamer.pricing_error,
+                         zone=zone, wake=True), zone, self.explained)
+        self.explained = explained(p, zone)
+        p.notices.extend(notices + side)
+        self.blocked = ([desired.queue_error or "queue.toml cannot be read"] if not desired.queue_ok else []) + \
+            ([f"could not observe jobs ({'; '.join(world.errors)})"] if not world.ok else [])
+        requests = {r.id: r for r in desired.requests}
+        self.executor.begin_pass(records)
+        failed = 0
+        # New queued entries are recorded in one state.db transaction (a crowd's requests that
+        # arrived together), not one each; every other action in its own, in the plan's order.
+        enqueued = [a for a in p.actions if a.kind == "enqueue"]
+        if enqueued:
+            with self.store.transaction():
+                for action in enqueued:
                     failed += await self._apply(action, requests, now, p)
-            publish(self.store, world, p, now)
-            for n in p.notices:
-                log.warning("%s", n)
-            self.last_plan, self.last_pass_at = p, now
-            self.last_inputs = (desired, records, world, policy, zone)
-            # A run settled this pass is learned before its waiter hears of it: the agent's next
-            # `--mem auto` of the same command, a second later, is sized from it.
-            settled = any(a.kind in ("settle", "retry") for a in p.actions)
-            self.publish_gate(self.store.records() if settled else records)
-            self._ask_next(p, records, now, soon=failed > 0 or not self.connected)
-            return p
+        idle = self.executor.NOTHING_TO_DO
+        for action in p.actions:
+            if action.kind != "enqueue" and action.kind not in idle:
+                failed += await self._apply(action, requests, now, p)
+        publish(self.store, world, p, now)
+        for n in p.notices:
+            log.warning("%s", n)
+        self.last_plan, self.last_pass_at = p, now
+        self.last_inputs = (desired, records, world, policy, zone)
+        # A run settled this pass is learned before its waiter hears of it: the agent's next
+        # `--mem auto` of the same command, a second later, is sized from it.
+        settled = any(a.kind in ("settle", "retry") for a in p.actions)
+        self.publish_gate(self.store.records() if settled else records)
+        self._ask_next(p, records, now, soon=failed > 0 or not self.connected)
+        return p
 
     def publish_gate(self, records: dict) -> None:
         """gate.json for the hook (config/gatefile.py), when the policy or the finished runs changed.
@@ -428,6 +448,10 @@ class Engine:
             await self.executor.apply(action, requests, now)
             return 0
         except Exception as e:  # noqa: BLE001 - one failed action must not stop the others; sorted below
+            from reconciler.recorded.store import StoreBusy
+
+            if isinstance(e, StoreBusy):
+                raise  # state.db held by another process: no action can be recorded; the pass ends here
             line = f"{action.kind} {action.id} failed: {e}"
             p.notices.append(line)
             if not needs_a_person(e):
@@ -477,12 +501,17 @@ class PassFailed(Exception):
         self.line, self.code = line, code
 
 
-def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float = 60.0) -> Plan:
+def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float | None = None) -> Plan:
     """A pass now: the running loop's (it answers with the plan of a pass that began after the
     request), else one here. `adopt`: that pass adopts sessions whatever adopt_sessions says.
-    TimeoutError: the loop took the request and did not answer in time."""
+    TimeoutError: the loop took the request and did not answer in time (`timeout`, else what is left
+    of this call's deadline, else 60 s)."""
     from reconciler.loop.client import NoDaemon, ask
+    from reconciler.config.deadline import remaining
 
+    if timeout is None:
+        timeout = remaining()
+        timeout = 60.0 if timeout is None else max(timeout, 0.001)
     try:
         answer = ask(paths.socket, {"op": "tick", "adopt": adopt}, timeout=timeout)
     except NoDaemon:
@@ -552,7 +581,14 @@ async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Pla
     try:
         desired, notices = load_desired(paths, store, save=False)
         records = store.records()
-        rebook(desired, records, (gatefile_read(paths.gate) or {}).get("learned") or {}, policy.margin, {})
+        try:  # what a pass would hold now: a hand edit since the last pass is shown held, not started
+            from reconciler.config.policy import user_policy_path
+            from reconciler.desired.changes import track
+
+            desired.hand_added = sorted(track(paths, store, user_policy_path(), write=False))
+        except Exception as e:  # noqa: BLE001 - a plan for review: shown without, and said
+            notices.append(f"could not check queue.toml for hand edits ({' '.join(str(e).split())}); "
+                           "entries added by hand may show as to start")
         if world is None:
             runtime = make_runtime(paths, policy)
             from reconciler.runtime import RuntimeUnavailable

@@ -18,18 +18,38 @@ IDLE_S = 0.1
 LOCAL_PASS_EVERY_S = 1.0
 
 
+# How long past its deadline a waiting client gives the loop to send the answer it owes: the loop
+# answers at the deadline itself; this covers only a loop that cannot answer at all (stopped).
+ANSWER_GRACE_S = 0.5
+
+
 def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idle=None) -> tuple[int, str, dict | None]:
-    """(exit code, line, the entry as data). `policy_of()` gives the policy, only if passes must run here."""
-    from reconciler.loop.client import NoAnswer, NoDaemon, ask
+    """(exit code, line, the entry as data). `policy_of()` gives the policy, only if passes must run here.
+    A `timeout` is kept whatever holds state.db or the loop (issue 40): every wait of this process for
+    state.db ends by then (recorded.store.wait_limits), and a loop that cannot answer is given up on
+    ANSWER_GRACE_S after it."""
+    from reconciler.config.deadline import clear_deadline, wait_limits
 
     deadline = None if timeout is None else time.monotonic() + timeout
+    if deadline is not None:
+        wait_limits(deadline=deadline)
+    try:
+        return _wait_for(paths, policy_of, job_id, timeout, deadline, on_idle)
+    finally:
+        clear_deadline()
+
+
+def _wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, deadline: float | None,
+              on_idle) -> tuple[int, str, dict | None]:
+    from reconciler.loop.client import NoAnswer, NoDaemon, ask
+
     started = False
     while True:
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         try:
-            # The loop answers by the deadline; the socket gets a little longer so its answer arrives.
+            # The loop answers by the deadline; the socket gets a moment longer so its answer arrives.
             answer = ask(paths.socket, {"op": "wait", "id": job_id, "timeout": left},
-                         timeout=None if left is None else left + 5, on_idle=on_idle, idle_s=IDLE_S)
+                         timeout=None if left is None else left + ANSWER_GRACE_S, on_idle=on_idle, idle_s=IDLE_S)
             if answer.get("code") == 2 and "unknown request" in answer.get("line", ""):
                 raise NoDaemon("an older loop")  # a loop from before the wait op: wait here
             return answer["code"], answer["line"], answer.get("data")
@@ -40,7 +60,7 @@ def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idl
                 started = True
                 from reconciler.loop.start import autostart
 
-                ok, line = autostart(paths, policy_of(), wait=True)
+                ok, line = autostart(paths, policy_of(), wait=True, within=_left(deadline))
                 if line:
                     print(line, file=sys.stderr)
                 if ok:
@@ -48,30 +68,61 @@ def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idl
         except TimeoutError:
             from reconciler.core.exits import EXIT_TIMEOUT
 
-            return EXIT_TIMEOUT, f"res: {job_id} still not done after the wait's --timeout", None
-        return _wait_here(paths, policy_of(), job_id, left, on_idle)
+            return EXIT_TIMEOUT, (f"res: {job_id} still not done after the wait's --timeout; the reconciler loop "
+                                  "did not answer by then (stopped?)"), None
+        return _wait_here(paths, policy_of(), job_id, _left(deadline), timeout, on_idle)
 
 
-def _wait_here(paths: Paths, policy, job_id: str, timeout: float | None, on_idle) -> tuple[int, str, dict | None]:
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+
+def _wait_here(paths: Paths, policy, job_id: str, left: float | None, timeout: float | None,
+               on_idle) -> tuple[int, str, dict | None]:
+    """Passes here (no loop answers), until the entry is finished or the deadline. A pass that cannot
+    write state.db (another process holds it) does not end the wait: the records are read on, and at
+    the deadline the line says what held it, once."""
     import asyncio
     import logging
 
+    from reconciler.core.errors import HeldElsewhere
     from reconciler.loop.tick import Engine
+    from reconciler.recorded.store import Store, StoreBusy
 
     logging.getLogger("res").addHandler(logging.NullHandler())
 
     async def run():
-        engine = Engine(paths, policy)
-        changed = asyncio.Event()
-        await engine.runtime.watch(lambda _job, state: changed.set())
-        await engine.connect()
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+        deadline = None if left is None else loop.time() + left
+        busy: list[HeldElsewhere] = []
+        try:
+            engine = Engine(paths, policy)
+        except StoreBusy as e:  # not even opened for writing: the records are read as they are
+            busy.append(e)
+            engine = None
+        changed = asyncio.Event()
+        if engine is not None:
+            await engine.runtime.watch(lambda _job, state: changed.set())
+            await engine.connect()
+        reader = None
         try:
             while True:
                 changed.clear()
-                await engine.tick()
-                decided = finished(engine.store, paths, job_id, deadline is not None and loop.time() >= deadline, timeout)
+                if engine is not None:
+                    try:
+                        await engine.tick()
+                        busy.clear()
+                    except HeldElsewhere as e:
+                        busy[:] = [e]
+                timed_out = deadline is not None and loop.time() >= deadline
+                try:
+                    if engine is None and reader is None:
+                        reader = Store.open(paths, readonly=True)
+                    decided = finished(engine.store if engine is not None else reader, paths, job_id, timed_out,
+                                       timeout, held=busy[0] if busy else None)
+                except StoreBusy as e:  # not even readable now (a holder in exclusive locking mode)
+                    busy[:] = [e]
+                    decided = _held_answer(job_id, timeout, e) if timed_out else None
                 if decided is not None:
                     return decided
                 until = loop.time() + LOCAL_PASS_EVERY_S
@@ -81,17 +132,29 @@ def _wait_here(paths: Paths, policy, job_id: str, timeout: float | None, on_idle
                     if on_idle is not None:
                         on_idle()
                     try:
-                        await asyncio.wait_for(changed.wait(), IDLE_S)
+                        await asyncio.wait_for(changed.wait(), min(IDLE_S, max(until - loop.time(), 0.001)))
                     except asyncio.TimeoutError:
                         pass
         finally:
-            await engine.close()
+            if reader is not None:
+                reader.close()
+            if engine is not None:
+                await engine.close()
 
     return asyncio.run(run())
 
 
-def finished(store, paths: Paths, job_id: str, timed_out: bool, timeout: float | None) -> tuple[int, str, dict | None] | None:
-    """The answer to a wait once there is one: the entry is finished, gone, or the time is up."""
+def _held_answer(job_id: str, timeout: float | None, held) -> tuple[int, str, None]:
+    from reconciler.core.exits import EXIT_TIMEOUT
+    from reconciler.render.text import fmt_span
+
+    return EXIT_TIMEOUT, f"res: {job_id} not known to be done after {fmt_span(timeout or 0)}: {held}", None
+
+
+def finished(store, paths: Paths, job_id: str, timed_out: bool, timeout: float | None,
+             held=None) -> tuple[int, str, dict | None] | None:
+    """The answer to a wait once there is one: the entry is finished, gone, or the time is up.
+    `held`: why no pass could run meanwhile (state.db held by another process), said at the timeout."""
     from reconciler.core.models import TERMINAL
     from reconciler.core.exits import EXIT_TIMEOUT
     from reconciler.ops.status import entry_json, wait_code
@@ -104,7 +167,8 @@ def finished(store, paths: Paths, job_id: str, timed_out: bool, timeout: float |
     if rec.phase in TERMINAL:
         return wait_code(rec), done_line(rec), entry_json(rec, paths)
     if timed_out:
-        return (EXIT_TIMEOUT, f"res: {job_id} still {rec.phase.value} after {fmt_span(timeout or 0)}",
+        why = f"; no pass could run: {held}" if held is not None else ""
+        return (EXIT_TIMEOUT, f"res: {job_id} still {rec.phase.value} after {fmt_span(timeout or 0)}{why}",
                 entry_json(rec, paths))
     return None
 

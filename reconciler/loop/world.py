@@ -7,7 +7,7 @@ import os
 
 from reconciler.config.paths import loop_unit_stem
 from reconciler.core.models import LIVE, JobRecord, Phase, World
-from reconciler.observed.machine import (GIB_KB, cpu_count, gone_holders, meminfo, stray_services,
+from reconciler.observed.machine import (GIB_KB, cpu_count, gone_holders, meminfo, stray_units,
                                          tmp_tmpfs_used_gb, unit_of_cgroup)
 from reconciler.runtime import Runtime, RuntimeUnavailable
 
@@ -98,11 +98,18 @@ async def observe_user_side(runtime, world: World, policy) -> list[str]:
 
     world.tmp_tmpfs_used_gb = tmp_tmpfs_used_gb()
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    strays = []
     if runtime_dir:
-        world.stray_services = stray_services(os.path.join(runtime_dir, "systemd", "transient"),
-                                              (policy.agents_slice, policy.jobs_slice),
-                                              loop_unit_stem(policy.unit_prefix))
+        strays = stray_units(os.path.join(runtime_dir, "systemd", "transient"), (policy.agents_slice, policy.jobs_slice),
+                             loop_unit_stem(policy.unit_prefix))
+        world.stray_services = [name for name, _, _ in strays]
+        world.stray_from = {name: job for name, _, job in strays if job is not None}
     side = runtime.user_side() if runtime is not None else None
+    if side is not None:  # what each holds (docs/escaping.md: counted as its job's project's in the view)
+        for name, slice_name, _ in strays:
+            used = cgroup.memory_used_bytes(cgroup.unit_cgroup(side.manager_cgroup, slice_name, name))
+            if used is not None:
+                world.stray_mem_gb[name] = round(used / GIB_KB / 1024, 4)
     slice_cg = cgroup.slice_cgroup(side.manager_cgroup, policy.agents_slice) if side is not None else None
     # The agents slice's own memory pressure (DESIGN §5.9): its memory.pressure in the unified
     # hierarchy (RES_SLICE_PRESSURE_FILE replaces it), read before anything that can fail.

@@ -4,6 +4,7 @@ World is assembled from these and the runtime's answers in loop/world.py."""
 from __future__ import annotations
 
 import os
+import re
 
 GIB_KB = 1024 * 1024
 
@@ -60,10 +61,19 @@ def tmp_tmpfs_used_gb(mounts_text: str | None = None) -> float | None:
 
 
 def stray_services(transient_dir: str, ours: tuple[str, ...], loop_prefix: str = "") -> list[str]:
-    """Transient services (systemd-run without --scope) outside the agents slices, desktop ones
-    (app-*, or in the desktop's slices) and res's own loop (`loop_prefix`*, started by the first
-    call: loop/start.py) excepted. Read from the manager's transient unit files: one directory
-    listing, no D-Bus call per unit."""
+    """The names of stray_units."""
+    return [name for name, _, _ in stray_units(transient_dir, ours, loop_prefix)]
+
+
+_ESCAPED_FROM = re.compile(r"RES_ESCAPED_FROM=(r-[1-9][0-9]{0,9})\b")
+
+
+def stray_units(transient_dir: str, ours: tuple[str, ...], loop_prefix: str = "") -> list[tuple[str, str, str | None]]:
+    """(name, slice, the job it was started from) of each transient service (systemd-run without
+    --scope) outside the agents slices, desktop ones (app-*, or in the desktop's slices) and res's
+    own loop (`loop_prefix`*, started by the first call: loop/start.py) excepted. The job is the one
+    its environment names (RES_ESCAPED_FROM, set by a job's systemd-run: apply/escape.py), else None.
+    Read from the manager's transient unit files: one directory listing, no D-Bus call per unit."""
     out = []
     try:
         entries = sorted(os.listdir(transient_dir))
@@ -74,6 +84,7 @@ def stray_services(transient_dir: str, ours: tuple[str, ...], loop_prefix: str =
             continue
         slice_name = "app.slice"  # systemd's default slice for user services
         complete = False
+        escaped_from = None
         try:
             with open(os.path.join(transient_dir, name)) as f:
                 for line in f:
@@ -81,13 +92,16 @@ def stray_services(transient_dir: str, ours: tuple[str, ...], loop_prefix: str =
                         slice_name = line[6:].strip()
                     elif line.startswith("ExecStart="):
                         complete = True
+                    elif line.startswith("Environment=") and escaped_from is None:
+                        m = _ESCAPED_FROM.search(line)
+                        escaped_from = m.group(1) if m else None
         except OSError:
             continue
         if not complete:
             continue  # being written (systemd appends setting by setting): judged on a later pass
         if slice_name in ours or slice_name in DESKTOP_SLICES or slice_name.startswith("app-"):
             continue
-        out.append(name)
+        out.append((name, slice_name, escaped_from))
     return out
 
 

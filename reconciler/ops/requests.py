@@ -45,8 +45,12 @@ def outcome(engine: Engine, job_id: str, plan: Plan | None) -> tuple[int, str, d
     zone = zone_of(engine.policy)
     if rec.phase == Phase.refused:
         why = rec.why or "refused"
-        busy = (rec.detail or {}).get("code") == "busy"
-        return (3, why, data) if busy else (1, f"res: {why}", data)
+        code = (rec.detail or {}).get("code")
+        if code == "same_request" and (rec.detail or {}).get("as") not in (None, job_id):
+            return outcome(engine, rec.detail["as"], plan)  # the entry that holds the request id answers
+        if code == "caller_gone":
+            return 1, f"res: {job_id} {why}", data
+        return (3, why, data) if code == "busy" else (1, f"res: {why}", data)
     if rec.phase in LIVE:
         if req.kind == "note":
             return 0, f"{job_id} noted: {fmt_gb(req.mem_gb)} until ~{fmt_clock(rec.expires(), zone)}{_owner(req)}; free it: res release {job_id}", data
@@ -87,19 +91,40 @@ def _owner(req) -> str:
 
 def find_submitted(engine: Engine, kind: str, fields: dict):
     """The request these very fields were submitted as, if a loop that ended before answering
-    recorded it (in the queue file or the records), else None."""
-    from reconciler.desired.reader import DesiredError, read_queue
+    recorded it (in the queue file or the records), else None. By its request id where it has one."""
+    rid = fields.get("request_id")
+    if isinstance(rid, str):
+        return same_request(engine, rid)
 
     def same(req) -> bool:
         return (req.kind == kind and req.created == fields.get("created") and req.title == fields.get("title")
                 and req.cmd == list(fields.get("cmd") or []) and req.cwd == (fields.get("cwd") or ""))
 
+    queued, recorded = _known_requests(engine)
+    return next((r for r in [*queued, *recorded] if same(r)), None)
+
+
+def _known_requests(engine: Engine) -> tuple[list, list]:
+    from reconciler.desired.reader import DesiredError, read_queue
+
     try:
         queued = read_queue(engine.paths)
     except DesiredError:
         queued = []
-    recorded = [r.request for r in engine.store.records().values()]
-    return next((r for r in [*queued, *recorded] if same(r)), None)
+    return queued, [r.request for r in engine.store.records().values()]
+
+
+def same_request(engine: Engine, rid: str):
+    """The entry a request id already names, which asking again with it gets instead of a second job
+    (issue 40): one whose job waits, runs or ran (core.plan.taken_request_ids). None: a new attempt
+    (an earlier one was refused, withdrawn, or its caller gave up before any pass decided it). One
+    written and not yet decided (asked twice at once) is not looked for here: the planner starts one
+    of the two and answers the other with it (`same_request`)."""
+    from reconciler.core.plan import taken_request_ids
+
+    records = engine.store.with_request_id(rid)
+    taken = taken_request_ids(records).get(rid)
+    return records[taken].request if taken is not None else None
 
 
 async def _as(engine: Engine, who: str | None, edit):
@@ -169,14 +194,27 @@ def booked(fields: dict, learned: dict | None, policy) -> dict:
     return {**fields, "book_gb": book.gb, "booked_from": book.source}
 
 
+# A one-shot `res run` (no loop) with a request still undecided after MAX_PASSES passes runs one more
+# every this often, until its caller's deadline.
+PASS_AGAIN_S = 0.2
+
+
 async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: bool = False,
-                 on_accept=None, who: str | None = None) -> tuple[int, str, dict | None]:
-    """`resume`: a loop took this request and ended before answering; decide the request it
-    recorded, if it did, rather than add it a second time. `on_accept(id)`: told the id as soon as
-    the request is written (a caller that gives up waiting then knows what it left behind)."""
+                 on_accept=None, who: str | None = None, deadline: float | None = None) -> tuple[int, str, dict | None]:
+    """Write the request and decide it, answering by its caller's deadline (`deadline`, else its
+    fields' `answer_by`; epoch seconds): a request asked for now that no pass decided by then is said
+    not to start, and never does (core.plan.caller_gone); a --queue request not decided by then is
+    said to be queued, and waits. Asked again with the same request id, the entry it already names
+    is answered, never a second job (same_request). `resume`: a loop took this request and ended
+    before answering; decide the request it recorded, if it did. `on_accept(id)`: told the id as soon
+    as the request is written (a caller that gives up waiting then knows what it left behind)."""
+    from reconciler.core.errors import HeldElsewhere
     from reconciler.desired.reader import DesiredError
+    from reconciler.recorded.store import StoreBusy
 
     policy = engine.policy
+    if deadline is None and isinstance(fields.get("answer_by"), (int, float)):
+        deadline = float(fields["answer_by"])
 
     def prepare(given: dict) -> dict:  # on a worker thread: it stats the caller's cwd, reads gate.json
         if kind != "job":
@@ -186,7 +224,11 @@ async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: 
         learned = learned_for(engine, given.get("project") or "") if wanted else None
         return scoped_lock(booked(auto_sized(given, learned, policy), learned, policy), policy)
 
-    req = find_submitted(engine, kind, fields) if resume else None
+    rid = fields.get("request_id") if isinstance(fields.get("request_id"), str) else None
+    try:
+        req = same_request(engine, rid) if rid is not None else (find_submitted(engine, kind, fields) if resume else None)
+    except StoreBusy as e:  # nothing can be looked up, nothing decided: said, nothing written
+        return 1, f"res: not {'noted' if kind == 'note' else 'started'}, nothing written: {e}", None
     if req is None:
         try:
             adder = engine.adder  # the loop's group commit; None: this call writes alone
@@ -196,25 +238,78 @@ async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: 
             return 1, f"res: {e}", None
     if on_accept is not None:
         on_accept(req.id)
-    plan = None
-    for _ in range(MAX_PASSES):
-        plan = await tick()
-        decided = outcome(engine, req.id, plan)
+    plan, busy, passes = None, None, 0
+    while True:
+        try:
+            plan = await tick()
+            busy = None
+        except HeldElsewhere as e:  # another process holds state.db (or the tick lock): no pass can decide it now
+            busy, plan = e, None
+        passes += 1
+        try:
+            decided = outcome(engine, req.id, plan)
+        except StoreBusy as e:
+            busy, decided = e, None
         if decided is not None:
             return decided
-        if engine.blocked and not (plan and plan.for_id(req.id)):
-            break  # the pass could not admit anything (systemd unreachable, a broken file): say why
-    why = "; ".join(" ".join(n.split()) for n in engine.blocked)
-    if why and not req.queue and engine.store.get(req.id) is None:
-        # Asked for now, and nothing can be decided now: withdraw it rather than start it by
-        # surprise whenever the world can be seen again.
+        if busy is not None or (engine.blocked and not (plan and plan.for_id(req.id))):
+            break  # the pass could not admit anything (state.db held, systemd unreachable, a broken file)
+        if passes >= MAX_PASSES and (deadline is None or req.queue):
+            break
+        if deadline is not None and time.time() >= deadline:
+            break
+        if passes >= MAX_PASSES:
+            import asyncio
+
+            await asyncio.sleep(PASS_AGAIN_S)
+    why = str(busy) if busy is not None else "; ".join(" ".join(n.split()) for n in engine.blocked)
+    return await undecided(engine, req, kind, why)
+
+
+async def undecided(engine: Engine, req, kind: str, why: str) -> tuple[int, str, dict | None]:
+    """The answer for a request no pass decided in time (`why`: what kept the passes from it, if
+    known). Asked for now: withdrawn where it can be, and never started either way (its deadline
+    passes, core.plan.caller_gone); with --queue: it waits, and its caller is told so."""
+    from reconciler.desired.reader import DesiredError
+    from reconciler.recorded.store import StoreBusy
+
+    try:
+        rec = engine.store.get(req.id)
+    except StoreBusy:
+        rec = None  # nobody could have written its start either
+    if rec is not None:
+        if rec.phase == Phase.starting:
+            from reconciler.ops.status import entry_json
+
+            return 0, (f"{req.id} starting (its unit is being started); log {engine.paths.log(req.id, rec.log_dir)}; "
+                       f"see res status {req.id}"), entry_json(rec, engine.paths)
+        decided = outcome(engine, req.id, None)
+        if decided is not None:
+            return decided
+    what = "noted" if kind == "note" else "started"
+    if not req.queue and rec is None:
+        # Asked for now, and nothing decided it: withdrawn rather than started by surprise whenever
+        # the world can be seen again (its deadline keeps it from starting even where this fails).
+        because = why or "no pass decided it in time"
         try:
             await _as(engine, None, lambda w: w.remove([req.id]))
         except DesiredError as e:
-            return 1, f"res: {req.id} not decided ({why}) and could not be withdrawn: {e}", None
-        if engine.store.get(req.id) is None:
-            return 1, f"res: {req.id} not {'noted' if kind == 'note' else 'started'}: {why}", \
-                {"id": req.id, "kind": kind, "state": "withdrawn", "reason": {"code": "undecided", "why": why}}
+            from reconciler.core.plan import caller_gone
+
+            if not caller_gone(req, time.time()):  # neither withdrawn nor past its deadline: it may start
+                return 1, (f"res: {req.id} not decided ({because}) and could not be withdrawn: {e}; it may still "
+                           f"start (res release {req.id} withdraws it)"), None
+        return 1, f"res: {req.id} not {what}: {because}; withdrawn: it never starts (ask again)", \
+            {"id": req.id, "kind": kind, "state": "withdrawn", "reason": {"code": "undecided", "why": because}}
+    if req.queue and rec is None and hasattr(req, "request_id"):
+        # Told it is queued: on record as such now (what the pass would have written had it run), so
+        # that asking again with its request id is answered with this entry, not a second one.
+        from reconciler.recorded.store import ABSENT, StoreError
+
+        try:
+            engine.store.put(transition(None, "enqueue", time.time(), request=req), expect_phase=ABSENT)
+        except StoreError:
+            pass  # state.db held: asked again meanwhile, the planner still starts only one of them
     pending = {"id": req.id, "kind": kind, "state": "queued", "reason": {"code": "undecided", "why": why or None}}
     if why:
         return 0, f"{req.id} queued, not decided yet: {why}; cancel: res release {req.id}", pending
@@ -230,8 +325,16 @@ async def release(engine: Engine, tick: TickFn, job_id: str, stop: bool, who: st
     def answer(code: int, line: str, rec) -> tuple[int, str, dict | None]:
         return code, line, (entry_json(rec, engine.paths) if rec is not None else None)
 
+    engine.store.check_same()  # a state.db removed under the loop: said (StoreReplaced), nothing done
     try:
         rec = engine.store.get(job_id)
+        if rec is None and engine.paths.log(job_id).is_file() and _in_queue(engine, job_id):
+            # In queue.toml, not in state.db, and it ran before (its log is there: state.db was lost):
+            # a pass first takes it back as what it is (its unit running, say), so that what is
+            # stopped is the job. (An entry no pass decided yet is withdrawn as before: never started.)
+            await tick()
+            engine.store.check_same()
+            rec = engine.store.get(job_id)
     except StoreError as e:
         # A row that cannot be read: releasing it drops it (its unit, if any, is left alone).
         try:
@@ -261,9 +364,16 @@ async def release(engine: Engine, tick: TickFn, job_id: str, stop: bool, who: st
     except DesiredError as e:
         return answer(1, f"res: {e}", rec)
     if rec is None and not removed:
-        return 1, f"res: no such entry: {job_id}", None
+        return await _release_unit(engine, job_id, stop)
+    from reconciler.core.errors import HeldElsewhere
+
     for _ in range(MAX_PASSES * 2):
-        await tick()
+        try:
+            await tick()
+        except HeldElsewhere as e:  # its release is on record and its entry gone: the first pass that can acts
+            return answer(1, f"res: {job_id} released, not yet {'stopped' if stop else 'done'}: {e}; the first pass "
+                             "that can write state.db carries it out", rec)
+        engine.store.check_same()  # removed under the loop meanwhile: not "released", said as it is
         rec = engine.store.get(job_id)
         if rec is None or rec.phase not in LIVE and rec.phase != Phase.queued:
             break
@@ -272,6 +382,38 @@ async def release(engine: Engine, tick: TickFn, job_id: str, stop: bool, who: st
     if rec.phase in LIVE or rec.phase == Phase.queued:
         return answer(1, f"res: {job_id} is still {rec.phase.value}; see res status {job_id}", rec)
     return answer(0, f"{job_id} released ({rec.phase.value}" + (f", rc={rec.rc}" if rec.rc is not None else "") + ")", rec)
+
+
+def _in_queue(engine: Engine, job_id: str) -> bool:
+    from reconciler.desired.reader import DesiredError, read_queue
+
+    try:
+        return any(r.id == job_id for r in read_queue(engine.paths))
+    except DesiredError:
+        return False
+
+
+async def _release_unit(engine: Engine, job_id: str, stop: bool) -> tuple[int, str, dict | None]:
+    """An id neither state.db nor queue.toml knows, whose unit may still run (state.db was lost after
+    its entry left the file): `--stop` stops the unit; without it, the line says it runs."""
+    runtime = engine.runtime
+    if not getattr(engine, "connected", False):
+        return 1, f"res: no such entry: {job_id}", None
+    try:
+        obs = (await runtime.observe([job_id])).get(job_id)
+    except Exception:  # noqa: BLE001 - nothing to tell from: as before
+        obs = None
+    from reconciler.core.plan import ALIVE
+
+    if obs is None or obs.state not in ALIVE:
+        return 1, f"res: no such entry: {job_id}", None
+    unit = runtime.unit_name(job_id)
+    if not stop:
+        return 1, (f"res: {job_id} has no record (state.db lost it) but its unit {unit} runs; "
+                   f"--stop to stop it"), None
+    await runtime.stop(job_id)
+    return 0, (f"{job_id} stopped: state.db had no record of it (lost?), its unit {unit} was running; "
+               "stopped as asked"), {"id": job_id, "state": "released", "reason": {"code": "released"}}
 
 
 def request_hint(engine: Engine, kind: str, fields: dict) -> str | None:

@@ -45,7 +45,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "mem_gb": req.mem_gb, "cpus": req.cpus, "used_gb": used if rec.phase in LIVE else None,
         "peak_gb": rec.peak_gb, "rc": rec.rc, "why": rec.why, "queue": req.queue, "lock": req.lock,
         "by": asker_data(req), "auto": list(req.auto), "sized_from": req.sized_from, "grown_from_gb": req.grown_from_gb,
-        "node_requeues": req.node_requeues,
+        "node_requeues": req.node_requeues, "request_id": req.request_id, "answer_by": req.answer_by,
         # what admission counts of it, what the kernel holds it to, and why (DESIGN §5.1)
         # (a queued one as the last pass booked it: history may have learned more since it was asked)
         "book_gb": (queued or {}).get("book_gb", req.book),
@@ -316,4 +316,6 @@ def entry_json(rec: JobRecord, paths: Paths, detail: dict | None = None) -> dict
             "log": str(paths.log(rec.id, rec.log_dir)) if req.kind == "job" else None,
             "position": reason.get("position"), "est_start": reason.get("est_start"),
             "started": rec.started, "eta": rec.eta() if rec.phase not in TERMINAL else None, "ended": rec.ended,
-            "rc": rec.rc, "peak_gb": rec.peak_gb, "why": rec.why, "reason": reason}
+            "rc": rec.rc, "peak_gb": rec.peak_gb, "why": rec.why, "reason": reason,
+            # the caller's own name for the request (--request-id): asked again with it, this entry answers
+            "request_id": req.request_id}

@@ -23,13 +23,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 from urllib.parse import quote
 
+# Every wait of this process for another's lock on state.db is bounded (config/deadline.py).
+from reconciler.config.deadline import BUSY_TIMEOUT_S, clear_deadline, remaining, wait_limits  # noqa: F401
+from reconciler.config.deadline import wait_s as _wait_s
 from reconciler.config.paths import Paths
+from reconciler.core.errors import HeldElsewhere
 
 if TYPE_CHECKING:
     from reconciler.core.models import JobRecord, Phase
 
 SCHEMA_VERSION = 2  # 2: records carry no secret-looking environment (scrubbed on upgrade)
-BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -43,6 +46,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     record      TEXT NOT NULL              -- models.JobRecord, models.dump_json()
 );
 CREATE INDEX IF NOT EXISTS jobs_phase ON jobs (phase);
+CREATE INDEX IF NOT EXISTS jobs_request_id ON jobs (json_extract(record, '$.request.request_id'));
 CREATE INDEX IF NOT EXISTS jobs_num ON jobs (num);
 CREATE TABLE IF NOT EXISTS history (
     id          TEXT PRIMARY KEY,
@@ -79,6 +83,62 @@ class StoreReplaced(StoreError):
     write would be lost, and what it would read is no longer true. It must stop acting."""
 
 
+class StoreBusy(StoreError, HeldElsewhere):
+    """state.db is held by another process (a transaction it keeps open) for longer than this process
+    may wait: one line naming the holder where /proc/locks shows it. Tried again later, never a bug."""
+
+    def __init__(self, path: Path, waited: float):
+        from reconciler.config.locks import describe_pid, lock_holders
+
+        holders = lock_holders(path)
+        who = ", ".join(describe_pid(p) for p in holders[:3]) if holders else "another process (not seen)"
+        self.path, self.waited, self.holders = path, waited, holders
+        waited_text = f"; res waited {_span(waited)} for it" if waited >= 0.05 else ""
+        super().__init__(f"{path}: held by {who} in a write transaction{waited_text}")
+
+
+def _span(s: float) -> str:
+    return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
+
+
+# SQLite's result codes, said in res's words (never SQLite's own text, issue 40).
+_SQLITE_WORDS = {
+    "SQLITE_FULL": "the disk is full",
+    "SQLITE_IOERR": "the disk failed to read or write it (or is full)",
+    "SQLITE_CORRUPT": "it is damaged (not a consistent SQLite database: move it away; res starts a new one)",
+    "SQLITE_NOTADB": "it is not a SQLite database (replaced by another file? move it away; res starts a new one)",
+    "SQLITE_CANTOPEN": "it cannot be opened (its directory or its permissions?)",
+    "SQLITE_READONLY": "it is read-only for res (its permissions, or a read-only file system?)",
+    "SQLITE_PERM": "res may not open it (its permissions?)",
+    "SQLITE_AUTH": "res may not open it (its permissions?)",
+    "SQLITE_NOMEM": "SQLite ran out of memory",
+    "SQLITE_TOOBIG": "a value is too big for it",
+    "SQLITE_SCHEMA": "its tables changed under res",
+    "SQLITE_MISMATCH": "a value of the wrong type",
+    "SQLITE_CONSTRAINT": "a value breaks its constraints",
+}
+
+
+def store_error(path: Path, e: sqlite3.Error, waited: float | None = None) -> StoreError:
+    """SQLite's error as res says it: held by another process (StoreBusy, with the holder), or what
+    its result code means; never SQLite's own text."""
+    name = getattr(e, "sqlite_errorname", "") or ""
+    base = name.split("_", 2)[:2]
+    base_name = "_".join(base) if len(base) == 2 else name
+    text = str(e).lower()
+    if base_name in ("SQLITE_BUSY", "SQLITE_LOCKED") or "database is locked" in text or "database is busy" in text:
+        return StoreBusy(path, _wait_s() if waited is None else waited)
+    said = _SQLITE_WORDS.get(base_name)
+    if said is None:
+        if "no such table" in text or "no such column" in text:
+            said = "it lacks the tables res keeps (made by another program?)"
+        elif "disk is full" in text or "disk i/o" in text:
+            said = "the disk failed to read or write it (or is full)"
+        else:
+            said = f"it could not be used (SQLite code {name or 'unknown'})"
+    return StoreError(f"{path}: {said}")
+
+
 class _Sentinel:
     def __init__(self, name: str):
         self.name = name
@@ -112,10 +172,12 @@ class Store:
         max_number() -> int                                 (highest id number ever recorded)
     """
 
-    def __init__(self, conn: sqlite3.Connection | None, path: Path, readonly: bool):
+    def __init__(self, conn: sqlite3.Connection | None, path: Path, readonly: bool, busy_s: float = BUSY_TIMEOUT_S):
         self._conn = conn
         self.path = path
         self.readonly = readonly
+        self.busy_s = busy_s  # the longest this store waits for another process's lock (also: wait_limits)
+        self._busy_ms: int | None = None
         # Rows that records() could not read (a corrupt or hand-written row): id -> why. Skipped, so
         # that one bad row never blocks every command; a pass reports them and admits nothing for them.
         self.bad: dict[str, str] = {}
@@ -142,12 +204,13 @@ class Store:
                 return cls(None, path, True)
             try:
                 conn = sqlite3.connect(
-                    f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
+                    f"file:{quote(str(path))}?mode=ro", uri=True, timeout=min(timeout, _wait_s()),
+                    isolation_level=None, check_same_thread=False
                 )
                 conn.execute("PRAGMA query_only = ON")
             except sqlite3.Error as e:
-                raise StoreError(f"{path}: {e}") from None
-            store = cls(conn, path, True)
+                raise store_error(path, e) from None
+            store = cls(conn, path, True, timeout)
             store._check_version()
             return store
 
@@ -161,7 +224,8 @@ class Store:
             raise StoreError(f"{path}: {' '.join(str(e.strerror or e).split())}") from None
         old = os.umask(0o077)
         try:
-            conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(str(path), timeout=min(timeout, _wait_s()), isolation_level=None,
+                                   check_same_thread=False)
             # WAL: readers (every CLI call) never block the reconciler and never see half a
             # transaction. synchronous=NORMAL: in WAL mode a commit survives any crash of the process
             # (SIGKILL included: the fault tier) and the database is never corrupted; only an OS
@@ -169,28 +233,61 @@ class Store:
             # what recorded them (log offset and spend in one transaction, exit records on disk) rolls
             # back together and is re-read. FULL would add an fsync to every commit (every lease
             # renewal) for no decision that could go wrong.
-            conn.execute("PRAGMA journal_mode = WAL")
+            store = cls(conn, path, False, timeout)
+            store._bound()
+            if store._current_schema() != str(SCHEMA_VERSION) or not store._has_index("jobs_request_id"):
+                # A new or older database: its tables made (or upgraded) in one write. One already
+                # set up needs no write to be opened, so a process that holds state.db in a long
+                # transaction does not stop a reader of it from opening it.
+                conn.execute("PRAGMA journal_mode = WAL")
+                with store.transaction():
+                    for statement in _SCHEMA.split(";"):  # (executescript would COMMIT first)
+                        if statement.strip():
+                            conn.execute(statement)
+                    got = store._meta_raw("schema_version")
+                    if got is None:
+                        conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                        conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('db_id', ?)", (os.urandom(8).hex(),))
+                    elif int(got) < 2:
+                        _scrub_secrets(conn)
+                        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
             conn.execute("PRAGMA synchronous = NORMAL")
-            store = cls(conn, path, False)
-            with store.transaction():
-                for statement in _SCHEMA.split(";"):  # (executescript would COMMIT first)
-                    if statement.strip():
-                        conn.execute(statement)
-                got = store._meta_raw("schema_version")
-                if got is None:
-                    conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('db_id', ?)", (os.urandom(8).hex(),))
-                elif int(got) < 2:
-                    _scrub_secrets(conn)
-                    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
             store._check_version()
             st = os.stat(path)
             store.identity = (st.st_dev, st.st_ino)
         except sqlite3.Error as e:
-            raise StoreError(f"{path}: {e}") from None
+            raise store_error(path, e) from None
         finally:
             os.umask(old)
         return store
+
+    def _current_schema(self) -> str | None:
+        """The schema version the database says it has (None: not set up yet), read without a write."""
+        try:
+            rows = self._conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+        except sqlite3.OperationalError as e:
+            if "no such table" in str(e):
+                return None
+            raise
+        return rows[0][0] if rows else None
+
+    def _waited(self) -> float | None:
+        """How long the last statement may have waited for another process's lock."""
+        return None if self._busy_ms is None else self._busy_ms / 1000
+
+    def _has_index(self, name: str) -> bool:
+        rows = self._conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (name,)).fetchall()
+        return bool(rows)
+
+    def _bound(self) -> None:
+        """The connection waits for another process's lock no longer than this process may now
+        (wait_limits): a --timeout is kept whoever holds state.db."""
+        if self._conn is None:
+            return
+        ms = int(min(self.busy_s, _wait_s()) * 1000)
+        if ms != self._busy_ms:
+            self._conn.execute(f"PRAGMA busy_timeout = {ms}")
+            self._busy_ms = ms
 
     def check_same(self) -> None:
         """StoreReplaced unless the file at the path is still the one this connection writes to."""
@@ -229,13 +326,14 @@ class Store:
             return []
         with self._lock:
             try:
+                self._bound()
                 return self._conn.execute(sql, args).fetchall()
             except sqlite3.OperationalError as e:
                 if self.readonly and "no such table" in str(e):
                     return []
-                raise StoreError(f"{self.path}: {e}") from None
+                raise store_error(self.path, e, self._waited()) from None
             except sqlite3.Error as e:
-                raise StoreError(f"{self.path}: {e}") from None
+                raise store_error(self.path, e, self._waited()) from None
 
     def _writable(self) -> sqlite3.Connection:
         if self.readonly or self._conn is None:
@@ -255,8 +353,9 @@ class Store:
         try:
             return parse_json(JobRecord, raw)
         except ValidationError as e:
-            err = e.errors()[0]
-            raise StoreError(f"record {job_id}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+            from reconciler.core.invalid import first
+
+            raise StoreError(f"record {job_id}: {first(e.errors(), JobRecord)[1]}") from None
         except (ValueError, TypeError) as e:  # not even JSON
             raise StoreError(f"record {job_id}: {' '.join(str(e).split())[:200]}") from None
 
@@ -277,22 +376,25 @@ class Store:
                     self._depth -= 1
                 return
             try:
+                self._bound()
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as e:
-                raise StoreError(f"{self.path}: {e}") from None
+                raise store_error(self.path, e, self._waited()) from None
             self._depth = 1
             try:
                 yield self
-            except BaseException:
+            except BaseException as e:
                 self._depth = 0
                 _rollback(conn)
+                if isinstance(e, sqlite3.Error):  # a statement of the transaction: said in res's words
+                    raise store_error(self.path, e, self._waited()) from None
                 raise
             self._depth = 0
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as e:
                 _rollback(conn)
-                raise StoreError(f"{self.path}: {e}") from None
+                raise store_error(self.path, e, self._waited()) from None
 
     # ---------------------------------------------------------- records
 
@@ -332,6 +434,19 @@ class Store:
         if known is not None and known[0] == rows[0][0]:
             return known[1]
         return self._load(job_id, rows[0][0])
+
+    def with_request_id(self, request_id: str) -> dict[str, "JobRecord"]:
+        """The records whose request carries this request id (`--request-id`), by id: one query (a
+        scan of the JSON in SQLite, no record parsed but these), not a read of every record."""
+        rows = self._rows("SELECT id, record FROM jobs WHERE json_extract(record, '$.request.request_id') = ? "
+                          "ORDER BY num", (request_id,))
+        out = {}
+        for job_id, raw in rows:
+            try:
+                out[job_id] = self._load(job_id, raw)
+            except StoreError:
+                continue
+        return out
 
     def row(self, job_id: str) -> dict:
         """The record's row as plain JSON data, without building the record (no pydantic: what a

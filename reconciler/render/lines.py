@@ -161,6 +161,13 @@ def status_warnings(world: World, records, policy) -> list[str]:
                    f"(pid {', '.join(map(str, outside[:5]))}{', …' if n > 5 else ''}); res adopt moves them")
     if world.stray_services:
         names = world.stray_services
-        out.append(f"transient service{'s' if len(names) > 1 else ''} outside the agents slices: "
-                   f"{', '.join(names[:5])}{', …' if len(names) > 5 else ''} (agents: use res run)")
+
+        def named(n: str) -> str:
+            job, gb = world.stray_from.get(n), world.stray_mem_gb.get(n)
+            said = ", ".join(x for x in (f"from {job}" if job else "", fmt_gb(gb) if gb is not None else "") if x)
+            return f"{n} ({said})" if said else n
+
+        out.append(f"transient service{'s' if len(names) > 1 else ''} outside the agents slices, outside every "
+                   f"budget: {', '.join(named(n) for n in names[:5])}{', …' if len(names) > 5 else ''} (agents: "
+                   "use res run; res stops none of them: docs/escaping.md)")
     return out

@@ -45,6 +45,11 @@ def _amounts(short: list[str], gb: float, cpus: float, beside: tuple[float, floa
 
 def reason_line(d: dict, zone: Zone) -> str:
     """The one line of a refusal's structured reason (core.capacity.*_detail)."""
+    if d["code"] == "caller_gone":
+        return (f"not started: its caller stopped waiting at ~{fmt_clock(d['answer_by'], zone)} before res decided "
+                "it (nothing ran; ask again)")
+    if d["code"] == "same_request":
+        return f"not started: the same request ({d['request_id']}) as {d['as']}, which holds it"
     if d["code"] == "never_fits":
         if d["resource"] == "memory":
             return "{} GB can never fit (max {} GB)".format(*apart(_g, d["asked"], d["max"]))
@@ -265,6 +270,8 @@ def outcome_why(d: dict) -> str:
                 "spend estimated at 1 cent a line")
     code = d["code"]
     if "stop_reason" in d:
+        if d.get("no_exit_record"):  # stopped by res; its unit left no exit record of its own
+            return f"{d['stop_reason']}; its unit ended without an exit record of its own (exit code unknown)"
         return d["stop_reason"]
     if code in ("attach_failed", "log_limit", "budget", "released"):
         return stop_text(d)
@@ -376,6 +383,8 @@ def action_reason(a: Action, zone: Zone) -> str:
         return settle_text(d, outcome_why(d))
     if kind == "stop":
         return stop_text(d)
+    if kind == "hold" and code == "unchecked":
+        return "not yet checked for a hand edit (the writer was at work): the next pass decides it"
     if kind == "hold":
         return f"added to queue.toml outside res (not by res run): never started; res release {a.id} drops it"
     if kind == "recover":

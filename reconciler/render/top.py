@@ -74,10 +74,13 @@ def owner_rows(view: dict) -> list[OwnerRow]:
     for s in sessions:
         rows.append(_owner_row(s))
         rows += [_owner_row(j, "  └ ") for j in jobs if j.get("session") == s.get("key")]
-    loose = [j for j in jobs if j.get("session") not in session_keys]
+    # a service a job started outside res's slices goes with its project's jobs (docs/escaping.md)
+    loose = [j for j in jobs if j.get("session") not in session_keys] + \
+        [o for o in owners if o.get("kind") == "escaped" and o.get("project")]
     for project in sorted({str(j.get("project") or "") for j in loose}):
         rows += [_owner_row(j, project=project) for j in loose if str(j.get("project") or "") == project]
-    rows += [_owner_row(o) for o in owners if o.get("kind") not in ("session", "job")]
+    rows += [_owner_row(o) for o in owners if o.get("kind") not in ("session", "job")
+             and not (o.get("kind") == "escaped" and o.get("project"))]
     cache = (view.get("memory") or {}).get("cache_gb")
     if cache is not None:
         rows.append(OwnerRow("cache", "cache", "page cache (reclaimable)", cache, None, None))

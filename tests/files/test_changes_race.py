@@ -24,22 +24,31 @@ def test_a_pass_in_the_middle_of_a_writers_edit_holds_nothing(tmp_path, monkeypa
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setattr(tick, "WRITER_WAIT_S", 0.2)
     engine = tick.Engine(Paths(tmp_path / "state"), load_policy(), runtime=FakeRuntime())
+
+    def judged() -> tuple[list[str], list[str]]:
+        """(held as added by hand, not started this pass for want of a check), as a pass judges."""
+        desired, _ = tick.load_desired(engine.paths, engine.store, save=False)
+        asyncio.run(engine.track_changes(time.time(), desired, engine.store.records()))
+        return desired.hand_added, desired.unchecked
+
     try:
-        asyncio.run(engine.track_changes(time.time()))  # the files as they are, known
+        judged()  # the files as they are, known
         engine.writer.add(JOB)  # one entry the pass has seen written by the writer
-        asyncio.run(engine.track_changes(time.time()))
+        assert judged() == ([], [])
         between = []
         real = Writer._log_change
 
         def pass_before_the_log_line(self, *args):
-            between.append(asyncio.run(engine.track_changes(time.time())))  # another process's pass
+            between.append(judged())  # another process's pass
             return real(self, *args)
 
         monkeypatch.setattr(Writer, "_log_change", pass_before_the_log_line)
         second = engine.writer.add(JOB)
         monkeypatch.setattr(Writer, "_log_change", real)
-        after = asyncio.run(engine.track_changes(time.time()))
+        after = judged()
     finally:
         asyncio.run(engine.close())
-    assert between == [[]]  # the pass waited for the writer, then judged nothing new
-    assert second.id not in after and after == []  # once logged, the entry is the writer's
+    # the pass waited for the writer, then judged nothing new: the new entry is neither held as
+    # added by hand nor started unchecked
+    assert between == [([], [second.id])]
+    assert after == ([], [])  # once logged, the entry is the writer's

@@ -587,7 +587,7 @@ def test_error_lines_name_file_and_line_for_hand_written_entries(paths):
     paths.ensure()
     paths.queue.write_text(GOOD.replace('cmd = ["true"]\n\n[[job]]', 'cmd = "true"\n\n[[job]]'))
     (err,) = read_desired(paths).desired.set_aside
-    assert re.fullmatch(re.escape(str(paths.queue)) + r":9: job r-1: cmd: .+", err), err
+    assert re.fullmatch(re.escape(str(paths.queue)) + r":9: job r-1: cmd = \"true\": not a list; allowed: .+", err), err
 
 
 def test_sub_tables_and_an_env_variable_called_id(paths, writer):

@@ -99,3 +99,132 @@ def test_a_check_that_cannot_be_made_writes_nothing(engine, monkeypatch):
                                            r"nothing was changed$"):
         engine.writer.add(JOB)
     assert queue.read_bytes() == before
+
+
+# ---------------------------------------------------------------- before any pass (issue 40 item 3)
+
+FORGED_ONLY = ('next_id = 8\n\n[[job]]\nid = "r-7"\ntitle = "forged"\nmem_gb = 0.1\nest_s = 60\ncreated = 1.0\n'
+               'cmd = ["/bin/true"]\n')
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """A state directory where no pass has ever run; engine(): the reconciler's first instance."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("RES_POLICY_FILE", str(tmp_path / "policy.toml"))
+    paths = Paths(tmp_path / "state")
+    made = []
+
+    def engine():
+        made.append(tick.Engine(paths, load_policy(), runtime=FakeRuntime()))
+        return made[-1]
+
+    try:
+        yield paths, engine
+    finally:
+        for e in made:
+            asyncio.run(e.close())
+
+
+def _started(engine) -> list[str]:
+    return [s.job_id for s in engine.runtime.specs]
+
+
+def test_init_a_hand_edit_then_res_run_holds_the_forged_entry(fresh):
+    from reconciler.desired.writer import Writer
+
+    paths, engine = fresh
+    Writer(paths).init()  # `res init`: the templates, no pass
+    paths.queue.write_text(paths.queue.read_text() + FORGED)
+    e = engine()
+    made = e.writer.add(JOB)  # `res run`: the writer, then the first pass ever
+    p = asyncio.run(e.tick())
+    assert [a.kind for a in p.for_id("r-7")] == ["hold"] and p.for_id("r-7")[0].detail == {"code": "hand_added"}
+    assert _started(e) == [made.id] and e.store.get("r-7") is None
+    asyncio.run(e.tick())
+    assert _started(e) == [made.id]
+
+
+def test_a_queue_written_wholly_by_hand_starts_nothing(fresh):
+    paths, engine = fresh
+    paths.ensure()
+    paths.queue.write_text(FORGED_ONLY)
+    e = engine()
+    p = asyncio.run(e.tick())
+    assert [a.kind for a in p.for_id("r-7")] == ["hold"]
+    made = e.writer.add(JOB)
+    asyncio.run(e.tick())
+    assert _started(e) == [made.id] and made.id == "r-8"
+
+
+def test_the_first_pass_of_a_loop_after_init_and_a_hand_edit_holds_it(fresh):
+    from reconciler.desired.writer import Writer
+
+    paths, engine = fresh
+    Writer(paths).init()
+    paths.queue.write_text(paths.queue.read_text() + FORGED)
+    e = engine()
+    for _ in range(3):
+        p = asyncio.run(e.tick())
+    assert [a.kind for a in p.for_id("r-7")] == ["hold"] and _started(e) == []
+    assert e.store.get_meta_json("hand_added", []) == ["r-7"]
+
+
+def test_a_dry_run_before_any_pass_shows_the_hand_edit_held(fresh):
+    from reconciler.core.models import World
+    from reconciler.desired.writer import Writer
+
+    paths, _ = fresh
+    Writer(paths).init()
+    paths.queue.write_text(paths.queue.read_text() + FORGED)
+    p, _ = asyncio.run(tick.dry_run(paths, load_policy(), World(mem_available_gb=64.0, mem_total_gb=64.0, nproc=8)))
+    assert [a.kind for a in p.for_id("r-7")] == ["hold"]
+    assert not paths.db.exists()  # read-only: nothing made
+
+
+def test_the_writers_own_entries_after_init_start_from_the_first_pass(fresh):
+    from reconciler.desired.writer import Writer
+
+    paths, engine = fresh
+    Writer(paths).init()
+    first = Writer(paths).add(JOB)  # written by res, before any pass (no state.db yet)
+    second = Writer(paths).add({**JOB, "title": "two"})
+    e = engine()
+    asyncio.run(e.tick())
+    assert _started(e) == [first.id, second.id]
+
+
+def test_an_entry_that_ran_before_is_recovered_not_held_after_state_db_is_lost(fresh):
+    paths, engine = fresh
+    e = engine()
+    made = e.writer.add(JOB)
+    asyncio.run(e.tick())
+    assert _started(e) == [made.id]
+    runtime = e.runtime
+    asyncio.run(e.close())
+    for p in paths.root.glob("state.db*"):
+        p.unlink()
+    (paths.desired / ".changes.jsonl").unlink()  # the writer's log gone too: nothing vouches for it
+    e2 = tick.Engine(paths, load_policy(), runtime=runtime)
+    try:
+        p = asyncio.run(e2.tick())
+        assert [a.kind for a in p.for_id(made.id)] == ["recover"]
+        assert e2.store.get(made.id).phase.value == "running" and _started(e2) == [made.id]  # not again
+    finally:
+        asyncio.run(e2.close())
+
+
+def test_a_pass_that_cannot_check_starts_nothing_unchecked(fresh, monkeypatch):
+    from reconciler.config import locks
+
+    paths, engine = fresh
+    e = engine()
+    asyncio.run(e.tick())  # a pass has seen the file (none yet)
+    made = e.writer.add(JOB)
+    monkeypatch.setattr(tick, "WRITER_WAIT_S", 0.05)
+    with locks.locked(paths.writer_lock, timeout=5):  # a writer at work for longer than the pass waits
+        p = asyncio.run(e.tick())
+    assert [(a.kind, a.detail["code"]) for a in p.for_id(made.id)] == [("hold", "unchecked")]
+    assert _started(e) == []
+    asyncio.run(e.tick())
+    assert _started(e) == [made.id]

@@ -14,10 +14,11 @@ from reconciler.loop.serve import answer_request
 
 
 def test_a_request_not_decided_in_answer_timeout_s_is_answered_with_its_id():
-    said = []
+    said, removed = [], []
     engine = SimpleNamespace(
         policy=SimpleNamespace(answer_timeout_s=0.2, lock_title_words=[]),
-        writer=SimpleNamespace(who=None, add=lambda fields, kind: SimpleNamespace(id="r-7", queue=False)),
+        writer=SimpleNamespace(who=None, add=lambda fields, kind: SimpleNamespace(id="r-7", queue=False),
+                               remove=lambda ids: removed.extend(ids) or list(ids)),
         store=SimpleNamespace(get=lambda job_id: None), blocked=[], adder=None)
 
     async def never():  # a pass that does not end (the manager hangs, say)
@@ -25,10 +26,11 @@ def test_a_request_not_decided_in_answer_timeout_s_is_answered_with_its_id():
 
     ticker = SimpleNamespace(pass_after_now=never)
     answer = asyncio.run(answer_request(engine, ticker, {"op": "submit", "kind": "job", "fields": {}}, say=said.append))
-    assert said == [{"accepted": "r-7", "answer_within": 0.2}]
+    assert [s["accepted"] for s in said] == ["r-7"] and 0 < said[0]["answer_within"] <= 0.2
+    # past the deadline nothing starts it: said so, and withdrawn
     assert answer["code"] == 1 and answer["line"] == (
-        "res: the reconciler loop took r-7 but did not decide it in 0.2 s; it may still start "
-        "(res status r-7; res release r-7 withdraws it)")
+        "res: r-7 not started: a pass did not end in time; withdrawn: it never starts (ask again)")
+    assert removed == ["r-7"]
 
 
 def _loop_that(sock_path, lines_after: list[tuple[float, dict]]):
@@ -53,14 +55,27 @@ def _loop_that(sock_path, lines_after: list[tuple[float, dict]]):
     return server, gate
 
 
-def test_the_client_waits_as_long_as_the_loop_said_it_answers_in(tmp_path):
-    """The loop's `answer_within` (its policy's answer_timeout_s) sets the client's wait, once the
-    request is taken: a client whose own net is shorter still gets the answer."""
+def test_the_client_keeps_its_own_wait_whatever_the_loop_says(tmp_path):
+    """The caller's wait is its own (issue 40): a loop that took the request and says it answers
+    later does not keep the caller longer; the caller gives up with the id the loop gave."""
     sock = tmp_path / "s"
     server, gate = _loop_that(sock, [(0, {"accepted": "r-3", "answer_within": 1.0}),
-                                     (0.5, {"code": 0, "line": "r-3 started"})])
+                                     (3, {"code": 0, "line": "r-3 started"})])
     try:
-        answer = ask(sock, {"op": "submit"}, timeout=0.2)
+        with pytest.raises(Unanswered) as e:
+            ask(sock, {"op": "submit"}, timeout=0.3)
+    finally:
+        gate.set()
+        server.close()
+    assert e.value.accepted == "r-3"
+
+
+def test_the_client_gets_an_answer_that_comes_within_its_wait(tmp_path):
+    sock = tmp_path / "s"
+    server, gate = _loop_that(sock, [(0, {"accepted": "r-3", "answer_within": 1.0}),
+                                     (0.2, {"code": 0, "line": "r-3 started"})])
+    try:
+        answer = ask(sock, {"op": "submit"}, timeout=5)
     finally:
         gate.set()
         server.close()

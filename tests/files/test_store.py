@@ -303,3 +303,30 @@ def test_the_shared_folder_must_be_ours_and_private_or_the_cluster_waits(tmp_pat
     (tmp_path / "elsewhere").mkdir(mode=0o700)
     folder.symlink_to(tmp_path / "elsewhere")
     assert check() == f"slurm: {folder} is a symlink; refusing to use it"
+
+
+def test_a_request_id_is_found_by_its_index_and_an_older_database_gets_the_index(tmp_path):
+    """issue 40: asking again with a request id looks it up at every submit: by an index, not a scan
+    of every record; a state.db made before the index has it from its next open."""
+    import sqlite3
+    import time as _time
+
+    from reconciler.core.lifecycle import transition
+    from reconciler.core.models import Request
+
+    paths = Paths(tmp_path / "state")
+    with Store.open(paths) as store:
+        for n in (1, 2, 3):
+            req = Request(id=f"r-{n}", title="t", mem_gb=0.1, est_s=60, created=1.0, cmd=["true"],
+                          request_id="q-x" if n == 2 else f"q-{n}")
+            store.put(transition(None, "enqueue", _time.time(), request=req))
+        assert list(store.with_request_id("q-x")) == ["r-2"] and store.with_request_id("q-none") == {}
+    conn = sqlite3.connect(paths.db)
+    conn.execute("DROP INDEX jobs_request_id")
+    conn.commit()
+    conn.close()
+    with Store.open(paths) as store:
+        plan = store._conn.execute("EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE "
+                                   "json_extract(record, '$.request.request_id') = ?", ("q-x",)).fetchall()
+        assert any("jobs_request_id" in str(row) for row in plan), plan
+        assert list(store.with_request_id("q-x")) == ["r-2"]

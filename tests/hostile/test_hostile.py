@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from clihelp import PY, res, unit_props, wait_for  # noqa: F401
+from clihelp import PY, ask_raw, res, unit_props, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.systemd
 
@@ -398,3 +398,94 @@ def test_an_oversized_desired_file_is_refused_at_once(res, name, size):
     took = time.monotonic() - t0
     assert r.code == 1 and f"{path}: too large" in r.err, str(r)
     print(f"\n[6] {name} of {size >> 20} MB refused in {took:.2f} s")
+
+
+# ---------------------------------------------------------------- 10. issue 40: the socket, state.db held, lost
+
+
+HOSTILE_SHAPES = [
+    (b"\xff\xfe\x00garbage\x80\n", "not UTF-8 text"),
+    (b'[{"op": "ping"}]\n', "a list, not a JSON object"),
+    (b'{"op": "wait", "id": {"$gt": ""}}\n', "id is an object, not text"),
+    (b'{"op": "release", "id": ["r-1"], "stop": true}\n', "id is a list, not text"),
+    (b"[" * 100_000 + b"]" * 100_000 + b"\n", "nested deeper"),
+]
+
+
+def test_hostile_requests_get_one_line_each_and_the_log_one_line(res):
+    loop = serve(res)
+    sock = str(res.state / "serve.sock")
+    for data, words in HOSTILE_SHAPES:
+        (line,) = ask_raw(sock, data)
+        answer = json.loads(line)
+        assert answer["code"] == 2 and answer["line"].startswith("res: ") and words in answer["line"], answer
+        assert not re.search(r"codec can't|has no attribute|Error binding|unhashable|recursion", answer["line"]), answer
+    assert res("status", timeout=30).code == 0  # it still answers
+    loop.send_signal(signal.SIGTERM)
+    _, err = loop.communicate(timeout=30)
+    assert "Traceback" not in err, err
+    refused = [ln for ln in err.splitlines() if "refused" in ln and "on the socket" in ln]
+    assert len(refused) <= 1, err
+
+
+HOLD_DB = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('held', 'yes')")
+print("holding", flush=True)
+sys.stdin.read()
+conn.execute("ROLLBACK")
+"""
+
+
+def test_a_database_held_by_another_process_keeps_every_timeout_and_is_named(res):
+    res.env["RES_TICK_S"] = "0.5"
+    loop = serve(res)
+    assert res.started("sh", "-c", BLOCK, str(res.tmp / "go")) == "r-1"
+    script = res.tmp / "holder.py"
+    script.write_text(HOLD_DB)
+    holder = res.popen([PY, str(script), str(res.state / "state.db")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        r = res("wait", "r-1", "--timeout", "2s", timeout=20)  # (10 s with a loop, 30-34 s without, before)
+        assert r.code == 124, str(r)
+        line = r.one_line("err")
+        assert line.startswith("res: r-1 still running after 2 s") and f"pid {holder.pid}" in line, line
+        r = res.run_job("true", env={"RES_ANSWER_WAIT_S": "5"}, timeout=30)
+        assert r.code == 1 and f"pid {holder.pid}" in r.one_line("err"), str(r)
+        assert "database is locked" not in r.err
+        assert res("status", timeout=20).code == 0
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+    (res.tmp / "go").touch()
+    assert res("wait", "r-1", timeout=60).code == 0  # once it is let go, everything goes on
+    loop.send_signal(signal.SIGTERM)
+    _, err = loop.communicate(timeout=30)
+    held = [ln for ln in err.splitlines() if f"pid {holder.pid}" in ln]
+    assert 1 <= len(held) <= 2, err  # said once (and once more only if its words changed), not every pass
+    assert "Traceback" not in err and "database is locked" not in err, err
+
+
+def test_a_job_released_while_state_db_was_deleted_under_the_loop_says_released(res):
+    res.env["RES_TICK_S"] = "0.5"
+    loop = serve(res)
+    assert res.started("sh", "-c", BLOCK, str(res.tmp / "go")) == "r-1"
+    for p in res.state.glob("state.db*"):
+        p.unlink()
+    r = res("release", "--stop", "r-1", timeout=60)
+    assert r.code in (0, 1) and "Traceback" not in r.err, str(r)
+    if r.code == 1:  # the loop saw its database gone first: said so, nothing done; it stops
+        assert "state.db" in r.one_line("err"), str(r)
+        loop.wait(30)
+        r = res("release", "--stop", "r-1", timeout=60)  # asked again: here, on a new state.db
+        assert r.code == 0, str(r)
+    wait_for(lambda: res.active("r-1") not in ("active", "activating", "deactivating"), "r-1 stopped", 60)
+    st = res.status("r-1")
+    assert st["state"] == "done" and st["reason"]["code"] == "released", st
+    assert "lost" not in (st["why"] or ""), st
+    if loop.poll() is None:
+        loop.send_signal(signal.SIGTERM)
+        loop.wait(30)

@@ -178,13 +178,15 @@ def test_status_warnings_each_with_its_threshold():
                     "r-3": JobObs(state="active", mem_used_gb=9.9, pressure_avg60=19.9)},  # low pressure
               tmp_tmpfs_used_gb=8.5, sessions=[SessionObs(pid=5, in_slice=False), SessionObs(pid=6, in_slice=True),
                                                SessionObs(pid=4, in_slice=False, unit="bot.service", movable=False)],
-              stray_services=["run-u12.service"])
+              stray_services=["run-u12.service", "run-u13.service"], stray_from={"run-u12.service": "r-2"},
+              stray_mem_gb={"run-u12.service": 1.5})
     assert status_warnings(w, [rec(1, 10), rec(2, 10), rec(3, 10)], POLICY) == [
         'r-1 "make e2e" is throttled at its own limit (8.6 GB of 10.0 GB, memory pressure 25%); it would run faster with more --mem',
         "/tmp is a tmpfs holding 8.5 GB (27% of RAM); see res clean",
         "claude pid 4 runs in bot.service, outside agents.slice (left there: res moves sessions out of scopes only)",
         "1 claude session outside agents.slice (pid 5); res adopt moves them",
-        "transient service outside the agents slices: run-u12.service (agents: use res run)",
+        "transient services outside the agents slices, outside every budget: run-u12.service (from r-2, 1.5 GB), "
+        "run-u13.service (agents: use res run; res stops none of them: docs/escaping.md)",
     ]
     assert status_warnings(world(tmp_tmpfs_used_gb=8.0), [], POLICY) == []  # exactly 25 %: fine
 
@@ -251,6 +253,17 @@ def test_tmp_only_counts_when_it_is_a_tmpfs():
     assert tmp_tmpfs_used_gb("/dev/sda1 / ext4 rw 0 0\n") is None
     got = tmp_tmpfs_used_gb("tmpfs /tmp tmpfs rw 0 0\n")  # statvfs of the real /tmp, whatever it is
     assert got is not None and got >= 0
+
+
+def test_a_stray_service_says_the_job_its_systemd_run_marked(tmp_path):
+    from reconciler.observed.machine import stray_units
+
+    (tmp_path / "run-u1.service").write_text('[Service]\nEnvironment="RES_ESCAPED_FROM=r-12"\nExecStart=/bin/sleep 1\n')
+    (tmp_path / "run-u2.service").write_text("[Service]\nExecStart=/bin/sleep 1\n")
+    (tmp_path / "run-u3.service").write_text('[Service]\nEnvironment=RES_ESCAPED_FROM=r-x\nExecStart=/bin/true\n')
+    assert stray_units(str(tmp_path), ("agents.slice",)) == [("run-u1.service", "app.slice", "r-12"),
+                                                            ("run-u2.service", "app.slice", None),
+                                                            ("run-u3.service", "app.slice", None)]
 
 
 def test_stray_services_from_transient_unit_files(tmp_path):

@@ -9,7 +9,7 @@ from reconciler.core.digest import DigestState
 from reconciler.core.models import Game, JobRecord, Phase, Request
 from reconciler.core.quantities import UTC
 from reconciler.core.view import (Readings, Use, asking_session, busy_pct, cheap_sample, cpu_pct, local_date, locks,
-                                  machine_view, marks, owners, spend, timeline, timeline_outcome, view_sample)
+                                  machine_view, marks, owners, sample, spend, timeline, timeline_outcome, view_sample)
 from ruleset import rules
 
 NOW = 1796256000.0  # 2026-12-03 00:00 UTC
@@ -246,3 +246,28 @@ def test_res_own_stops_are_marks_of_their_own_not_oom_kills():
     assert [(m["kind"], m["id"], m["at"]) for m in got] == [("evicted", "r-1", NOW - 40), ("evicted", "pid-4242", NOW - 20)]
     assert got[0]["line"] == "r-1 stopped by res above its book (2.90 GB used, 2.20 GB booked), run again"
     assert got[1]["line"] == "node pid 4242 of agent session pid 4121 stopped by res (3.1 GB outside any job)"
+
+
+def test_a_service_a_job_started_outside_res_counts_as_its_projects_not_yours():
+    """issue 40 item 7 (docs/escaping.md): `systemd-run --user` from inside a job makes a service in
+    app.slice, outside every budget; the view counts its memory as the job's project's."""
+    now = readings(total=32.0, available=20.0, job_r_4=Use(gb=1.0), res=Use(gb=0.05))  # 12 GB used
+    s = snap()
+    s["world"].update({"stray_services": ["run-u7.service", "run-u9.service"],
+                       "stray_from": {"run-u7.service": "r-4"},
+                       "stray_mem_gb": {"run-u7.service": 6.0, "run-u9.service": 0.5}})
+    got = by_key(owners(now, None, records(rec(4, project="proj-b")), s, UTC))
+    esc = got["stray:run-u7.service"]
+    assert esc["kind"] == "escaped" and esc["project"] == "proj-b" and esc["job"] == "r-4" and esc["gb"] == 6.0
+    assert esc["label"] == "run-u7.service (escaped from r-4)"
+    other = got["stray:run-u9.service"]
+    assert other["project"] is None and other["label"] == "run-u9.service (a service outside res)"
+    assert got["you"]["gb"] == round(12.0 - 1.0 - 6.0 - 0.5 - 0.05, 3)  # never the owner's programs
+    view_owners = owners(now, None, records(rec(4, project="proj-b")), s, UTC)
+    assert sample(NOW, view_owners, {"cache_gb": 1.0, "agents_budget_gb": 5.0, "reserve_gb": 6.0})["gb"]["jobs"] == 7.5
+    from reconciler.render.top import owner_rows
+
+    rows = owner_rows({"owners": view_owners})
+    labels = [r.label for r in rows]
+    i = next(i for i, t in enumerate(labels) if "r-4" in t and "escaped" not in t)
+    assert "proj-b · run-u7.service (escaped from r-4)" in labels[i + 1], labels  # beside its project's job

@@ -122,7 +122,7 @@ def test_other_commands_with_bad_input(ready):
     refused(ready, ready("wait", "r-1"), codes=(1,), has="no such entry")
     refused(ready, ready("status", "r-1"), codes=(1,), has="no such entry")
     refused(ready, ready("release", "r-1"), codes=(1,), has="no such entry")
-    refused(ready, ready("release", "nonsense"), codes=(1,), has="nonsense")
+    refused(ready, ready("release", "nonsense"), codes=(2,), has=("nonsense", "not an entry id"))
     refused(ready, ready("nosuchcommand"), codes=(2,))
     refused(ready, ready("run", "--mem", "1G", "--for", "1m", "--agent", "gpt", "--", "true"), codes=(2,), has="--agent")
     unchanged(ready, before)

@@ -23,7 +23,9 @@ def _forge(res) -> object:
     return ran
 
 
-def _held_and_logged(res, ran, loop: bool) -> None:
+def _held_and_logged(res, ran, loop: bool, first: bool = False) -> None:
+    """Held, never run, shown. `first`: the file no pass had seen before (issue 40): nothing to diff it
+    against, so no change line; the dry run shows it held."""
     if loop:
         res.passes(2)  # passes enough to have started it, had it been let go
     else:
@@ -32,6 +34,10 @@ def _held_and_logged(res, ran, loop: bool) -> None:
     assert not ran.exists()
     assert res("status", "r-7").code == 1  # never recorded, never started
     assert any(ln.startswith('held: r-7 "forged" added to queue.toml outside res') for ln in res.ok("status").lines)
+    if first:
+        dry = res("reconcile", "--dry-run")
+        assert any(re.match(r"\s+x hold\s+r-7\b", ln) for ln in dry.lines), str(dry)
+        return
     changes = res.ok("hist", "--changes").lines
     outside = [ln for ln in changes if ln.startswith("queue.toml changed outside res")]
     assert len(outside) == 1 and outside[0].endswith(": r-7 added"), changes
@@ -56,3 +62,35 @@ def test_with_a_loop_a_res_run_right_after_the_hand_edit_never_starts_it(res):
     _held_and_logged(res, ran, loop=True)
     serve.send_signal(signal.SIGTERM)
     assert serve.wait(30) == 0
+
+
+# ---------------------------------------------------------------- no pass ever ran here (issue 40 item 3)
+
+
+def test_after_init_a_hand_edit_and_res_run_the_forged_entry_never_runs(res):
+    res.ok("init")  # no pass has run in this state directory
+    ran = _forge(res)
+    assert res.started("true") == "r-8"
+    _held_and_logged(res, ran, loop=False, first=True)
+
+
+def test_a_queue_written_wholly_by_hand_runs_nothing(res):
+    ran = res.tmp / "forged-ran"
+    res.queue.parent.mkdir(parents=True, exist_ok=True)
+    res.queue.write_text('next_id = 8\n\n[[job]]\nid = "r-7"\ntitle = "forged"\nmem_gb = 0.1\nest_s = 60\n'
+                         f'created = 1.0\ncmd = ["/usr/bin/touch", "{ran}"]\n')
+    assert res.started("true") == "r-8"
+    _held_and_logged(res, ran, loop=False, first=True)
+
+
+def test_a_loops_first_pass_after_init_and_a_hand_edit_holds_it(res):
+    res.ok("init")
+    ran = _forge(res)
+    res.env["RES_TICK_S"] = "0.5"
+    serve = res.spawn("serve")
+    wait_for(lambda: (res.state / "serve.sock").exists() or serve.poll() is not None, "the serve socket")
+    assert serve.poll() is None, serve.communicate()
+    _held_and_logged(res, ran, loop=True, first=True)
+    serve.send_signal(signal.SIGTERM)
+    assert serve.wait(30) == 0
+

@@ -117,7 +117,7 @@ def test_a_policy_with_a_bad_overcommit_or_margin_is_named_and_the_loop_keeps_th
         wait_for(lambda: any("keeping the policy loaded before" in n for n in res.status_all()["notices"]),
                  f"{key} named in status")
         (line,) = [n for n in res.status_all()["notices"] if "keeping the policy loaded before" in n]
-        assert line.startswith(f"{policy}: {key}: ") and "\n" not in line, line
+        assert line.startswith(f"{policy}: {key} = ") and "; allowed: a number" in line and "\n" not in line, line
         assert res.status_all()["budget"]["cpus"] == pytest.approx(2 * nproc())  # the last good policy
         policy.write_text("cpu_overcommit = 2\n")
         wait_for(lambda: not res.status_all()["notices"], "fixed")
