@@ -581,6 +581,7 @@ async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Pla
     try:
         desired, notices = load_desired(paths, store, save=False)
         records = store.records()
+        rebook(desired, records, (gatefile_read(paths.gate) or {}).get("learned") or {}, policy.margin, {})
         try:  # what a pass would hold now: a hand edit since the last pass is shown held, not started
             from reconciler.config.policy import user_policy_path
             from reconciler.desired.changes import track
