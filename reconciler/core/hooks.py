@@ -120,9 +120,7 @@ def rewrite_output(call: Call, command: str, context: str | None, grant: bool = 
 def note_output(call: Call, context: str) -> dict | None:
     """The hook output that lets the command run as it is and tells the agent `context` (no decision,
     no rewrite: the CLI judges it exactly as without the hook). Codex takes no context without a
-    rewrite: None (nothing is said)."""
-    if call.cli == "gemini":
-        return {"hookSpecificOutput": {"hookEventName": "BeforeTool", "additionalContext": context}}
+    rewrite, Gemini CLI none at all before a tool: None (nothing is said)."""
     if call.cli == "claude":
         return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": context}}
     return None
