@@ -214,15 +214,23 @@ def context(until: float | None) -> str:
     )
 
 
-def gate(call, environ, now: float, ask=None, res_path: str | None = None) -> tuple | None:
-    """The gate's decision for one shell command (DESIGN §5.8): ("rewrite", command, context),
-    ("deny", reason), or None (the command runs as it is). `ask(environ, size)`: the loop's answer to
-    "would a job of this size start now, or when?" (None: no loop answered)."""
+def session_rules(call, environ):
+    """The rules of the session that sent `call` (config/agentsettings.py), read once per hook call."""
+    from reconciler.config.agentsettings import rules_for
+
+    return rules_for(call, environ)
+
+
+def gate(call, environ, now: float, ask=None, res_path: str | None = None, rules=None) -> tuple | None:
+    """The gate's decision for one shell command (DESIGN §5.8): ("rewrite", command, context, grant),
+    ("deny", reason), ("note", context) (the command runs as it is, and the agent is told something),
+    or None (the command runs as it is). `ask(environ, size)`: the loop's answer to "would a job of
+    this size start now, or when?" (None: no loop answered; STUCK: one is there and did not answer).
+    `rules()`: the session's rules (read only for a heavy line)."""
     if environ.get("RES_ID"):
         return None  # the agent itself runs inside a res job: its commands are that job's work
     from reconciler.config import gatefile
     from reconciler.core.gate import judge, make_table, rewritten, verdict
-    from reconciler.core.hooks import may_rewrite
 
     view = gatefile.load(state_dir(environ))
     project = _project(call.cwd) if call.cwd else ""
@@ -234,19 +242,23 @@ def gate(call, environ, now: float, ask=None, res_path: str | None = None) -> tu
     size = {"mem_gb": heavy.mem_gb, "cpus": heavy.cpus, "est_s": heavy.est_s, "guessed": heavy.guessed,
             "title": heavy.fingerprint, "project": project, "cwd": call.cwd or "/"}
     answer = (ask or _would_fit)(environ, size)
+    if answer is STUCK:  # a loop is there and did not answer: the command runs as it is, said once
+        said = _once(environ, call.session, "stuck")
+        return ("note", STUCK_CONTEXT) if said else None
     kind, line = verdict(answer, wait_s, now)
     if kind == "deny":
         return "deny", (f"res: not run: `{_short(call.command)}` is heavy work ({heavy.source}) and would wait "
                         f"more than {wait_s:g} s for memory or CPUs; {line}")
-    if kind != "rewrite" or not may_rewrite(call):
+    if kind != "rewrite":
         return None
     # The CLI judges the command we hand back by its rules: rewrite only what the session would have
-    # run unasked anyway (core/hookrules.py), else leave the judging to it.
-    from reconciler.config.agentsettings import rules_for
+    # run unasked anyway, answered as the CLI lets a hook (core/hookrules.py), else leave it to the CLI.
     from reconciler.core.gate import simple_commands
-    from reconciler.core.hookrules import runs_unasked
+    from reconciler.core.hookrules import GRANT, decide
 
-    if not runs_unasked(simple_commands(call.command), rules_for(call, environ)):
+    decided = decide(call.cli, call.permission_mode, call.command, simple_commands(call.command),
+                     (rules or (lambda: session_rules(call, environ)))())
+    if decided is None:
         return None
     if answer and type(answer.get("mem_gb")) in (int, float) and type(answer.get("cpus")) in (int, float):
         heavy = heavy._replace(mem_gb=float(answer["mem_gb"]), cpus=float(answer["cpus"]))  # clamped to what there is
@@ -255,7 +267,26 @@ def gate(call, environ, now: float, ask=None, res_path: str | None = None) -> tu
     return "rewrite", command, (
         f"res: this is heavy work ({heavy.source}), so res runs it as a job (res run --wait; {booked}) in this "
         f"directory, with its own output and exit code; res's own lines (the job's id first) are on stderr. "
-        f"If it cannot start within {wait_s:g} s it is withdrawn with exit code 3 and a busy line.")
+        f"If it cannot start within {wait_s:g} s it is withdrawn with exit code 3 and a busy line."), decided == GRANT
+
+
+def _game_rewrite(call, rules) -> str | None:
+    """How game mode's prefix goes on a line the gate left alone: "grant" where the session's rules
+    let the line run unasked (core/hookrules.decide), "rewrite" where its prompt, if any, simply shows
+    the prefix (Claude Code asks about the line either way; a shim's line runs anyway), None where the
+    prefix would make the CLI ask about a line it would have run (Gemini outside YOLO; Codex takes a
+    rewrite only with its allow)."""
+    from reconciler.core.gate import Unreadable, simple_commands
+    from reconciler.core.hookrules import GRANT, decide
+
+    try:
+        commands = simple_commands(call.command)
+    except Unreadable:
+        commands = None
+    decided = decide(call.cli, call.permission_mode, call.command, commands, rules()) if commands is not None else None
+    if decided is not None:
+        return "grant" if decided == GRANT else "rewrite"
+    return "rewrite" if call.cli in ("claude", "shell") else None
 
 
 def _short(command: str) -> str:
@@ -284,8 +315,34 @@ def res_program() -> list[str]:
     return [found] if found else [sys.executable, "-m", "reconciler.cli"]
 
 
-ASK_TIMEOUT_S = 5.0  # the loop answers in a pass (tens of ms); past this the job's own guard decides
+# The loop answers in a pass (tens of ms). One that has not in this long is stopped or stuck: the
+# command runs as it is (every heavy command of every agent would pay the wait), and the agent is told
+# once per session.
+ASK_TIMEOUT_S = 1.0
 ANNOUNCE_TIMEOUT_S = 1.0
+STUCK = object()  # _would_fit's answer when a loop is there and did not answer in time
+STUCK_CONTEXT = ("res: the reconciler loop (res serve) did not answer within 1 s, so heavy commands run as "
+                 "they are, outside res, until it answers again (`res status` says what holds it)")
+
+
+def _once(environ, session: str | None, what: str) -> bool:
+    """True the first time this session is told `what` (a marker file in the state directory, made
+    exclusively: two hooks at once tell it once); False after, or when it cannot be told apart."""
+    if not session:
+        return True
+    import hashlib
+
+    d = os.path.join(state_dir(environ), "hook-said")
+    try:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        name = hashlib.sha256(f"{what}\0{session}".encode()).hexdigest()[:32]
+        fd = os.open(os.path.join(d, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
 
 
 def _ask_loop(environ, request: dict, timeout: float) -> dict | None:
@@ -300,9 +357,21 @@ def _ask_loop(environ, request: dict, timeout: float) -> dict | None:
     return answer if isinstance(answer, dict) and answer.get("code") == 0 else None
 
 
-def _would_fit(environ, size: dict) -> dict | None:
-    """The loop's answer to "would a job of this size start now, or when?" (loop op `gate`)."""
-    got = (_ask_loop(environ, {"op": "gate", "size": size}, ASK_TIMEOUT_S) or {}).get("answer")
+def _would_fit(environ, size: dict):
+    """The loop's answer to "would a job of this size start now, or when?" (loop op `gate`): a dict;
+    None when no loop listens (or an old or broken one answered nothing usable); STUCK when one took
+    the question and did not answer within ASK_TIMEOUT_S."""
+    from reconciler.loop.client import NoDaemon, Unanswered, ask
+
+    try:
+        answer = ask(os.path.join(state_dir(environ), "serve.sock"), {"op": "gate", "size": size}, timeout=ASK_TIMEOUT_S)
+    except (Unanswered, TimeoutError):
+        return STUCK
+    except NoDaemon:
+        return None
+    except Exception:  # noqa: BLE001 - the hook never gets in the way
+        return None
+    got = answer.get("answer") if isinstance(answer, dict) and answer.get("code") == 0 else None
     return got if isinstance(got, dict) else None
 
 
@@ -321,7 +390,7 @@ def main(stdin_text: str, environ, now: float | None = None, told: str | None = 
             event = json.loads(stdin_text)
         except ValueError:
             return "", 0
-        from reconciler.core.hooks import deny_output, may_rewrite, read_call, rewrite_output
+        from reconciler.core.hooks import deny_output, note_output, read_call, rewrite_output
 
         if isinstance(event, dict) and event.get("hook_event_name") == "SessionStart":
             # a new agent session: the loop adopts it in a pass now (its own look runs once a minute)
@@ -330,18 +399,32 @@ def main(stdin_text: str, environ, now: float | None = None, told: str | None = 
         call = read_call(event, told)
         if call is None:
             return "", 0
-        command, notes = call.command, []
-        decided = gate(call, environ, now, ask, res_path)
+        rules_read: list = []
+
+        def rules():  # the session's rules, read at most once, and only when a rewrite needs them
+            if not rules_read:
+                rules_read.append(session_rules(call, environ))
+            return rules_read[0]
+
+        command, notes, grant = call.command, [], False
+        decided = gate(call, environ, now, ask, res_path, rules)
         if decided is not None and decided[0] == "deny":
             return json.dumps(deny_output(call, decided[1]), separators=(",", ":")), 0
+        if decided is not None and decided[0] == "note":
+            out = note_output(call, decided[1])
+            return (json.dumps(out, separators=(",", ":")), 0) if out else ("", 0)
         if decided is not None:
-            command, notes = decided[1], [decided[2]]
+            command, notes, grant = decided[1], [decided[2]], decided[3]
         active, until = read_game(environ, now)
-        if active and not call.command.lstrip().startswith(_PREFIX_SEEN) and may_rewrite(call):
-            command, notes = PREFIX + command, [*notes, context(until)]
+        if active and not call.command.lstrip().startswith(_PREFIX_SEEN):
+            # The prefix is a command of its own in the line the CLI judges: where the line would have
+            # run unasked by a rule, it is answered as the gate's rewrite is (never a grant it lacked).
+            how = _game_rewrite(call, rules) if decided is None else ("grant" if grant else "rewrite")
+            if how is not None:
+                command, notes, grant = PREFIX + command, [*notes, context(until)], how == "grant"
         if command == call.command:
             return "", 0
-        return json.dumps(rewrite_output(call, command, " ".join(notes)), separators=(",", ":")), 0  # ASCII
+        return json.dumps(rewrite_output(call, command, " ".join(notes), grant), separators=(",", ":")), 0  # ASCII
     except Exception:  # the hook must never get in the way: any error is "no opinion"
         return "", 0
 

@@ -62,7 +62,9 @@ def run(argv: list[str], environ=os.environ) -> int:
     if decided is not None and decided[0] == "deny":
         print(decided[1], file=sys.stderr)
         return EXIT_BUSY
-    if decided is not None:
+    if decided is not None and decided[0] == "note":  # (the loop did not answer: it runs as it is)
+        print(decided[1], file=sys.stderr)
+    elif decided is not None:
         import shlex
 
         words = shlex.split(decided[1])

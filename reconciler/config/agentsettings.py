@@ -10,11 +10,12 @@ the command unchanged): a rule we could not read may be a deny.
                  settings ($CLAUDE_CONFIG_DIR or ~/.claude), the project's .claude/settings.json and
                  settings.local.json, the managed settings; --allowedTools / --disallowedTools /
                  --dangerously-skip-permissions on its command line
-    Codex        permission_mode from the hook input ("bypassPermissions": approval never); the
-                 execpolicy rules in $CODEX_HOME/rules/*.rules and the project's .codex/rules/
-    Gemini CLI   --yolo / --approval-mode on its command line (the input does not say);
-                 tools.allowed / tools.exclude in ~/.gemini/settings.json and the project's;
-                 policy files ~/.gemini/policies/*.toml and the project's .gemini/policies/
+    Codex        permission_mode from the hook input ("bypassPermissions": approval never); its
+                 sandbox from its command line or config.toml; the execpolicy rules in
+                 $CODEX_HOME/rules/*.rules, the project's .codex/rules/ and /etc/codex/rules
+    Gemini CLI   --yolo / --approval-mode on its command line (the input does not say); folder trust;
+                 tools.* in /etc/gemini-cli, ~/.gemini and the project's settings.json; policy files
+                 in their policies/ folders; its sandbox (--sandbox, GEMINI_SANDBOX, tools.sandbox)
 """
 from __future__ import annotations
 
@@ -109,6 +110,20 @@ def _flag_values(argvs: list[list[str]], names: tuple[str, ...]) -> list[str]:
     return values
 
 
+def _flag_value(argvs: list[list[str]], names: tuple[str, ...]) -> str | None:
+    """The value of a flag that takes one (`-s v`, `--sandbox=v`): its last on the nearest command line
+    that has it; None where none does."""
+    for argv in argvs:
+        found = None
+        for i, a in enumerate(argv):
+            name, eq, v = a.partition("=")
+            if name in names:
+                found = v if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+        if found is not None:
+            return found
+    return None
+
+
 def _split_list(text: str) -> list[str]:
     out, depth, cur = [], 0, []
     for c in text:
@@ -128,37 +143,123 @@ def _split_list(text: str) -> list[str]:
 # ---------------------------------------------------------------- each CLI
 
 
+def _claude_trusted(home: str, environ, root: str) -> bool:
+    """Has the user accepted Claude Code's workspace trust dialog for `root`? (`projects[root]
+    .hasTrustDialogAccepted` in its .claude.json). Project allow rules count only then."""
+    for path in (os.path.join(home, ".claude.json"),
+                 os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".claude.json")):
+        try:
+            data = _json(path)
+        except _Unreadable:
+            return False
+        if data is None:
+            continue
+        project = (data.get("projects") or {}).get(root) if isinstance(data.get("projects"), dict) else None
+        return isinstance(project, dict) and project.get("hasTrustDialogAccepted") is True
+    return False
+
+
+def _settings_flag(argvs: list[list[str]]) -> list[dict]:
+    """`--settings FILE|JSON` on Claude Code's command line, read."""
+    out = []
+    for value in _flag_values(argvs, ("--settings",)):
+        if value.lstrip().startswith("{"):
+            try:
+                data = json.loads(value)
+            except ValueError:
+                raise _Unreadable("--settings") from None
+        else:
+            data = _json(value)
+        if data is not None:
+            if not isinstance(data, dict):
+                raise _Unreadable("--settings")
+            out.append(data)
+    return out
+
+
+def _permissions(data: dict | None, where: str) -> dict:
+    perms = (data or {}).get("permissions") or {}
+    if not isinstance(perms, dict):
+        raise _Unreadable(where)
+    for key in ("allow", "deny", "ask"):
+        if not isinstance(perms.get(key) or [], list):
+            raise _Unreadable(where)
+    return perms
+
+
 def claude_rules(mode: str | None, cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
+    """Allow rules only from where Claude Code takes them (the user's settings, the managed ones, its
+    command line, and a project's only once its folder is trusted; only the managed ones under
+    allowManagedPermissionRulesOnly); deny and ask rules from everywhere they might be (more guards
+    only pass more lines unchanged). Any settings file with a sandbox on: sandboxed."""
     try:
         home = environ.get("CLAUDE_CONFIG_DIR") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".claude")
-        files = [os.path.join(home, "settings.json"), "/etc/claude-code/managed-settings.json"]
-        for root in _roots(cwd):
-            files += [os.path.join(root, ".claude", "settings.json"), os.path.join(root, ".claude", "settings.local.json")]
-        allow, guard = [], []
-        for path in files:
-            perms = (_json(path) or {}).get("permissions") or {}
-            if not isinstance(perms, dict):
-                raise _Unreadable(path)
-            for key, into in (("allow", allow), ("deny", guard), ("ask", guard)):
-                rules = perms.get(key) or []
-                if not isinstance(rules, list):
-                    raise _Unreadable(path)
-                into.extend(r for r in rules if isinstance(r, str))
-        allow += _flag_values(argvs, ("--allowedTools", "--allowed-tools"))
+        managed_dir = "/etc/claude-code"
+        managed = [_json(os.path.join(managed_dir, "managed-settings.json"))]
+        try:
+            drop_ins = sorted(n for n in os.listdir(os.path.join(managed_dir, "managed-settings.d")) if n.endswith(".json"))
+        except OSError:
+            drop_ins = []
+        managed += [_json(os.path.join(managed_dir, "managed-settings.d", n)) for n in drop_ins]
+        user = [_json(os.path.join(home, "settings.json")), *_settings_flag(argvs)]
+        start = environ.get("CLAUDE_PROJECT_DIR") or None
+        project_roots = list(dict.fromkeys([*([start] if start else []), *_roots(cwd)]))
+        project = [(root, _json(os.path.join(root, ".claude", name)))
+                   for root in project_roots for name in ("settings.json", "settings.local.json")]
+        allow, guard, sandboxed = [], [], False
+        managed_only = any((m or {}).get("allowManagedPermissionRulesOnly") is True for m in managed)
+        for data in managed:
+            perms = _permissions(data, "managed settings")
+            allow += [r for r in perms.get("allow") or [] if isinstance(r, str)]
+        for data in [*managed, *user, *(d for _, d in project)]:
+            perms = _permissions(data, "settings")
+            guard += [r for key in ("deny", "ask") for r in perms.get(key) or [] if isinstance(r, str)]
+            sandbox = (data or {}).get("sandbox")
+            sandboxed = sandboxed or (isinstance(sandbox, dict) and sandbox.get("enabled") is True)
+        if not managed_only:
+            for data in user:
+                allow += [r for r in _permissions(data, "settings").get("allow") or [] if isinstance(r, str)]
+            allow += _flag_values(argvs, ("--allowedTools", "--allowed-tools"))
+            # a project's allow rules: its start folder's, only once the user trusted it
+            trusted_root = start if start and _claude_trusted(home, environ, start) else None
+            for root, data in project:
+                if root == trusted_root:
+                    allow += [r for r in _permissions(data, "settings").get("allow") or [] if isinstance(r, str)]
         guard += _flag_values(argvs, ("--disallowedTools", "--disallowed-tools"))
     except _Unreadable:
         return Rules(False, (), EVERYTHING_GUARDED)
     skip = any("--dangerously-skip-permissions" in argv for argv in argvs)
     patterns = [p for p in (tool_pattern(r, "Bash") for r in allow) if p is not None]
     guarded = guarded_by(p for p in (tool_pattern(r, "Bash") for r in guard) if p is not None)
-    return Rules(mode == "bypassPermissions" or skip, tuple(patterns), guarded)
+    return Rules(mode == "bypassPermissions" or skip, tuple(patterns), guarded, sandboxed)
 
 
-def codex_rules(mode: str | None, cwd: str | None, environ) -> Rules:
+def _codex_unsandboxed(home: str, argvs: list[list[str]]) -> bool:
+    """Does this Codex session run its commands outside any sandbox? Known only from its command line
+    (--dangerously-bypass-approvals-and-sandbox, --yolo, --sandbox danger-full-access) or its config's
+    `sandbox_mode = "danger-full-access"` (with no profile or sandbox flag that could say otherwise)."""
+    for argv in argvs:
+        if any(a in ("--dangerously-bypass-approvals-and-sandbox", "--yolo") for a in argv):
+            return True
+    mode = _flag_value(argvs, ("--sandbox", "-s"))
+    if mode is not None:
+        return mode == "danger-full-access"
+    if _flag_value(argvs, ("--profile", "-p", "-c", "--config")) is not None or any("--full-auto" in a for a in argvs):
+        return False
+    import tomllib
+
+    try:
+        text = _read(os.path.join(home, "config.toml"))
+        return tomllib.loads(text or "").get("sandbox_mode") == "danger-full-access"
+    except (_Unreadable, tomllib.TOMLDecodeError):
+        return False
+
+
+def codex_rules(mode: str | None, cwd: str | None, environ, argvs: list[list[str]] | None = None) -> Rules:
     home = environ.get("CODEX_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".codex")
     texts = []
     try:
-        for d in [os.path.join(home, "rules"), *(os.path.join(r, ".codex", "rules") for r in _roots(cwd))]:
+        for d in [os.path.join(home, "rules"), *(os.path.join(r, ".codex", "rules") for r in _roots(cwd)), "/etc/codex/rules"]:
             try:
                 names = sorted(os.listdir(d))
             except (FileNotFoundError, NotADirectoryError):
@@ -168,26 +269,61 @@ def codex_rules(mode: str | None, cwd: str | None, environ) -> Rules:
             texts += [t for t in (_read(os.path.join(d, n)) for n in names if n.endswith(".rules")) if t is not None]
     except _Unreadable:
         return Rules(False, (), EVERYTHING_GUARDED)
-    return Rules(mode == "bypassPermissions", (), codex_guarded(texts))
+    sandboxed = not _codex_unsandboxed(home, argvs or [])
+    return Rules(mode == "bypassPermissions", (), codex_guarded(texts), sandboxed)
+
+
+def _gemini_trusted(gem: str, settings: list[dict], cwd: str | None, environ) -> bool:
+    """Does Gemini CLI trust this folder (else it forces its default mode, --yolo or not)? Trusted
+    unless folder trust is on (`security.folderTrust.enabled`), then only a folder (or one under a
+    parent) trustedFolders.json trusts, and a GEMINI_CLI_TRUST_WORKSPACE override."""
+    on = any(((s.get("security") or {}).get("folderTrust") or {}).get("enabled") is True
+             for s in settings if isinstance(s.get("security"), dict))
+    if not on:
+        return True
+    if environ.get("GEMINI_CLI_TRUST_WORKSPACE") == "true":
+        return True
+    try:
+        trusted = _json(os.path.join(gem, "trustedFolders.json")) or {}
+    except _Unreadable:
+        return False
+    path = os.path.realpath(cwd or "/")
+    for folder, how in trusted.items():
+        folder = os.path.realpath(folder)
+        if how == "TRUST_FOLDER" and (path == folder or path.startswith(folder + "/")):
+            return True
+        if how == "TRUST_PARENT" and path.startswith(os.path.dirname(folder) + "/"):
+            return True
+    return False
 
 
 def gemini_rules(cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
+    """YOLO only from the command line (Gemini CLI ignores `defaultApprovalMode = "yolo"` in settings),
+    in a folder it trusts, and not disabled; every rule that outranks YOLO's catch-all allow for the
+    shell (a `run_shell_command(…)` entry in tools.allowed narrows the shell to it and denies the rest,
+    tools.core, tools.exclude, tools.confirmationRequired, a policy rule on the shell) guards. A
+    sandbox (--sandbox, GEMINI_SANDBOX, tools.sandbox): sandboxed."""
     import tomllib
 
     home = environ.get("GEMINI_CLI_HOME") or environ.get("HOME") or os.path.expanduser("~")
     gem = os.path.join(home, ".gemini")
     dirs = list(dict.fromkeys([gem, *(os.path.join(r, ".gemini") for r in _roots(cwd))]))
-    allow, exclude, policies, yolo = [], [], [], False
+    settings, exclude, policies, outranked, sandboxed, no_yolo = [], [], [], False, False, False
     try:
-        for d in dirs:
-            data = _json(os.path.join(d, "settings.json"), comments=True) or {}
+        for path in ["/etc/gemini-cli/settings.json", *(os.path.join(d, "settings.json") for d in dirs)]:
+            data = _json(path, comments=True) or {}
             tools = data.get("tools") or {}
-            general = data.get("general") or {}
-            if not isinstance(tools, dict) or not isinstance(general, dict):
-                raise _Unreadable(d)
-            allow += [r for r in tools.get("allowed") or [] if isinstance(r, str)]
+            security = data.get("security") or {}
+            if not isinstance(tools, dict) or not isinstance(security, dict):
+                raise _Unreadable(path)
+            settings.append(data)
             exclude += [r for r in tools.get("exclude") or [] if isinstance(r, str)]
-            yolo = yolo or general.get("defaultApprovalMode") == "yolo"
+            shell = [r for key in ("allowed", "core", "confirmationRequired") for r in tools.get(key) or []
+                     if isinstance(r, str) and r.startswith("run_shell_command")]
+            outranked = outranked or bool(shell)
+            sandboxed = sandboxed or tools.get("sandbox") not in (None, False, "")
+            no_yolo = no_yolo or security.get("disableYoloMode") is True
+        for d in [*dirs, "/etc/gemini-cli"]:
             try:
                 names = sorted(os.listdir(os.path.join(d, "policies")))
             except (FileNotFoundError, NotADirectoryError):
@@ -201,14 +337,18 @@ def gemini_rules(cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
                         raise _Unreadable(n) from None
     except (_Unreadable, OSError):
         return Rules(False, (), EVERYTHING_GUARDED)
-    allow += _flag_values(argvs, ("--allowed-tools",))
-    modes = _flag_values(argvs, ("--approval-mode",))
-    yolo = (yolo and not modes) or "yolo" in modes or any(a in ("--yolo", "-y") for argv in argvs for a in argv)
-    # Gemini's run_shell_command(PREFIX) is a prefix of words: as Claude's `PREFIX:*`.
-    patterns = [p if p == "*" else p + ":*" for p in (tool_pattern(r, "run_shell_command") for r in allow) if p is not None]
+    allowed_flag = [r for r in _flag_values(argvs, ("--allowed-tools",)) if r.startswith("run_shell_command")]
+    outranked = outranked or bool(allowed_flag)
+    mode = _flag_value(argvs, ("--approval-mode",))
+    yolo = mode == "yolo" if mode is not None else any(a in ("--yolo", "-y") for argv in argvs for a in argv)
+    yolo = yolo and not no_yolo and _gemini_trusted(gem, settings, cwd, environ)
+    sandboxed = sandboxed or bool(environ.get("GEMINI_SANDBOX")) or any(
+        a in ("--sandbox", "-s") or a.startswith("--sandbox=") for argv in argvs for a in argv)
     guarded = gemini_guarded(policies) | guarded_by(
         p for p in (tool_pattern(r, "run_shell_command") for r in exclude) if p is not None)
-    return Rules(yolo, tuple(patterns), guarded)
+    if outranked:
+        guarded = EVERYTHING_GUARDED
+    return Rules(yolo, (), guarded, sandboxed)
 
 
 def rules_for(call, environ) -> Rules:
@@ -216,9 +356,9 @@ def rules_for(call, environ) -> Rules:
     the program was already going to run; running it through res asks nobody anything."""
     if call.cli == "shell":
         return Rules(True, (), frozenset())
-    if call.cli == "codex":
-        return codex_rules(call.permission_mode, call.cwd, environ)
     argvs = ancestors_argv()
+    if call.cli == "codex":
+        return codex_rules(call.permission_mode, call.cwd, environ, argvs)
     if call.cli == "gemini":
         return gemini_rules(call.cwd, environ, argvs)
     return claude_rules(call.permission_mode, call.cwd, environ, argvs)

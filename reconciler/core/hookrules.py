@@ -1,33 +1,54 @@
-"""Would the agent's session have run this command without asking? The gate rewrites a command only
-then (DESIGN §5.8: it never grants what the session would not have had). Each CLI judges its rules
-against the command the hook hands back, so `res run … -- bash -c 'X'` is judged as `res run`, not
-as X: a rule that denies or asks about X would no longer see it, and an allow rule for X would no
-longer cover it. So the gate rewrites only where the session runs X unasked anyway (its permission
-mode, or allow rules that cover every part of X) and no deny or ask rule could be about X. Where in
-doubt, the command passes unchanged and the CLI judges it as it always does (docs/agent-hooks.md).
+"""Would the agent's session have run this command without asking, and can the gate hand it back
+rewritten without changing that? The gate rewrites a command only then (DESIGN §5.8: it never grants
+a permission the session would not have had, and never takes one away). Each CLI judges its rules
+against the command the hook hands back, so `res run … -- bash -c 'X'` is judged as `res run`, not as
+X: a rule that denies or asks about X would no longer see it, and an allow rule for X would no longer
+cover it. What each CLI lets a hook do about that (docs/agent-hooks.md has the sources):
 
-Pure: rule texts and words in, a yes or no out; config/agentsettings.py reads the files and the
-CLI's command line. Deny and ask rules are matched loosely on purpose (by program name: a rule about
-`make deploy` keeps every `make` line ungated); allow rules strictly (each simple command must be
-covered, as written).
+    Claude Code  the rewrite may carry `permissionDecision: "allow"`, which skips the allow rules (deny
+                 and ask rules still apply): where the session's own rules let X run unasked, the
+                 rewrite is answered with that allow (GRANT: it grants nothing the session lacked)
+    Codex        a rewrite is applied only with "allow", and its own rules then judge `res run`: only
+                 where every command runs unasked and unsandboxed (GRANT)
+    Gemini CLI   a hook cannot grant; the rewritten `res run` is judged by the policy engine: only in
+                 YOLO mode, with no rule that outranks it (REWRITE)
 
-Import-light: fnmatch and posixpath only.
+Elsewhere the command passes unchanged and the CLI judges it as it always does. A command the
+session runs in a sandbox is never rewritten (the job would run outside it).
+
+Pure: rule texts and words in, a decision out; config/agentsettings.py reads the files and the CLI's
+command line. Deny and ask rules are matched loosely on purpose (by program name: a rule about `make
+deploy` keeps every `make` line ungated; one about `res` or `bash` keeps every line ungated, as it
+would match the rewrite); allow rules strictly, never looser than the CLI's own matcher: Claude Code
+compares a rule with each subcommand's raw text (claude_covered), so a line with anything that
+matcher might read otherwise (quotes, `$`, redirections to files, leading assignments, wrappers it
+strips) is taken as not covered.
+
+Import-light: posixpath and re only.
 """
 from __future__ import annotations
 
-import fnmatch
 import posixpath
+import re
 from typing import Iterable, NamedTuple
 
 ALL = "*"  # a rule that may be about any command
+GRANT = "grant"  # rewrite, answered with the CLI's own "allow" (where that grants nothing new)
+REWRITE = "rewrite"  # rewrite, no decision: the CLI's rules judge the rewrite as they would the line
+# The programs of the rewritten line itself: a deny or ask rule about them would match the rewrite.
+REWRITE_PROGRAMS = frozenset({"res", "bash"})
+# Claude Code's permission modes in which allow rules decide what runs unasked (plan: a hook's allow no
+# longer lets a writing command run; auto: a classifier decides, and broad rules are dropped).
+CLAUDE_RULE_MODES = frozenset({"default", "acceptEdits", "dontAsk"})
 
 
 class Rules(NamedTuple):
     """A session's rules for shell commands, as config/agentsettings.py gathered them."""
 
-    unasked: bool  # the session runs every shell command without asking (bypass mode, yolo, a bare allow)
+    unasked: bool  # the session runs every shell command without asking (bypass mode, yolo, never)
     allow: tuple[str, ...]  # command patterns it runs unasked (each CLI's own syntax, the tool name taken off)
     guarded: frozenset[str]  # programs some deny or ask rule may be about (ALL: any)
+    sandboxed: bool = False  # its shell commands run in the CLI's sandbox (a res job would run outside it)
 
 
 def _programs(words: list[str]) -> set[str]:
@@ -35,40 +56,89 @@ def _programs(words: list[str]) -> set[str]:
     return {posixpath.basename(w) for w in words if w and not w.startswith("-") and "=" not in w}
 
 
-def runs_unasked(commands: list[list[str]], rules: Rules) -> bool:
-    """`commands`: the simple commands of the line, as written (core.gate.simple_commands)."""
-    if ALL in rules.guarded:
-        return False
-    for words in commands:
-        if _programs(words) & rules.guarded:
-            return False
-    if rules.unasked:
+def guarded(commands: list[list[str]], rules: Rules) -> bool:
+    """Could a deny or ask rule be about this line, or about the line that would replace it?"""
+    if ALL in rules.guarded or REWRITE_PROGRAMS & rules.guarded:
         return True
-    return all(any(pattern_covers(p, words) for p in rules.allow) for words in commands if words)
+    return any(_programs(words) & rules.guarded for words in commands)
 
 
-def pattern_covers(pattern: str, words: list[str]) -> bool:
-    """Does an allow pattern cover this simple command? `npm run test:*` / `npm run test *` (a prefix,
-    on word boundaries), `git * main` (a glob), `make test` (exactly). Claude Code's and Gemini's
-    shapes (Gemini's `commandPrefix` is a prefix)."""
-    text = " ".join(words)
-    p = " ".join(pattern.split())
-    if not p:
+def decide(cli: str, mode: str | None, line: str, commands: list[list[str]], rules: Rules) -> str | None:
+    """GRANT, REWRITE or None (pass the line unchanged) for a heavy line the loop would start: see the
+    module's table. `commands`: the line's simple commands (core.gate.simple_commands)."""
+    if cli == "shell":  # a PATH shim: the program was going to run; through res it asks nobody anything
+        return REWRITE
+    if rules.sandboxed or guarded(commands, rules):
+        return None
+    if cli == "codex":
+        return GRANT if rules.unasked else None
+    if cli == "gemini":
+        return REWRITE if rules.unasked else None
+    if cli != "claude" or mode in ("plan", "auto"):
+        return None
+    if rules.unasked:  # bypassPermissions: every command runs unasked; the allow changes nothing
+        return GRANT
+    if (mode is None or mode in CLAUDE_RULE_MODES) and claude_covered(line, rules.allow):
+        return GRANT
+    return None
+
+
+# ---------------------------------------------------------------- Claude Code's allow rules
+
+CLAUDE_LONGEST = 10_000  # a longer command always prompts
+_SEPARATORS = re.compile(r"\s*(?:&&|\|\||;|\|)\s*")
+# What Claude Code's matcher might read otherwise than as plain words: quotes, escapes, expansions,
+# substitutions, subshells, groups, comments, globs, home, file redirections, backgrounding.
+_NOT_PLAIN = re.compile(r"""['"\\$`(){}#*?\[\]~<>!&|;\t\n\r]""")
+_FD_ONLY = frozenset({"2>&1", "1>&2", ">&2", ">/dev/null", "2>/dev/null", "&>/dev/null", "1>/dev/null"})
+# Claude Code strips these before matching (so a rule is matched against what they run, which a raw
+# prefix match would not see), or never lets a prefix rule approve what they run.
+_CLAUDE_WRAPPERS = frozenset({"timeout", "time", "nice", "nohup", "stdbuf", "command", "builtin", "noglob", "xargs",
+                              "watch", "setsid", "ionice", "flock", "env", "sudo", "doas", "exec", "eval", "sh",
+                              "bash", "zsh", "dash"})
+
+
+def claude_covered(line: str, patterns: Iterable[str]) -> bool:
+    """Would Claude Code's allow rules (`patterns`: the parts in `Bash(…)`) let every subcommand of
+    `line` run unasked? Never where its own matcher might not (module docstring): each subcommand must
+    be plain words separated by single spaces (fd duplications and /dev/null redirections set aside),
+    start with no assignment or wrapper, and match a rule by its raw text; `cd` into a relative
+    directory inside the working one is read-only (Claude Code runs it unasked)."""
+    patterns = [p for p in patterns if p.strip()]
+    if not line.strip() or len(line) > CLAUDE_LONGEST:
         return False
+    parts = _SEPARATORS.split(line.strip())
+    for part in parts:
+        words = [w for w in part.split(" ") if w not in _FD_ONLY]
+        text = " ".join(words)
+        if not text or "" in words or _NOT_PLAIN.search(text):
+            return False
+        first = words[0]
+        if "=" in first or posixpath.basename(first) in _CLAUDE_WRAPPERS:
+            return False
+        if first == "find" and any(w in ("-exec", "-execdir", "-delete", "-ok", "-okdir") for w in words):
+            return False
+        if first == "cd" and len(words) == 2 and not words[1].startswith(("/", "-")) and ".." not in words[1].split("/"):
+            continue
+        if not any(claude_pattern_covers(p, text) for p in patterns):
+            return False
+    return True
+
+
+def claude_pattern_covers(pattern: str, text: str) -> bool:
+    """Does one Claude Code rule cover a subcommand's raw text? `*` (all), `P:*` and `P *` at the end
+    (P itself, or P and a space and more), `*` elsewhere (any run of characters, spaces included; `?`
+    and `[` are plain characters there), else the exact text."""
+    p = pattern.strip()
     if p in ("*", ":*"):
         return True
-    if p.endswith(":*"):
-        prefix = p[:-2].rstrip()
-        return text == prefix or text.startswith(prefix + " ")
+    for tail in (":*", " *"):
+        if p.endswith(tail) and "*" not in p[:-2]:
+            prefix = p[:-2]
+            return text == prefix or text.startswith(prefix + " ")
     if "*" in p:
-        return fnmatch.fnmatchcase(text, p)
+        return re.fullmatch(".*".join(re.escape(piece) for piece in p.split("*")), text, re.DOTALL) is not None
     return text == p
-
-
-def prefix_covers(prefix: str, words: list[str]) -> bool:
-    """Gemini's `run_shell_command(git status)`: the command starts with these words."""
-    want = prefix.split()
-    return bool(want) and words[:len(want)] == want
 
 
 # ---------------------------------------------------------------- each CLI's rule shapes

@@ -3,10 +3,11 @@ command is about to run" and how a hook rewrites or refuses it. Pure: a hook inp
 a `Call` out; a decision in, the JSON to print out. Which CLI sent an input: `--agent`, else its
 shape. Sources, versions and what each field does: docs/agent-hooks.md.
 
-    Claude Code  PreToolUse, tool Bash        updatedInput (no decision: the session's own rules judge it)
+    Claude Code  PreToolUse, tool Bash        updatedInput, with permissionDecision "allow" where the
+                                              session would have run the line unasked (core/hookrules.py)
     Codex        PreToolUse, tool Bash        updatedInput only with permissionDecision "allow" (so only
                                               where the session runs every command unasked)
-    Gemini CLI   BeforeTool, run_shell_command  hookSpecificOutput.tool_input
+    Gemini CLI   BeforeTool, run_shell_command  hookSpecificOutput.tool_input (a hook cannot grant)
 
 A refusal is a deny with its reason, which each CLI hands the model as the tool's result.
 
@@ -32,6 +33,7 @@ class Call(NamedTuple):
     tool_input: dict
     permission_mode: str | None
     timeout_s: int | None  # how long the CLI lets the command run, if the input says (None: unknown)
+    session: str | None = None  # the CLI's session id, where the input has one
 
 
 def cli_of(event: dict, told: str | None = None) -> str | None:
@@ -70,7 +72,9 @@ def read_call(event: object, told: str | None = None) -> Call | None:
 
             cwd = posixpath.normpath(posixpath.join(cwd, sub))
     mode = event.get("permission_mode") if isinstance(event.get("permission_mode"), str) else None
-    return Call(cli, command, cwd, tool_input, mode, _timeout_s(cli, tool_input))
+    session = event.get("session_id")
+    session = session if isinstance(session, str) and 0 < len(session) <= 200 else None
+    return Call(cli, command, cwd, tool_input, mode, _timeout_s(cli, tool_input), session)
 
 
 def _timeout_s(cli: str, tool_input: dict) -> int | None:
@@ -83,16 +87,19 @@ def _timeout_s(cli: str, tool_input: dict) -> int | None:
 
 
 def may_rewrite(call: Call) -> bool:
-    """Whether this CLI lets a hook rewrite the command without granting anything: Claude Code and
-    Gemini CLI judge the rewritten command by the session's own rules; Codex applies a rewrite only
-    together with "allow", which skips its approval, so only where the session asks for nothing."""
+    """Whether this CLI takes a rewrite of the command that grants nothing (game mode's prefix, which
+    changes no program): Claude Code and Gemini CLI judge the rewritten command by the session's own
+    rules; Codex applies a rewrite only together with "allow", which skips its approval, so only where
+    the session asks for nothing."""
     if call.cli == "codex":
         return call.permission_mode in CODEX_UNASKED
     return True
 
 
-def rewrite_output(call: Call, command: str, context: str | None) -> dict:
-    """The hook output that runs `command` instead (every other field of the tool input kept)."""
+def rewrite_output(call: Call, command: str, context: str | None, grant: bool = False) -> dict:
+    """The hook output that runs `command` instead (every other field of the tool input kept);
+    `grant`: answered with the CLI's "allow" (core/hookrules.decide said GRANT). Codex takes a rewrite
+    only with it; Gemini has none."""
     updated = dict(call.tool_input)
     updated["command"] = command
     if call.cli == "gemini":
@@ -101,11 +108,22 @@ def rewrite_output(call: Call, command: str, context: str | None) -> dict:
             out["hookSpecificOutput"]["additionalContext"] = context
         return out
     spec: dict = {"hookEventName": "PreToolUse", "updatedInput": updated}
-    if call.cli == "codex":
-        spec = {"hookEventName": "PreToolUse", "permissionDecision": "allow", "updatedInput": updated}
+    if grant or call.cli == "codex":
+        spec = {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+                "permissionDecisionReason": "res: heavy work runs as a res job; the session's own rules allow it",
+                "updatedInput": updated}
     if context:
         spec["additionalContext"] = context
     return {"hookSpecificOutput": spec}
+
+
+def note_output(call: Call, context: str) -> dict | None:
+    """The hook output that lets the command run as it is and tells the agent `context` (no decision,
+    no rewrite: the CLI judges it exactly as without the hook). Codex takes no context without a
+    rewrite, Gemini CLI none at all before a tool: None (nothing is said)."""
+    if call.cli == "claude":
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": context}}
+    return None
 
 
 def deny_output(call: Call, reason: str) -> dict:

@@ -253,35 +253,78 @@ def test_deny_outputs():
 # ---------------------------------------------------------------- never a grant (core/hookrules.py, config/agentsettings.py)
 
 from reconciler.config import agentsettings  # noqa: E402
-from reconciler.core.hookrules import ALL, Rules, codex_guarded, gemini_guarded, pattern_covers, runs_unasked  # noqa: E402
+from reconciler.core.hookrules import (ALL, GRANT, REWRITE, Rules, claude_covered, claude_pattern_covers,  # noqa: E402
+                                       codex_guarded, decide, gemini_guarded)
 from reconciler.core.gate import simple_commands  # noqa: E402
 
 
-def unasked(line: str, rules: Rules) -> bool:
-    return runs_unasked(simple_commands(line), rules)
+def decided(cli: str, mode: str | None, line: str, rules: Rules):
+    return decide(cli, mode, line, simple_commands(line), rules)
 
 
-def test_a_rewrite_only_where_the_session_runs_the_line_unasked():
-    bypass = Rules(True, (), frozenset())
-    assert unasked("make test", bypass)
-    assert not unasked("make test", Rules(False, (), frozenset()))  # default mode, no rule: it would have asked
-    allow = Rules(False, ("make test:*", "cd:*", "pytest"), frozenset())
-    assert unasked("cd x && make test -j4", allow)
-    assert not unasked("cd x && make test && make deploy", allow)  # one part not covered: not rewritten
-    assert unasked("pytest", allow) and not unasked("pytest -x", allow)  # exact is exact
-    # a deny or ask rule about a program in the line keeps it ungated, even in bypass mode
-    assert not unasked("make test", Rules(True, (), frozenset({"make"})))
-    assert not unasked("timeout 60 make test", Rules(True, (), frozenset({"make"})))
-    assert not unasked("pytest", Rules(True, (), frozenset({ALL})))
+NONE = Rules(False, (), frozenset())
 
 
-@pytest.mark.parametrize("pattern, line, covered", [
-    ("npm run test:*", "npm run test", True), ("npm run test:*", "npm run test:unit", False),
-    ("npm run test:*", "npm run test -- -u", True), ("git * main", "git push origin main", True),
-    ("*", "anything at all", True), ("make", "make", True), ("make", "make test", False),
+def test_claude_code_a_line_its_rules_allow_is_rewritten_with_its_allow_elsewhere_passed():
+    allow = Rules(False, ("make test:*", "python3 -m pytest:*", "pytest"), frozenset())
+    for mode in ("default", "acceptEdits", "dontAsk", None):
+        assert decided("claude", mode, "python3 -m pytest -q tests", allow) == GRANT
+        assert decided("claude", mode, "cd sub && make test -j4 2>&1", allow) == GRANT
+    assert decided("claude", "default", "python3 -m pytest -q tests", NONE) is None  # it would have asked
+    assert decided("claude", "default", "make test && make deploy", allow) is None  # one part not covered
+    assert decided("claude", "plan", "python3 -m pytest -q tests", allow) is None  # a hook's allow runs no write there
+    assert decided("claude", "auto", "python3 -m pytest -q tests", allow) is None  # its classifier decides
+    assert decided("claude", "bypassPermissions", "make deploy", Rules(True, (), frozenset())) == GRANT
+    assert decided("claude", "bypassPermissions", "make deploy", Rules(True, (), frozenset(), sandboxed=True)) is None
+
+
+def test_a_deny_or_ask_rule_about_the_line_or_about_the_rewrite_passes_it_unchanged():
+    for guard in ({"make"}, {"res"}, {"bash"}, {ALL}):
+        rules = Rules(True, ("make test:*",), frozenset(guard))
+        assert decided("claude", "bypassPermissions", "timeout 60 make test", rules) is None
+        assert decided("gemini", None, "make test", rules) is None
+        assert decided("codex", "bypassPermissions", "make test", rules) is None
+    assert decided("shell", None, "make test", Rules(False, (), frozenset({ALL}))) == REWRITE  # a shim's line runs anyway
+
+
+def test_codex_rewrites_only_unasked_and_unsandboxed_gemini_only_in_yolo():
+    assert decided("codex", "bypassPermissions", "make test", Rules(True, (), frozenset())) == GRANT
+    assert decided("codex", "bypassPermissions", "make test", Rules(True, (), frozenset(), sandboxed=True)) is None
+    assert decided("codex", "default", "make test", Rules(False, (), frozenset())) is None
+    assert decided("gemini", None, "make test", Rules(True, (), frozenset())) == REWRITE  # no grant: yolo allows res
+    assert decided("gemini", None, "make test", Rules(False, ("make test:*",), frozenset())) is None  # it would ask for res
+
+
+@pytest.mark.parametrize("line, covered", [
+    ("python3 -m pytest -q tests", True), ("python3 -m pytest", True), ("cd sub && python3 -m pytest -x", True),
+    ("python3 -m pytest -q 2>&1 >/dev/null", True),
+    ("python3 -m pytestx", False),  # a word boundary after the prefix
+    ("python3 -m pytest  -q", False), ("python3\t-m pytest", False),  # not single spaces
+    ("python3 -m pytest -k 'a or b'", False), ('python3 -m pytest -k "x"', False),  # quotes
+    ("python3 -m pytest > out.txt", False), ("python3 -m pytest 2>err", False),  # a file written
+    ("FOO=1 python3 -m pytest", False), ("timeout 60 python3 -m pytest", False),  # assignment, a wrapper it strips
+    ("python3 -m pytest $ARGS", False), ("python3 -m pytest $(cat args)", False), ("python3 -m pytest `x`", False),
+    ("python3 -m pytest tests/*.py", False), ("python3 -m pytest ~/x", False), ("(python3 -m pytest)", False),
+    ("python3 -m pytest &", False), ("python3 -m pytest # all", False),
+    ("cd .. && python3 -m pytest", False), ("cd /tmp && python3 -m pytest", False),
+    ("python3 -m pytest | tee log", False),  # tee: not allowed
+    ("python3 -m pytest; make lint", False),
 ])
-def test_allow_patterns(pattern, line, covered):
-    assert pattern_covers(pattern, line.split()) is covered
+def test_claude_coverage_is_never_looser_than_its_own_matcher(line, covered):
+    assert claude_covered(line, ["python3 -m pytest:*"]) is covered
+
+
+@pytest.mark.parametrize("pattern, text, covered", [
+    ("npm run test:*", "npm run test", True), ("npm run test:*", "npm run test:unit", False),
+    ("npm run test:*", "npm run test -- -u", True), ("npm run test *", "npm run test", True),
+    ("npm run test*", "npm run test:unit", True),  # no word boundary without the space
+    ("git * main", "git push origin main", True), ("git * main", "git push origin main2", False),
+    ("git:* push", "git:x push", True), ("git:* push", "git x push", False),  # `:*` only at the end
+    ("*", "anything at all", True), ("make", "make", True), ("make", "make test", False),
+    ("make te?t", "make test", False), ("make [t]est", "make test", False),  # no ? or [] globs
+])
+def test_claude_rule_shapes(pattern, text, covered):
+    assert claude_pattern_covers(pattern, text) is covered
 
 
 def test_codex_rules_that_do_not_allow_guard_their_programs():
@@ -312,11 +355,17 @@ def test_claudes_rules_come_from_its_settings_and_its_command_line(tmp_path):
     (proj / ".git").mkdir()
     (home / "settings.json").write_text(json.dumps({"permissions": {"allow": ["Bash(make test:*)", "Read"], "deny": ["Bash(git push:*)"]}}))
     (proj / ".claude" / "settings.local.json").write_text(json.dumps({"permissions": {"ask": ["Bash(make deploy)"]}}))
-    env = {"CLAUDE_CONFIG_DIR": str(home), "HOME": str(tmp_path)}
+    (proj / ".claude" / "settings.json").write_text(json.dumps({"permissions": {"allow": ["Bash(npm test)"]}}))
+    env = {"CLAUDE_CONFIG_DIR": str(home), "HOME": str(tmp_path), "CLAUDE_PROJECT_DIR": str(proj)}
     r = agentsettings.claude_rules("default", str(proj), env, [["claude", "-p", "x", "--allowedTools", "Bash(pytest:*),Edit"]])
     assert r.allow == ("make test:*", "pytest:*") and r.guarded == frozenset({"git", "make"}) and not r.unasked
+    # the project's allow rules count once its folder is trusted (Claude Code's trust dialog)
+    (home / ".claude.json").write_text(json.dumps({"projects": {str(proj): {"hasTrustDialogAccepted": True}}}))
+    assert agentsettings.claude_rules("default", str(proj), env, []).allow == ("make test:*", "npm test")
     r = agentsettings.claude_rules("bypassPermissions", str(tmp_path), env, [["claude", "--allowedTools", "Bash"]])
-    assert r.unasked and "*" in r.allow
+    assert r.unasked and "*" in r.allow and not r.sandboxed
+    (proj / ".claude" / "settings.json").write_text(json.dumps({"sandbox": {"enabled": True}}))
+    assert agentsettings.claude_rules("bypassPermissions", str(proj), env, []).sandboxed
     (home / "settings.json").write_text("{not json")
     assert agentsettings.claude_rules("bypassPermissions", str(proj), env, []).guarded == frozenset({ALL})
 
@@ -324,20 +373,37 @@ def test_claudes_rules_come_from_its_settings_and_its_command_line(tmp_path):
 def test_geminis_rules_come_from_its_settings_with_comments_and_its_command_line(tmp_path):
     gem = tmp_path / ".gemini"
     (gem / "policies").mkdir(parents=True)
-    (gem / "settings.json").write_text('{\n  // mine\n  "tools": {"allowed": ["run_shell_command(npm test)"], /* x */ "exclude": ["run_shell_command(rm)"]}\n}\n')
+    (gem / "settings.json").write_text('{\n  // mine\n  "tools": {/* x */ "exclude": ["run_shell_command(rm)"]},\n  "general": {"defaultApprovalMode": "yolo"}\n}\n')
     (gem / "policies" / "p.toml").write_text('[[rule]]\ntoolName = "run_shell_command"\ncommandPrefix = "git push"\ndecision = "deny"\npriority = 100\n')
     env = {"HOME": str(tmp_path)}
     r = agentsettings.gemini_rules(str(tmp_path), env, [["node", "/x/gemini", "-p", "hi"]])
-    assert not r.unasked and r.allow == ("npm test:*",) and r.guarded == frozenset({"rm", "git"})
+    assert not r.unasked and r.guarded == frozenset({"rm", "git"})  # the settings file cannot turn YOLO on
     assert agentsettings.gemini_rules(str(tmp_path), env, [["node", "gemini", "--yolo"]]).unasked
     assert agentsettings.gemini_rules(str(tmp_path), env, [["node", "gemini", "--approval-mode=yolo"]]).unasked
-    assert unasked("npm test -- --ci", r) and not unasked("npm run build", r)
+    assert agentsettings.gemini_rules(str(tmp_path), env, [["node", "gemini", "--yolo", "--sandbox"]]).sandboxed
+    # an allowed shell command narrows the shell to it: YOLO no longer allows a rewritten line
+    (gem / "settings.json").write_text('{"tools": {"allowed": ["run_shell_command(npm test)"]}}')
+    assert agentsettings.gemini_rules(str(tmp_path), env, [["gemini", "--yolo"]]).guarded == frozenset({ALL})
+    # folder trust on, and this folder not trusted: Gemini CLI runs it in its default mode
+    (gem / "settings.json").write_text('{"security": {"folderTrust": {"enabled": true}}}')
+    assert not agentsettings.gemini_rules(str(tmp_path), env, [["gemini", "--yolo"]]).unasked
+    (gem / "trustedFolders.json").write_text(json.dumps({str(tmp_path): "TRUST_FOLDER"}))
+    assert agentsettings.gemini_rules(str(tmp_path), env, [["gemini", "--yolo"]]).unasked
 
 
 def test_codex_rules_files(tmp_path):
     (tmp_path / "rules").mkdir()
     (tmp_path / "rules" / "default.rules").write_text('prefix_rule(pattern = ["make", "deploy"], decision = "forbidden")\n')
-    r = agentsettings.codex_rules("bypassPermissions", None, {"CODEX_HOME": str(tmp_path)})
-    assert r.unasked and r.guarded == frozenset({"make"})
-    assert not unasked("make test", r) and unasked("pytest", r)
-    assert not agentsettings.codex_rules("default", None, {"CODEX_HOME": str(tmp_path)}).unasked
+    bypass = [["codex", "exec", "--dangerously-bypass-approvals-and-sandbox", "x"]]
+    r = agentsettings.codex_rules("bypassPermissions", None, {"CODEX_HOME": str(tmp_path)}, bypass)
+    assert r.unasked and r.guarded == frozenset({"make"}) and not r.sandboxed
+    assert decided("codex", "bypassPermissions", "make test", r) is None and decided("codex", "bypassPermissions", "pytest", r) == GRANT
+    assert not agentsettings.codex_rules("default", None, {"CODEX_HOME": str(tmp_path)}, bypass).unasked
+    # approval never in its default sandbox: the rewrite would take the line out of it
+    assert agentsettings.codex_rules("bypassPermissions", None, {"CODEX_HOME": str(tmp_path)}, [["codex", "exec", "x"]]).sandboxed
+    assert not agentsettings.codex_rules("bypassPermissions", None, {"CODEX_HOME": str(tmp_path)},
+                                         [["codex", "-s", "danger-full-access", "x"]]).sandboxed
+    (tmp_path / "config.toml").write_text('sandbox_mode = "danger-full-access"\n')
+    assert not agentsettings.codex_rules("bypassPermissions", None, {"CODEX_HOME": str(tmp_path)}, [["codex", "x"]]).sandboxed
+
+

@@ -38,6 +38,10 @@ def state(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "state"
     (root / "desired").mkdir(parents=True)
     monkeypatch.setenv("RES_STATE_DIR", str(root))
+    # the session's rules are this test's (none unless it writes some), not the developer's
+    (tmp_path / "claude").mkdir()
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "claude"))
+    monkeypatch.delenv("CLAUDE_PROJECT_DIR", raising=False)
     return root
 
 
@@ -418,7 +422,9 @@ def test_the_hot_path_imports_almost_nothing(state):
     p = run()
     assert p.returncode == 0, p.stderr
     on, new = p.stdout.strip().split(" ", 1)
-    assert on == "True" and all(m in HOT for m in ast.literal_eval(new)), new
+    # game mode's prefix reads the session's rules (core/hookrules.py: an allowed line stays allowed)
+    game_on = HOT + ("reconciler.config.agentsettings", "reconciler.config.files", "reconciler.core.hookrules")
+    assert on == "True" and all(m in game_on for m in ast.literal_eval(new)), new
     game(state, "on = false\n")
     p = run()
     on, new = p.stdout.strip().split(" ", 1)
@@ -435,3 +441,61 @@ def test_the_console_script_dispatches_the_hook_before_the_command_line(state):
     env = dict(os.environ, RES_STATE_DIR=str(state))
     p = subprocess.run([sys.executable, "-S", "-c", code], input=event(), capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0 and p.stdout == "" and p.stderr.strip() == "[]", (p.stdout, p.stderr)
+
+
+# ---------------------------------------------------------------- an allowed line stays allowed (issue 37)
+
+
+def allow(state: Path, *rules: str) -> None:
+    (state.parent / "claude" / "settings.json").write_text(json.dumps({"permissions": {"allow": list(rules)}}))
+
+
+FITS = lambda environ, size: {"fits": "now", "start": None, "mem_gb": size["mem_gb"], "cpus": size["cpus"]}  # noqa: E731
+
+
+def test_an_allowed_heavy_line_is_rewritten_with_claude_codes_own_allow(state):
+    allow(state, "Bash(python3 -m pytest:*)")
+    text, _ = hook.main(event("python3 -m pytest -q tests"), os.environ, now=NOW, ask=FITS, res_path="/x/res")
+    spec = json.loads(text)["hookSpecificOutput"]
+    assert spec["permissionDecision"] == "allow" and spec["updatedInput"]["command"].startswith("/x/res run --wait --queue")
+    assert spec["updatedInput"]["description"] == "open the app" and "heavy work" in spec["additionalContext"]
+
+
+def test_a_heavy_line_no_rule_allows_or_in_plan_mode_is_passed_unchanged(state):
+    assert hook.main(event("python3 -m pytest -q tests"), os.environ, now=NOW, ask=FITS) == ("", 0)  # it would ask
+    allow(state, "Bash(python3 -m pytest:*)")
+    assert hook.main(event("python3 -m pytest -q tests", permission_mode="plan"), os.environ, now=NOW, ask=FITS) == ("", 0)
+    assert hook.main(event("python3 -m pytest -q tests > log"), os.environ, now=NOW, ask=FITS) == ("", 0)  # a file write
+
+
+def test_game_modes_prefix_on_an_allowed_line_carries_the_allow_and_on_others_only_the_prefix(state):
+    game(state, f"on = true\nuntil = {UNTIL}\n")
+    allow(state, "Bash(npm run lint:*)")
+    spec = json.loads(call(event("npm run lint"))[0])["hookSpecificOutput"]
+    assert spec["permissionDecision"] == "allow" and spec["updatedInput"]["command"] == PREFIX + "npm run lint"
+    assert_grants_nothing(out_of(event("npm run build")))  # it would have been asked about: it still is
+
+
+def test_a_loop_that_does_not_answer_lets_heavy_lines_run_and_says_so_once_a_session(state):
+    stuck = lambda environ, size: hook.STUCK  # noqa: E731
+    first, _ = hook.main(event("python3 -m pytest -q tests"), os.environ, now=NOW, ask=stuck)
+    assert json.loads(first) == {"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": hook.STUCK_CONTEXT}}
+    assert hook.main(event("python3 -m pytest -q tests"), os.environ, now=NOW, ask=stuck) == ("", 0)
+    again, _ = hook.main(event("make test", session_id="s-2"), os.environ, now=NOW, ask=stuck)
+    assert "did not answer within 1 s" in json.loads(again)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_a_stopped_loop_is_given_up_on_within_a_second(state):
+    """A real socket whose listener never answers (a SIGSTOPped loop): the question is given up on
+    after ASK_TIMEOUT_S (1 s; it was 5), and said to be a stuck loop, not a missing one."""
+    import socket
+
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(state / "serve.sock"))
+    srv.listen(8)
+    try:
+        got = hook._would_fit({"RES_STATE_DIR": str(state)}, {"mem_gb": 1, "cpus": 1, "est_s": 60})
+        assert got is hook.STUCK and hook.ASK_TIMEOUT_S == 1.0
+    finally:
+        srv.close()
+    assert hook._would_fit({"RES_STATE_DIR": str(state)}, {"mem_gb": 1, "cpus": 1, "est_s": 60}) is None  # none there
