@@ -555,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
 
             e = store_error(Paths.default().db, e)
         text = " ".join(str(e).split()) or type(e).__name__
-        if any(m in text for m in ("database or disk is full", "No space left on device", "disk I/O error")) \
+        if any(m in text for m in ("database or disk is full", "No space left on device", "disk I/O error",
+                                   "the disk is full", "failed to read or write it")) \
                 and _little_space_left():  # SQLite calls a full disk under its WAL "disk I/O error"
             print(_disk_full(None), file=sys.stderr)
             return 1

@@ -29,7 +29,7 @@ def cmd_reconcile(a, paths: Paths) -> int:
                 raise Fail(f"res: --world {quoted(a.world)}: {e.strerror or e}") from None
             except ValueError as e:  # not JSON, or not a world (pydantic's ValidationError is a ValueError)
                 errors = getattr(e, "errors", None)
-                if callable(errors):
+                if callable(errors) and errors()[0].get("type") != "json_invalid":  # (its value: the whole file)
                     from reconciler.core.invalid import first
 
                     said = first(errors(), World)[1]

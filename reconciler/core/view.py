@@ -166,19 +166,19 @@ def owners(now: Readings, before: Readings | None, records: dict[str, JobRecord]
 
 
 def escaped(world: dict, records: dict[str, JobRecord]) -> list[dict]:
-    """Transient services outside res's slices (docs/escaping.md), each with the memory it holds: one
-    a job started (its systemd-run marked it) is counted as that job's project's, never as the
-    owner's programs; one nobody marked is said as outside res, with no project."""
+    """Transient services outside res's slices that a job started (its systemd-run marked them:
+    docs/escaping.md), each with the memory it holds, counted as that job's project's, never as the
+    owner's programs. One nobody marked is not listed: its memory stays with the owner's programs."""
     names = world.get("stray_services") or []
     started_by = world.get("stray_from") or {}
     held = world.get("stray_mem_gb") or {}
     out = []
     for name in names:
-        if not isinstance(name, str):
-            continue
-        job = started_by.get(name)
-        rec = records.get(job) if isinstance(job, str) else None
-        label = f"{name} (escaped from {job})" if job else f"{name} (a service outside res)"
+        job = started_by.get(name) if isinstance(name, str) else None
+        if not isinstance(job, str):
+            continue  # nobody marked it: res cannot tell whose it is, so it stays the owner's programs'
+        rec = records.get(job)
+        label = f"{name} (escaped from {job})"
         out.append({"key": f"stray:{name}", "kind": "escaped", "label": label, "gb": _gb(held.get(name)),
                     "cpu_pct": None, "job": job, "project": rec.request.project if rec is not None else None})
     return out

@@ -67,15 +67,20 @@ def ask(sock_path: Path, request: dict, timeout: float | None, on_idle=None, idl
     deadline = None if timeout is None else time.monotonic() + timeout
     accepted = None
     try:
-        s.settimeout(timeout if timeout is not None and on_idle is None else idle_s if on_idle else None)
+        reading = timeout if timeout is not None and on_idle is None else idle_s if on_idle else None
+        s.settimeout(reading)
         try:
             s.connect(str(sock_path))
         except (FileNotFoundError, ConnectionRefusedError, OSError) as e:
             raise NoDaemon(str(e)) from None
+        s.settimeout(timeout)  # sending: within the whole answer's time, not the idle step's
         try:
             s.sendall(json.dumps(request, ensure_ascii=False).encode("utf-8", "surrogateescape") + b"\n")
         except (BrokenPipeError, ConnectionResetError) as e:
             raise NoDaemon(str(e)) from None  # it never read the whole request: nothing was done
+        except TimeoutError:  # a stopped loop whose socket buffer the request filled: not answered
+            raise Unanswered(None) from None
+        s.settimeout(reading)
         buf = b""
         try:
             while True:

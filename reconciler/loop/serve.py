@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import signal
 import sqlite3
@@ -20,7 +21,7 @@ from reconciler.config.locks import LockBusy, acquire, release
 from reconciler.recorded.store import StoreReplaced
 from reconciler.core.models import Plan
 from reconciler.config.paths import Paths
-from reconciler.core.errors import RetryLater, needs_a_person
+from reconciler.core.errors import HeldElsewhere, RetryLater, needs_a_person
 
 log = logging.getLogger("res.serve")
 
@@ -630,7 +631,6 @@ async def wait_answer(engine: Engine, ticker: Ticker, job_id: str, timeout: floa
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     gone = asyncio.ensure_future(reader.read(1)) if reader is not None else None
-    from reconciler.core.errors import HeldElsewhere
     from reconciler.recorded.store import StoreBusy
 
     try:
@@ -671,6 +671,9 @@ async def _submit_answer(engine: Engine, ticker: Ticker, req: dict, say=None) ->
     rid = fields.get("request_id")
     now = time.time()
     by = fields.get("answer_by")
+    if isinstance(by, float) and not math.isfinite(by):
+        return {"code": 2, "line": "res: answer_by: not a finite time; allowed: seconds since the epoch, or none",
+                "data": None}
     if isinstance(by, (int, float)) and now >= by:
         return {"code": 1, "line": f"res: request {rid or '(no id)'} reached the reconciler loop after its caller "
                                    "stopped waiting; not written, never started", "data": None}
@@ -685,7 +688,15 @@ async def _submit_answer(engine: Engine, ticker: Ticker, req: dict, say=None) ->
         if say is not None:
             say({"accepted": job_id, "answer_within": max(deadline - time.time(), 0.0)})
 
-    work = asyncio.ensure_future(ops.submit(engine, ticker.pass_after_now, req["kind"], fields, on_accept=accepted,
+    async def a_pass() -> Plan | None:
+        """A pass for the submit; one that another process's hold on state.db (or the tick lock) ended
+        is raised, so that the answer names the holder rather than "no pass decided it in time"."""
+        plan = await ticker.pass_after_now()
+        if plan is None and isinstance(ticker.failure, HeldElsewhere):
+            raise ticker.failure
+        return plan
+
+    work = asyncio.ensure_future(ops.submit(engine, a_pass, req["kind"], fields, on_accept=accepted,
                                             who=_who(req), deadline=deadline))
     try:
         # A moment past the deadline: the submit answers by it itself; this covers a pass that hangs.

@@ -34,6 +34,11 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 2  # 2: records carry no secret-looking environment (scrubbed on upgrade)
 
+# A record's request id as SQLite reads it, in the index and in the look-up alike (the same text, or
+# the index is not used); guarded, so a record that is not JSON is set aside when read (records())
+# rather than failing its insert or the index's creation at open.
+REQUEST_ID_OF_RECORD = "CASE WHEN json_valid(record) THEN json_extract(record, '$.request.request_id') END"
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     id          TEXT PRIMARY KEY,
@@ -46,7 +51,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     record      TEXT NOT NULL              -- models.JobRecord, models.dump_json()
 );
 CREATE INDEX IF NOT EXISTS jobs_phase ON jobs (phase);
-CREATE INDEX IF NOT EXISTS jobs_request_id ON jobs (json_extract(record, '$.request.request_id'));
+-- (guarded: a row whose record is not JSON is set aside when read, never a failed insert or open)
+CREATE INDEX IF NOT EXISTS jobs_request_id_valid ON jobs ({REQUEST_ID_OF_RECORD});
 CREATE INDEX IF NOT EXISTS jobs_num ON jobs (num);
 CREATE TABLE IF NOT EXISTS history (
     id          TEXT PRIMARY KEY,
@@ -69,7 +75,7 @@ CREATE TABLE IF NOT EXISTS changes (
     summary     TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS changes_at ON changes (at);
-"""
+""".replace("{REQUEST_ID_OF_RECORD}", REQUEST_ID_OF_RECORD)
 
 _TERMINAL = ("done", "refused", "cancelled")  # models.TERMINAL, kept here as text for SQL
 
@@ -235,7 +241,7 @@ class Store:
             # renewal) for no decision that could go wrong.
             store = cls(conn, path, False, timeout)
             store._bound()
-            if store._current_schema() != str(SCHEMA_VERSION) or not store._has_index("jobs_request_id"):
+            if store._current_schema() != str(SCHEMA_VERSION) or not store._has_index("jobs_request_id_valid"):
                 # A new or older database: its tables made (or upgraded) in one write. One already
                 # set up needs no write to be opened, so a process that holds state.db in a long
                 # transaction does not stop a reader of it from opening it.
@@ -438,8 +444,7 @@ class Store:
     def with_request_id(self, request_id: str) -> dict[str, "JobRecord"]:
         """The records whose request carries this request id (`--request-id`), by id: one query (a
         scan of the JSON in SQLite, no record parsed but these), not a read of every record."""
-        rows = self._rows("SELECT id, record FROM jobs WHERE json_extract(record, '$.request.request_id') = ? "
-                          "ORDER BY num", (request_id,))
+        rows = self._rows(f"SELECT id, record FROM jobs WHERE {REQUEST_ID_OF_RECORD} = ? ORDER BY num", (request_id,))
         out = {}
         for job_id, raw in rows:
             try:

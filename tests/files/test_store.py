@@ -322,11 +322,13 @@ def test_a_request_id_is_found_by_its_index_and_an_older_database_gets_the_index
             store.put(transition(None, "enqueue", _time.time(), request=req))
         assert list(store.with_request_id("q-x")) == ["r-2"] and store.with_request_id("q-none") == {}
     conn = sqlite3.connect(paths.db)
-    conn.execute("DROP INDEX jobs_request_id")
+    conn.execute("DROP INDEX jobs_request_id_valid")
     conn.commit()
     conn.close()
     with Store.open(paths) as store:
-        plan = store._conn.execute("EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE "
-                                   "json_extract(record, '$.request.request_id') = ?", ("q-x",)).fetchall()
-        assert any("jobs_request_id" in str(row) for row in plan), plan
+        from reconciler.recorded.store import REQUEST_ID_OF_RECORD
+
+        plan = store._conn.execute(f"EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE {REQUEST_ID_OF_RECORD} = ?",
+                                   ("q-x",)).fetchall()
+        assert any("jobs_request_id_valid" in str(row) for row in plan), plan
         assert list(store.with_request_id("q-x")) == ["r-2"]

@@ -176,7 +176,7 @@ LONG = b"x" * 100_000
 FLAGS = {
     "run": (["--mem", "1G", "--for", "1m"], ["--mem", "--cpus", "--for", "--title", "--project", "--lock", "--by",
                                             "--task", "--on", "--agent", "--max-cost-usd", "--max-duration",
-                                            "--max-iterations", "--start-within", "--tail"], ["--", "true"]),
+                                            "--max-iterations", "--start-within", "--tail", "--request-id"], ["--", "true"]),
     "note": (["--mem", "1G", "--for", "1m"], ["--mem", "--cpus", "--for", "--project", "--by", "--task", "--owner"],
              ["title"]),
     "wait": (["r-1"], ["--timeout"], []),

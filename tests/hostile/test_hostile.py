@@ -279,7 +279,7 @@ def test_smaller_ones_each_a_clear_line_and_the_right_code(res):
     for var in ("RES_USER_RESERVE_GB=inf", "RES_TICK_S=1e-300", "RES_ATTACH_LEASE_S=1e-9", "RES_ANSWER_TIMEOUT_S=inf"):
         name, value = var.split("=")
         r = res("status", env={name: value})
-        assert r.code == 1 and r.one_line("err").startswith(f"res: {name}: "), str(r)
+        assert r.code == 1 and r.one_line("err").startswith(f'res: {name}="{value}": '), str(r)
     # `res status | head`: no "Broken pipe" line
     for n in range(40):
         res("note", "--mem", "1M", "--for", "1h", "--until-expiry", f"note {n} " + "x" * 100)

@@ -564,7 +564,8 @@ def test_dry_run_with_a_bad_world_file_is_one_line(res):
     bad = res.tmp / "world.json"
     bad.write_text('{"mem_total_gb": "lots"')
     r = res("reconcile", "--dry-run", "--world", str(bad))
-    assert r.code == 1 and r.out == "" and r.one_line("err").startswith(f"res: --world {bad}: "), str(r)
+    assert r.code == 1 and r.out == "" and r.one_line("err") == \
+        f'res: --world "{bad}": not JSON text (make one with res observe --json)', str(r)
     r = res("reconcile", "--world", str(bad))
     assert r.code == 2 and r.one_line("err").startswith("res: "), str(r)
 

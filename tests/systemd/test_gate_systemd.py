@@ -67,7 +67,8 @@ def test_a_heavy_command_runs_as_a_job_with_its_own_output_and_exit_code(gated):
     for command, code in ((PYTEST, 0), (PYTEST + " -k no_such_test", 5), (f"cd tests && {PYTEST.replace(' tests', ' .')} | tail -1", 0)):
         alone = bash(res, command, res.proj)
         out = hook(res, command)["hookSpecificOutput"]
-        assert "permissionDecision" not in out and out["updatedInput"]["description"] == "run it"
+        # bypassPermissions: the session runs it unasked, so the rewrite carries the CLI's own allow (issue 37)
+        assert out["permissionDecision"] == "allow" and out["updatedInput"]["description"] == "run it"
         rewritten = out["updatedInput"]["command"]
         assert rewritten.endswith("-- bash -c " + shlex.quote(command)) and " --gated " in rewritten
         r = bash(res, rewritten, res.proj)

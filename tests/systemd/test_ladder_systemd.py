@@ -5,6 +5,7 @@ again; the agent's `res run --wait` sees one job and the last attempt's exit cod
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 
@@ -108,16 +109,22 @@ def test_a_policy_with_a_bad_overcommit_or_margin_is_named_and_the_loop_keeps_th
     from clihelp import nproc
 
     policy = res.tmp / "policy.toml"
-    policy.write_text("cpu_overcommit = 2\n")
+
+    def put(text: str) -> None:  # as an editor saves: whole, never a pass reading it half written
+        part = policy.with_suffix(".part")
+        part.write_text(text)
+        os.replace(part, policy)
+
+    put("cpu_overcommit = 2\n")
     res.env["RES_TICK_S"] = "0.5"
     serving(res)
     wait_for(lambda: res.status_all()["budget"]["cpus"] == pytest.approx(2 * nproc()), "2 × the CPUs")
     for bad, key in (("cpu_overcommit = 0.5\n", "cpu_overcommit"), ("margin = -1\n", "margin")):
-        policy.write_text(bad)
+        put(bad)
         wait_for(lambda: any("keeping the policy loaded before" in n for n in res.status_all()["notices"]),
                  f"{key} named in status")
         (line,) = [n for n in res.status_all()["notices"] if "keeping the policy loaded before" in n]
         assert line.startswith(f"{policy}: {key} = ") and "; allowed: a number" in line and "\n" not in line, line
         assert res.status_all()["budget"]["cpus"] == pytest.approx(2 * nproc())  # the last good policy
-        policy.write_text("cpu_overcommit = 2\n")
+        put("cpu_overcommit = 2\n")
         wait_for(lambda: not res.status_all()["notices"], "fixed")
