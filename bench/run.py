@@ -30,10 +30,12 @@ numbers.
                                                                           target ≤ 1.5×
     q  200 cluster requests by 8 agents through `res serve`: 0 lost, 0 duplicated in squeue, wall
     s  the loop's CPU over 60 s with the page's /events open (`res web`)    target < 1 % of a core
+    t  every caller's limit kept (`res wait --timeout`, RES_ANSWER_WAIT_S) with the loop stopped, with
+       state.db held by another process (loop running, and no loop): worst ÷ limit  target ≤ 1.5×
 
 Exit status: 0 when everything was measured, whether or not a speed target was met; 1 when the thing
 measured is broken (an entry lost, an id handed out twice, a run not started, a benchmark that
-errored). a, d, e, g, i, j and s need a systemd user manager; without one they are skipped (and say so);
+errored). a, d, e, g, i, j, s and t need a systemd user manager; without one they are skipped (and say so);
 p and q need Slurm's packages (they boot a private single-node cluster unless SLURM_CONF names one
 tests/slurmcluster.py booted).
 Everything started here runs under a private state directory, unique slices and unit prefix, and is
@@ -57,9 +59,9 @@ sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 from common import Broken, Report, manager_reachable  # noqa: E402
 
 FULL = dict(run_rounds=20, plan_runs=15, writers=(64, 50), latency_rounds=15, hook_rounds=40, status_rounds=20,
-            wait_rounds=15, kill_rounds=5, chain_jobs=10, cluster_rounds=10, cluster_crowd=(8, 25))
+            wait_rounds=15, kill_rounds=5, chain_jobs=10, cluster_rounds=10, cluster_crowd=(8, 25), timeout_rounds=3)
 SMOKE = dict(run_rounds=5, plan_runs=5, writers=(8, 10), latency_rounds=3, hook_rounds=8, status_rounds=5,
-             wait_rounds=3, kill_rounds=1, chain_jobs=3, cluster_rounds=2, cluster_crowd=(4, 3))
+             wait_rounds=3, kill_rounds=1, chain_jobs=3, cluster_rounds=2, cluster_crowd=(4, 3), timeout_rounds=1)
 
 
 def machine() -> str:
@@ -107,6 +109,7 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
     from writers_bench import bench_loop_writers, bench_writers
     from cluster_bench import bench_cluster_crowd, bench_cluster_run
     from web_bench import bench_web_events
+    from timeout_bench import bench_timeouts
 
     have_manager = manager_reachable()
     benchmarks = [
@@ -130,6 +133,7 @@ def run_all(a, size: dict, only: set[str], report: Report) -> int:
         ("p", True, lambda: bench_cluster_run(report, size["cluster_rounds"])),
         ("q", True, lambda: bench_cluster_crowd(report, *size["cluster_crowd"])),
         ("s", True, lambda: bench_web_events(report, a.smoke)),
+        ("t", True, lambda: bench_timeouts(report, size["timeout_rounds"])),
     ]
     print(f"res benchmarks ({'smoke' if a.smoke else 'full'}) · {machine()}", flush=True)
     started = time.monotonic()

@@ -191,6 +191,13 @@ class Executor:
             self.store.put(planned(None, Action(kind="refuse", id=req.id, detail=gone), now, request=req,
                                    why=self._said(gone), detail=gone), expect_phase=ABSENT)
             return
+        from reconciler.core.plan import start_missed
+
+        if start_missed(req, time.time()):  # planned before its --start-within ran out
+            missed = {"code": "start_missed", "start_by": req.start_by}
+            self.store.put(planned(rec, Action(kind="refuse", id=req.id, detail=missed), now, request=req,
+                                   why=self._said(missed), detail=missed), expect_phase=rec.phase if rec else ABSENT)
+            return
         # `starting` (with its lease) is on disk before the unit is asked for (DESIGN §5.3).
         if not self.store.put(starting, expect_phase=rec.phase if rec else None):
             return

@@ -48,10 +48,11 @@ async def with_engine(paths: Paths, fn: Callable[[Engine], Awaitable[T]]) -> T:
 
 
 def decide(paths: Paths, request: dict, local: Callable[[Engine], Awaitable[tuple[int, str, dict | None]]],
-           resume: Callable[[Engine], Awaitable[tuple[int, str, dict | None]]] | None = None) -> tuple[int, str, dict | None]:
+           resume: Callable[[Engine], Awaitable[tuple[int, str, dict | None]]] | None = None,
+           wait_s: float | None = None) -> tuple[int, str, dict | None]:
     """Ask the running loop; without one, run the passes here under the same lock. `resume`: what
     to run here instead of `local` when the loop took the request and ended before answering (it may
-    have acted on it already)."""
+    have acted on it already). `wait_s`: a shorter wait than the caller's answer wait, if given."""
     import time
 
     from reconciler.loop.client import NoAnswer, NoDaemon, Unanswered, answer_wait_s, ask, grace_s
@@ -59,7 +60,7 @@ def decide(paths: Paths, request: dict, local: Callable[[Engine], Awaitable[tupl
 
     fn = local
     try:
-        wait_s = answer_wait_s()
+        wait_s = answer_wait_s() if wait_s is None else min(answer_wait_s(), max(wait_s, 0.25))
     except ValueError as e:
         raise Fail(f"res: {e}", 2) from None
     # One wait, kept whoever holds the loop or state.db: the answer by then, or a line saying what
@@ -92,7 +93,7 @@ def decide(paths: Paths, request: dict, local: Callable[[Engine], Awaitable[tupl
         clear_deadline()  # (a `res run --wait` then waits for the job as long as it takes)
 
 
-NEW_FIELDS = ("request_id", "answer_by")  # what a loop from before issue 40 refuses in a request
+NEW_FIELDS = ("request_id", "answer_by", "start_by")  # what a loop from before issue 40 refuses in a request
 
 
 def _older_loop(answer: dict, request: dict) -> bool:

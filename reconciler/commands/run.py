@@ -59,6 +59,8 @@ def cmd_run(a, paths: Paths) -> int:
                   max_iterations=a.max_iterations, **_given(on="local" if a.gated else a.on),
                   **({"gated": True} if a.gated else {}), **({"auto": auto} if auto else {}), **_asker(a, caller, repo),
                   request_id=_request_id(a))
+    if a.start_within is not None:  # never started after it, whatever becomes of this call (core.plan.start_missed)
+        fields["start_by"] = fields["created"] + a.start_within
     fields.update(_agent_session(a.agent, cmd, cwd, caller))
     if a.agent != "none" and not a.json:
         from reconciler.core.agents import unread_output
@@ -70,15 +72,15 @@ def cmd_run(a, paths: Paths) -> int:
         raise Fail("res: --tail goes with --wait", 2)
     if not a.wait:
         return _submit(paths, "job", fields, a.json)
-    code, line, data = _submit_answer(paths, "job", fields)
+    code, line, data = _submit_answer(paths, "job", fields, within=a.start_within)
     state = (data or {}).get("state")
     if state not in ("queued", "running", "starting", "exited") or code != 0:
         _print_answer(code, line, data, a.json)
         return code
-    return _wait_for_job(paths, data, line, state, a)
+    return _wait_for_job(paths, data, line, state, a, fields.get("start_by"))
 
 
-def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a) -> int:
+def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a, start_by: float | None = None) -> int:
     """`res run --wait`: the job's output as it comes (stdout), res's own lines on stderr (as
     `systemd-run --wait` does), the job's exit code."""
     from reconciler.loop.waiting import LogFollower, ThrottleWatch, tail_lines, wait_for
@@ -96,7 +98,7 @@ def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a) -> int:
                          locate=(lambda: _log_of(paths, job_id)) if state == "queued" else None)
     throttle = ThrottleWatch(paths, job_id)
 
-    deadline = _start_deadline(state, a.start_within)
+    deadline = _start_deadline(state, start_by)
 
     def on_idle() -> None:
         follow.poll()
@@ -104,18 +106,23 @@ def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a) -> int:
         if deadline is not None and not follow.seen and time.monotonic() >= deadline:
             raise _NotStarted
 
+    queued = data  # where it waited when asked: the busy line's position and est. start
     while True:
         try:
-            code, done, data = wait_for(paths, the_policy, job_id, None, on_idle=on_idle)
-            break
+            code, done, data = wait_for(paths, the_policy, job_id, None, on_idle=on_idle, look_by=deadline)
         except _NotStarted:
             deadline = None
-            gave_up = _withdraw(paths, job_id, data, a.start_within)
-            if gave_up is not None:  # withdrawn before it started: the busy line, exit 3
-                print(json.dumps(dict(data, state="withdrawn", exit_code=3, line=gave_up)) if a.json else gave_up,
-                      file=sys.stdout if a.json else sys.stderr)
-                return 3
-            # it started meanwhile: wait for it as if nothing happened
+            gave_up = _withdraw(paths, job_id, queued, a.start_within)
+        else:  # a pass refused it at its start_by before this call looked (core.plan.start_missed): the same
+            missed = ((data or {}).get("reason") or {}).get("code") == "start_missed"
+            gave_up = _busy_line(job_id, queued, a.start_within) if missed else None
+            if not missed:
+                break
+        if gave_up is not None:  # withdrawn before it started: the busy line, exit 3
+            print(json.dumps(dict(queued, state="withdrawn", exit_code=3, line=gave_up)) if a.json else gave_up,
+                  file=sys.stdout if a.json else sys.stderr)
+            return 3
+        # it started meanwhile: wait for it as if nothing happened
     if not follow.seen:
         follow.poll(relocate=True)  # started and ended between two looks: where it ran
     if not quiet:
@@ -133,16 +140,20 @@ def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a) -> int:
     return code
 
 
+WITHDRAW_WAIT_S = 0.5  # how long a --start-within that ran out waits for its withdrawal's answer
+
+
 class _NotStarted(Exception):
     """--start-within passed and the job has not started."""
 
 
-def _start_deadline(state: str, within: int | None) -> float | None:
-    """When `--start-within` gives up on a queued job (time.monotonic()); None without the flag or once
-    the job runs. Never sooner: the plan's est. start may rest on other jobs' guessed ends."""
-    if within is None or state != "queued":
+def _start_deadline(state: str, start_by: float | None) -> float | None:
+    """When `--start-within` gives up on a queued job (time.monotonic()): its start_by, counted from
+    when it was asked (the whole call, its first answer included, keeps the caller's limit); None
+    without the flag or once the job runs. Never sooner: the plan's est. start may rest on guesses."""
+    if start_by is None or state != "queued":
         return None
-    return time.monotonic() + within
+    return time.monotonic() + max(start_by - time.time(), 0.0)
 
 
 def _withdraw(paths: Paths, job_id: str, data: dict, within: int) -> str | None:
@@ -155,9 +166,19 @@ def _withdraw(paths: Paths, job_id: str, data: dict, within: int) -> str | None:
 
         return ops.release(engine, engine.tick, job_id, False)
 
-    code, _, now = decide(paths, {"op": "release", "id": job_id, "stop": False, "who": process_chain(os.getpid())}, local)
+    unsure = ""
+    try:  # a moment at most: its start_by keeps it from starting from now on whether or not this lands
+        code, _, now = decide(paths, {"op": "release", "id": job_id, "stop": False, "who": process_chain(os.getpid())},
+                              local, wait_s=WITHDRAW_WAIT_S)
+    except Fail:  # the loop did not answer by then (stopped, or state.db held)
+        code, now, unsure = 1, None, f" (res status {job_id} says if it started just before)"
     if code != 0 and (now or {}).get("state") in ("running", "starting", "exited"):
         return None
+    return _busy_line(job_id, data, within, unsure)
+
+
+def _busy_line(job_id: str, data: dict, within: int, unsure: str = "") -> str:
+    """`busy: r-7 would not start within 30 s (position 1; est. start ~14:09); withdrawn; retry …`."""
     from reconciler.config.zone import zone_of
     from reconciler.render.reasons import queued_line
 
@@ -171,7 +192,7 @@ def _withdraw(paths: Paths, job_id: str, data: dict, within: int) -> str | None:
         from reconciler.render.text import fmt_clock
 
         retry = f"retry after ~{fmt_clock(reason['est_start'], zone_of(the_policy()))} or work on something else"
-    return f"busy: {job_id} would not start within {within} s ({where}); withdrawn; {retry}"
+    return f"busy: {job_id} would not start within {within} s ({where}); withdrawn{unsure}; {retry}"
 
 
 def _log_of(paths: Paths, job_id: str) -> Path:
@@ -242,7 +263,8 @@ def _print_answer(code: int, line: str, data: dict | None, as_json: bool) -> Non
         say(line, code)
 
 
-def _submit_answer(paths: Paths, kind: str, fields: dict) -> tuple[int, str, dict | None]:
+def _submit_answer(paths: Paths, kind: str, fields: dict, within: float | None = None) -> tuple[int, str, dict | None]:
+    """The loop's answer (or the passes' here). `within`: --start-within, which bounds this wait too."""
     async def local(engine, resume=False):
         from reconciler.ops import requests as ops
 
@@ -256,7 +278,7 @@ def _submit_answer(paths: Paths, kind: str, fields: dict) -> tuple[int, str, dic
 
     paths.ensure()
     return decide(paths, {"op": "submit", "kind": kind, "fields": fields, "who": process_chain(os.getpid())}, local,
-                   resume=lambda engine: local(engine, resume=True))
+                   resume=lambda engine: local(engine, resume=True), wait_s=within)
 
 
 def cmd_release(a, paths: Paths) -> int:

@@ -154,6 +154,9 @@ class Request:
     # started (refused, code caller_gone).
     request_id: Annotated[str | None, _typed(pattern=REQUEST_ID_PATTERN)] = None
     answer_by: Annotated[float | None, _typed(ge=0, le=MAX_EPOCH)] = None
+    # `--start-within`: not started by then (epoch), never started (refused, code start_missed): its
+    # caller has moved on, told it was withdrawn, whether or not the withdrawal reached the loop.
+    start_by: Annotated[float | None, _typed(ge=0, le=MAX_EPOCH)] = None
 
     @property
     def number(self) -> int:
@@ -174,7 +177,7 @@ class Request:
         return self.kind == "job" and self.agent != "none"
 
 
-FLOAT_FIELDS = ("mem_gb", "cpus", "created", "grown_from_gb", "book_gb", "answer_by")  # of Request: written as floats (`cpus = 1.0`, not `1`)
+FLOAT_FIELDS = ("mem_gb", "cpus", "created", "grown_from_gb", "book_gb", "answer_by", "start_by")  # of Request: written as floats (`cpus = 1.0`, not `1`)
 
 
 @dataclass(slots=True, kw_only=True)

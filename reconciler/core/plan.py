@@ -399,6 +399,8 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "unchecked"}, **_tag(req)))
         elif rec is None and caller_gone(req, now):
             adm.acts.append(_refuse(req, {"code": "caller_gone", "answer_by": req.answer_by}))
+        elif start_missed(req, now):
+            adm.acts.append(_refuse(req, {"code": "start_missed", "start_by": req.start_by}))
         elif rec is None and req.request_id is not None and taken.get(req.request_id, req.id) != req.id:
             adm.acts.append(_refuse(req, {"code": "same_request", "request_id": req.request_id,
                                           "as": taken[req.request_id]}))
@@ -423,6 +425,12 @@ def caller_gone(req: Request, now: float) -> bool:
     never started (issue 40: a request is answered or never run). A --queue request waits whoever
     waits for it: its caller was told so (its answer, or the line it gave up with)."""
     return req.answer_by is not None and not req.queue and now >= req.answer_by
+
+
+def start_missed(req: Request, now: float) -> bool:
+    """A request asked with --start-within that has not started by its start_by: never started (its
+    caller gave up on it then and was told it never starts)."""
+    return req.start_by is not None and now >= req.start_by
 
 
 def taken_request_ids(records: dict[str, JobRecord]) -> dict[str, str]:

@@ -550,7 +550,7 @@ SUBMIT_FIELDS: dict[str, tuple] = {
     "title": (str,), "project": (str,), "cwd": (str,), "cmd": (list,), "auto": (list,), "env": (dict,),
     "lock": (str, type(None)), "gated": (bool,), "book_gb": (*_NUM, type(None)), "mem_gb": _NUM, "cpus": _NUM,
     "est_s": _NUM, "created": _NUM, "queue": (bool,), "request_id": (str, type(None)),
-    "answer_by": (*_NUM, type(None)),
+    "answer_by": (*_NUM, type(None)), "start_by": (*_NUM, type(None)),
 }
 _TYPE_WORDS = {str: "text", dict: "an object", list: "a list", bool: "true or false", int: "a number",
                float: "a number", type(None): "null"}

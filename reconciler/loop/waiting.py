@@ -16,6 +16,9 @@ from reconciler.config.paths import Paths
 
 IDLE_S = 0.1
 LOCAL_PASS_EVERY_S = 1.0
+# The longest one pass here waits for what another process holds (state.db, the tick lock) before it
+# is tried again: the wait's own limits (its --timeout, --start-within) are looked at between passes.
+HERE_PASS_WAIT_S = 1.0
 
 
 # How long past its deadline a waiting client gives the loop to send the answer it owes: the loop
@@ -23,24 +26,26 @@ LOCAL_PASS_EVERY_S = 1.0
 ANSWER_GRACE_S = 0.5
 
 
-def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idle=None) -> tuple[int, str, dict | None]:
+def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idle=None,
+             look_by: float | None = None) -> tuple[int, str, dict | None]:
     """(exit code, line, the entry as data). `policy_of()` gives the policy, only if passes must run here.
     A `timeout` is kept whatever holds state.db or the loop (issue 40): every wait of this process for
     state.db ends by then (recorded.store.wait_limits), and a loop that cannot answer is given up on
-    ANSWER_GRACE_S after it."""
+    ANSWER_GRACE_S after it. `look_by` (time.monotonic()): a pass here ends by then at the latest, so
+    that `on_idle` is called at that moment (`res run --start-within`'s check)."""
     from reconciler.config.deadline import clear_deadline, wait_limits
 
     deadline = None if timeout is None else time.monotonic() + timeout
     if deadline is not None:
         wait_limits(deadline=deadline)
     try:
-        return _wait_for(paths, policy_of, job_id, timeout, deadline, on_idle)
+        return _wait_for(paths, policy_of, job_id, timeout, deadline, on_idle, look_by)
     finally:
         clear_deadline()
 
 
 def _wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, deadline: float | None,
-              on_idle) -> tuple[int, str, dict | None]:
+              on_idle, look_by: float | None = None) -> tuple[int, str, dict | None]:
     from reconciler.loop.client import NoAnswer, NoDaemon, ask
 
     started = False
@@ -70,7 +75,7 @@ def _wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, deadl
 
             return EXIT_TIMEOUT, (f"res: {job_id} still not done after the wait's --timeout; the reconciler loop "
                                   "did not answer by then (stopped?)"), None
-        return _wait_here(paths, policy_of(), job_id, _left(deadline), timeout, on_idle)
+        return _wait_here(paths, policy_of(), job_id, _left(deadline), timeout, on_idle, look_by)
 
 
 def _left(deadline: float | None) -> float | None:
@@ -78,7 +83,7 @@ def _left(deadline: float | None) -> float | None:
 
 
 def _wait_here(paths: Paths, policy, job_id: str, left: float | None, timeout: float | None,
-               on_idle) -> tuple[int, str, dict | None]:
+               on_idle, look_by: float | None = None) -> tuple[int, str, dict | None]:
     """Passes here (no loop answers), until the entry is finished or the deadline. A pass that cannot
     write state.db (another process holds it) does not end the wait: the records are read on, and at
     the deadline the line says what held it, once."""
@@ -90,6 +95,23 @@ def _wait_here(paths: Paths, policy, job_id: str, left: float | None, timeout: f
     from reconciler.recorded.store import Store, StoreBusy
 
     logging.getLogger("res").addHandler(logging.NullHandler())
+
+    from reconciler.config.deadline import clear_deadline, wait_limits
+
+    overall = None if left is None else time.monotonic() + left  # (this process's, for wait_limits)
+
+    async def one_pass(engine) -> None:
+        step = time.monotonic() + HERE_PASS_WAIT_S
+        if look_by is not None:
+            step = min(step, max(look_by, time.monotonic() + 0.05))
+        wait_limits(deadline=step if overall is None else min(step, overall))
+        try:
+            await engine.tick()
+        finally:
+            if overall is None:
+                clear_deadline()
+            else:
+                wait_limits(deadline=overall)
 
     async def run():
         loop = asyncio.get_running_loop()
@@ -110,7 +132,7 @@ def _wait_here(paths: Paths, policy, job_id: str, left: float | None, timeout: f
                 changed.clear()
                 if engine is not None:
                     try:
-                        await engine.tick()
+                        await one_pass(engine)
                         busy.clear()
                     except HeldElsewhere as e:
                         busy[:] = [e]
@@ -162,6 +184,8 @@ def finished(store, paths: Paths, job_id: str, timed_out: bool, timeout: float |
     from reconciler.render.text import fmt_span
 
     rec = store.get(job_id)
+    if rec is None and held is not None:  # asked for (in queue.toml), not yet recorded: no pass could run
+        return _held_answer(job_id, timeout, held) if timed_out else None
     if rec is None:
         return 1, f"res: no such entry: {job_id}", None
     if rec.phase in TERMINAL:

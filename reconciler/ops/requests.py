@@ -50,7 +50,7 @@ def outcome(engine: Engine, job_id: str, plan: Plan | None) -> tuple[int, str, d
             return outcome(engine, rec.detail["as"], plan)  # the entry that holds the request id answers
         if code == "caller_gone":
             return 1, f"res: {job_id} {why}", data
-        return (3, why, data) if code == "busy" else (1, f"res: {why}", data)
+        return (3, why, data) if code in ("busy", "start_missed") else (1, f"res: {why}", data)
     if rec.phase in LIVE:
         if req.kind == "note":
             return 0, f"{job_id} noted: {fmt_gb(req.mem_gb)} until ~{fmt_clock(rec.expires(), zone)}{_owner(req)}; free it: res release {job_id}", data

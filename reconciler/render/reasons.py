@@ -48,6 +48,9 @@ def reason_line(d: dict, zone: Zone) -> str:
     if d["code"] == "caller_gone":
         return (f"not started: its caller stopped waiting at ~{fmt_clock(d['answer_by'], zone)} before res decided "
                 "it (nothing ran; ask again)")
+    if d["code"] == "start_missed":
+        return (f"not started: it was to start by ~{fmt_clock(d['start_by'], zone)} (--start-within) and could not "
+                "(nothing ran; retry later)")
     if d["code"] == "same_request":
         return f"not started: the same request ({d['request_id']}) as {d['as']}, which holds it"
     if d["code"] == "never_fits":

@@ -97,3 +97,19 @@ def test_a_job_res_stopped_whose_unit_left_no_exit_record_is_settled_with_its_st
     p = run_plan([plain.request], [plain], w=w, seen=False)
     (a,) = [a for a in p.actions if a.id == "r-1"]
     assert a.detail["code"] == "lost"  # no stop asked: as before
+
+
+def test_a_start_within_that_ran_out_is_never_started_queued_or_recorded():
+    """`res run --wait --queue --start-within N`: its caller gives up at start_by and is told the job
+    never starts, whether or not its withdrawal reaches the loop (a stopped loop, a held state.db):
+    no pass starts it after start_by, recorded in the queue or not."""
+    fresh = req(1, queue=True, start_by=NOW - 1)
+    p = run_plan([fresh])
+    assert kinds(p) == [("refuse", "r-1")] and p.actions[0].detail == {"code": "start_missed", "start_by": NOW - 1}
+    assert reason_line(p.actions[0].detail, UTC).startswith("not started: it was to start by ~")
+    queued = JobRecord(request=req(1, queue=True, start_by=NOW), phase=Phase.queued)
+    assert kinds(run_plan([queued.request], [queued])) == [("refuse", "r-1")]
+    assert kinds(run_plan([req(1, queue=True, start_by=NOW + 5)])) == [("start", "r-1")]  # still in time
+    running = JobRecord(request=req(1, queue=True, start_by=NOW - 60), phase=Phase.running, started=NOW - 61,
+                        unit="res-r-1.service")
+    assert ("refuse", "r-1") not in kinds(run_plan([running.request], [running]))  # started in time: left alone
