@@ -60,11 +60,6 @@ def tmp_tmpfs_used_gb(mounts_text: str | None = None) -> float | None:
     return (st.f_blocks - st.f_bfree) * st.f_frsize / GIB_KB / 1024
 
 
-def stray_services(transient_dir: str, ours: tuple[str, ...], loop_prefix: str = "") -> list[str]:
-    """The names of stray_units."""
-    return [name for name, _, _ in stray_units(transient_dir, ours, loop_prefix)]
-
-
 _ESCAPED_FROM = re.compile(r"RES_ESCAPED_FROM=(r-[1-9][0-9]{0,9})\b")
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 from urllib.parse import quote
 
 # Every wait of this process for another's lock on state.db is bounded (config/deadline.py).
-from reconciler.config.deadline import BUSY_TIMEOUT_S, clear_deadline, remaining, wait_limits  # noqa: F401
+from reconciler.config.deadline import BUSY_TIMEOUT_S, wait_limits  # noqa: F401  (serve.py takes them from here)
 from reconciler.config.deadline import wait_s as _wait_s
 from reconciler.config.paths import Paths
 from reconciler.core.errors import HeldElsewhere

@@ -6,7 +6,7 @@ from reconciler.config.paths import Paths
 from reconciler.observed import cgroup
 from reconciler.core.game import game_actions as decide_game, slice_target
 from reconciler.core.models import Desired, Game, JobObs, JobRecord, Phase, Request, SessionObs, SliceObs, World
-from reconciler.observed.machine import stray_services, tmp_tmpfs_used_gb
+from reconciler.observed.machine import stray_units, tmp_tmpfs_used_gb
 from reconciler.core.plan import plan as decide
 from reconciler.observed.procs import Proc, descendants, parse_stat
 from reconciler.render.lines import agents_memory_line, plan_line, status_warnings
@@ -273,8 +273,8 @@ def test_stray_services_from_transient_unit_files(tmp_path):
              "run-u3.scope": "[Scope]\n"}
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    assert stray_services(str(tmp_path), ("agents.slice", "agents-jobs.slice")) == ["run-u1.service"]
-    assert stray_services(str(tmp_path / "missing"), ()) == []
+    assert stray_units(str(tmp_path), ("agents.slice", "agents-jobs.slice")) == [("run-u1.service", "app.slice", None)]
+    assert stray_units(str(tmp_path / "missing"), ()) == []
 
 
 def test_the_loop_the_first_call_started_is_not_a_stray(tmp_path):
@@ -288,8 +288,9 @@ def test_the_loop_the_first_call_started_is_not_a_stray(tmp_path):
     (tmp_path / loop).write_text("[Service]\nExecStart=python3 -m reconciler.cli serve\n")
     (tmp_path / "run-u1.service").write_text("[Service]\nExecStart=x\n")
     ours = ("agents.slice", "agents-jobs.slice")
-    assert stray_services(str(tmp_path), ours, loop_unit_stem("res")) == ["run-u1.service"]
-    assert stray_services(str(tmp_path), ours) == sorted([loop, "run-u1.service"])  # without it, as before
+    names = lambda *prefix: [name for name, _, _ in stray_units(str(tmp_path), ours, *prefix)]  # noqa: E731
+    assert names(loop_unit_stem("res")) == ["run-u1.service"]
+    assert names() == sorted([loop, "run-u1.service"])  # without it, as before
 
 
 def test_slice_unit_files_carry_the_normal_share_and_oomd_only_where_present():
@@ -311,7 +312,7 @@ def test_slice_values_line():
 def test_a_transient_file_still_being_written_is_not_judged(tmp_path):
     (tmp_path / "res-r-1.service").write_text("# transient\n[Unit]\nDescription=res r-1: make\n")  # no Slice= yet
     (tmp_path / "run-u7.service").write_text("[Unit]\n[Service]\nExecStart=\nExecStart=/bin/x\n")
-    assert stray_services(str(tmp_path), ("agents.slice", "agents-jobs.slice")) == ["run-u7.service"]
+    assert [n for n, _, _ in stray_units(str(tmp_path), ("agents.slice", "agents-jobs.slice"))] == ["run-u7.service"]
 
 
 def test_an_agent_cli_is_known_by_its_name_or_its_scripts():
