@@ -47,6 +47,10 @@ def _calls(env: ResEnv, blocker: str, rounds: int, loop: bool) -> list[tuple[str
                       ["run", "--wait", "--queue", "--start-within", f"{LIMIT_S:g}s", *small, "--title", f"g{n}",
                        "--", "true"], {1, 3}))
     calls.append(("res release", ["release", "r-99"], {1, 2}))  # an id nobody has: said, never waited on
+    calls.append(("res note", ["note", *small, "--until-expiry", "t"], {0, 1}))
+    calls.append(("res reconcile", ["reconcile"], {0, 1}))
+    calls.append(("res reconcile --dry-run", ["reconcile", "--dry-run"], {0, 1}))
+    calls.append(("res hist", ["hist"], {0, 1}))
     if not loop:
         calls.append(("res status", ["status"], {0, 1}))
     return calls
