@@ -31,6 +31,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "tests"))
+import skips  # noqa: E402
 from anthropic_api import AnthropicAPI, Turn  # noqa: E402
 from clihelp import res, wait_for  # noqa: E402,F401  (res: the fixture)
 from gate_harness import AGENTS  # noqa: E402
@@ -39,7 +40,7 @@ from test_gate_modes import LINE, RULE, U, _environ, _project, loop  # noqa: E40
 
 pytestmark = [pytest.mark.systemd,
               pytest.mark.skipif(shutil.which("tmux") is None and not os.environ.get("CI"),
-                                 reason="tmux is not installed (apt-get install tmux)")]
+                                 reason=skips.TMUX_MISSING)]  # CI installs it (.ci/run): there, missing fails
 
 DONE_TEXT = "All done here."
 # What Claude Code shows when it asks the person about a command (not its other dialogs, such as
