@@ -4,6 +4,8 @@ numbers.
     python3 bench/run.py            the full run (about 15 minutes: j watches an idle loop for 10)
     python3 bench/run.py --smoke    a small, fast version for CI (well under a minute)
     python3 bench/run.py --only b,c a subset
+    python3 bench/run.py --fresh-venv --only a,h,i,j   as a user's install runs res: a new venv, a
+                                    regular `pip install .`, these benchmarks by its interpreter
 
     a  `res run --mem 100M --for 1m -- true` end to end (with `res serve` and without) vs
        `systemd-run --user --collect -q true`, and vs `python3 -c pass` for context   target ≤ 10×
@@ -76,11 +78,33 @@ def machine() -> str:
             f"load {os.getloadavg()[0]:.2f}; Python {platform.python_version()}; systemd {sysd}")
 
 
+def in_fresh_venv(argv: list[str]) -> int:
+    """bench/run.py again, by a new venv's interpreter, with res installed into it as a user installs
+    it (`pip install <checkout>`: not editable, compiled): res_argv() then finds that venv's `res`."""
+    venv = Path(tempfile.mkdtemp(prefix="res-bench-venv-"))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["RES_BENCH_INSTALLED"] = str(venv)  # (its bytecode is pip's: no private cache then)
+        t0 = time.monotonic()
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(Path(__file__).resolve().parent.parent)],
+                       check=True, env=env)
+        print(f"res installed into a new venv ({venv}, a regular install) in {time.monotonic() - t0:.0f} s", flush=True)
+        return subprocess.call([str(venv / "bin" / "python"), str(Path(__file__).resolve()), *argv], env=env)
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="res benchmarks: figures as ratios")
     ap.add_argument("--smoke", action="store_true", help="a small, fast version (CI)")
-    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s", help="which benchmarks, e.g. b,c")
+    ap.add_argument("--only", default="a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q,r,s,t", help="which benchmarks, e.g. b,c")
+    ap.add_argument("--fresh-venv", action="store_true",
+                    help="measure what a user's install runs: a new venv, `pip install .` (a regular install, its "
+                         "bytecode written by pip), and these benchmarks run by its interpreter and its `res`")
     a = ap.parse_args(argv)
+    if a.fresh_venv:
+        return in_fresh_venv([x for x in (sys.argv[1:] if argv is None else argv) if x != "--fresh-venv"])
     size = SMOKE if a.smoke else FULL
     only = set(a.only.split(","))
     report = Report()
@@ -90,8 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     # round of each benchmark fills it and is not counted.
     pycache = tempfile.mkdtemp(prefix="res-bench-pycache-")
     no_bytecode = os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = pycache
-    if no_bytecode:
+    if os.environ.get("RES_BENCH_INSTALLED"):
+        report.notes.append("   (res as a user's install runs it: a new venv, `pip install .`, its bytecode pip's)")
+    else:
+        os.environ["PYTHONPYCACHEPREFIX"] = pycache
+    if no_bytecode and not os.environ.get("RES_BENCH_INSTALLED"):
         report.notes.append("   (PYTHONDONTWRITEBYTECODE was set; the commands measured ran with bytecode cached in "
                             "a private PYTHONPYCACHEPREFIX)")
     try:
