@@ -17,7 +17,23 @@ from reconciler.core.agents import AGENTS
 from reconciler.core.quantities import BadValue, parse_count, parse_cpus, parse_duration_s, parse_pid, parse_size_gb, parse_usd
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's own, given the terminal's width from os: left to itself it imports shutil for it
+    (~2 ms, with bz2 and lzma) on every command, help asked for or not."""
+
+    def __init__(self, prog: str) -> None:
+        try:
+            width = os.get_terminal_size(sys.stdout.fileno()).columns
+        except (OSError, ValueError):
+            width = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 80
+        super().__init__(prog, width=max(width - 2, 20))
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # one line, exit 2
         raise Fail(f"res: {_tidy(message)} (see: {self.prog} --help)", 2)
 

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 AGENTS = ("none", "claude", "codex", "gemini")  # none: a plain command, the exit code decides
 
@@ -146,9 +145,9 @@ def codex_default_model(version: str | None) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class CodexCall:
-    """What a `codex …` command line says about its session."""
+class CodexCall(NamedTuple):
+    """What a `codex …` command line says about its session. (A NamedTuple, not a dataclass: the
+    command line imports this module, and dataclasses costs it ~7 ms of imports, inspect with it.)"""
 
     index: int  # where the codex program is in the command
     model: str | None = None  # -m / --model

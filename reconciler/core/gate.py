@@ -23,17 +23,15 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from typing import NamedTuple
+from collections import namedtuple
 
 # ---------------------------------------------------------------- the table
 
 
-class Tool(NamedTuple):
-    key: str  # as written in the table: "cargo test", "npm run test*"
-    words: tuple[str, ...]  # ("cargo", "test")
-    mem_gb: float
-    cpus: float
-    est_s: int
+# (collections.namedtuple, not typing.NamedTuple: `res hook` imports this module, and typing costs it ~3 ms)
+# A table entry: key (str, as written: "cargo test", "npm run test*"), words (tuple[str, ...]:
+# ("cargo", "test")), mem_gb (float), cpus (float), est_s (int).
+Tool = namedtuple("Tool", "key words mem_gb cpus est_s")
 
 
 class TableError(ValueError):
@@ -344,13 +342,11 @@ def _script_of(name: str, args: list[str]) -> int | None:
 _ASKS_ONLY = frozenset({"--version", "-V", "--help", "-h", "version", "help"})
 
 
-class Heavy(NamedTuple):
-    fingerprint: str  # of the line's heaviest command (its title kind in the history)
-    mem_gb: float  # the most any of its heavy commands books
-    cpus: float
-    est_s: int  # the heavy commands' estimates, one after the other
-    source: str  # "table: pytest", "history: 5 runs of make e2e"
-    guessed: bool  # from the table, not from this project's own runs
+# A heavy line: fingerprint (str: of its heaviest command, its title kind in the history), mem_gb
+# (float: the most any of its heavy commands books), cpus (float), est_s (int: the heavy commands'
+# estimates, one after the other), source (str: "table: pytest", "history: 5 runs of make e2e"),
+# guessed (bool: from the table, not from this project's own runs).
+Heavy = namedtuple("Heavy", "fingerprint mem_gb cpus est_s source guessed")
 
 
 def judge(line: str, table: tuple[Tool, ...], learned: dict | None = None) -> Heavy | None:

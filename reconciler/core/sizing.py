@@ -17,34 +17,27 @@ Import-light (the gate's hot path): the gate's own text reading, nothing else.
 from __future__ import annotations
 
 import posixpath
-from typing import TYPE_CHECKING, NamedTuple
+from collections import namedtuple
 
 from reconciler.core.gate import SHELLS, Tool, Unreadable, fingerprint, match_tool, program_of, simple_commands
 
-if TYPE_CHECKING:  # `res hook` imports this module: nothing more than it needs at run time
+TYPE_CHECKING = False  # typing's flag without typing (`res hook` imports this module; typing costs it ~3 ms)
+if TYPE_CHECKING:
     from reconciler.core.rules import Rules
 
 MAX_EST_S = 365 * 86400
 _NOT_WORK = frozenset({"cd", "echo", "true", "export", "set", "source", ".", "pwd", "printf"})
 
 
-class Size(NamedTuple):
-    mem_gb: float
-    cpus: float
-    est_s: int
-    source: str  # "12 earlier runs of make test", "the table's entry for pytest", "the policy's default"
-    runs: int = 0  # earlier runs it was learned from (0: not from history)
-    key: str = ""  # the fingerprint history knows it by, or the table's key
-
-
-class Seen(NamedTuple):
-    """One fingerprint's entry in what history learned (core/hist.learned, gate.json)."""
-    mem_gb: float
-    est_s: int
-    heavy: bool
-    runs: int
-    cpus: float | None
-    peak_gb: float | None = None  # the p95 peak itself (what a book is made from)
+# (collections.namedtuple, not typing.NamedTuple: `res hook` imports this module, and typing costs it ~3 ms)
+# A size: mem_gb (float), cpus (float), est_s (int), source (str: "12 earlier runs of make test", "the
+# table's entry for pytest", "the policy's default"), runs (int: earlier runs it was learned from; 0:
+# not from history), key (str: the fingerprint history knows it by, or the table's key).
+Size = namedtuple("Size", "mem_gb cpus est_s source runs key", defaults=(0, ""))
+# One fingerprint's entry in what history learned (core/hist.learned, gate.json): mem_gb (float),
+# est_s (int), heavy (bool), runs (int), cpus (float | None), peak_gb (float | None: the p95 peak
+# itself, what a book is made from).
+Seen = namedtuple("Seen", "mem_gb est_s heavy runs cpus peak_gb", defaults=(None,))
 
 
 def seen_entry(value: object) -> Seen | None:
@@ -126,9 +119,8 @@ def policy_default(policy: Rules) -> Size:
 BOOK_RUNS = 3  # finished runs of a command before a job of it is booked below its cap (DESIGN §5.1)
 
 
-class Book(NamedTuple):
-    gb: float
-    source: str  # "5 runs of make test"
+# What a job books: gb (float), source (str: "5 runs of make test").
+Book = namedtuple("Book", "gb source")
 
 
 def book_for(cmd: list[str], learned: dict | None, margin: float) -> Book | None:
