@@ -157,3 +157,25 @@ def test_the_shims_gate_agents_without_hooks(gated):
     r = subprocess.run(["bash", "-c", "pytest --version"], cwd=str(res.proj), env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "pytest" in (r.stdout + r.stderr) and "done rc=" not in r.stderr
     assert len([j for j in res.status_all()["jobs"] if j["kind"] == "job"]) == 1
+
+
+def test_a_stopped_loop_lets_heavy_commands_run_as_they_are_said_once_a_session(gated):
+    """Issue 37 item 3: the real loop SIGSTOPped (stuck in a pass, a laptop resumed half way): a heavy
+    command is answered as soon as the question gives up (ASK_TIMEOUT_S, 1 s; it was 5), passes as it
+    is, and the agent is told once per session, not on every command."""
+    import signal
+
+    res = gated
+    res.serve.send_signal(signal.SIGSTOP)
+    try:
+        first = hook(res, PYTEST)
+        assert first == {"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": first[
+            "hookSpecificOutput"]["additionalContext"]}} and "did not answer within 1 s" in first[
+            "hookSpecificOutput"]["additionalContext"], first  # no rewrite, no decision: it runs as it is
+        assert hook(res, PYTEST) is None  # said once a session
+        r = bash(res, PYTEST, res.proj)
+        assert r.returncode == 0 and "2 passed" in r.stdout, r  # and it does run, as the CLI would run it
+    finally:
+        res.serve.send_signal(signal.SIGCONT)
+    out = hook(res, PYTEST)["hookSpecificOutput"]  # the loop answers again: gated again
+    assert out["updatedInput"]["command"].endswith("-- bash -c " + shlex.quote(PYTEST)), out
