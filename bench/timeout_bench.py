@@ -20,19 +20,11 @@ import signal
 import subprocess
 import time
 
-from common import PY, Broken, Figure, Report, ResEnv
+from common import PY, REPO, Broken, Figure, Report, ResEnv
 
 LIMIT_S = 2.0
 TARGET = (LIMIT_S + 1.0) / LIMIT_S
-HOLD_DB = """
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-conn.execute("BEGIN EXCLUSIVE")
-conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('held', 'yes')")
-print("holding", flush=True)
-sys.stdin.read()
-conn.execute("ROLLBACK")
-"""
+DB_HOLDER = REPO / "tests" / "dbholder.py"  # holds state.db until its stdin closes
 BLOCK = 'until [ -e "$0" ]; do sleep 0.1; done'
 
 
@@ -90,9 +82,7 @@ def bench_timeouts(report: Report, rounds: int) -> None:
         finally:
             env.serve_proc.send_signal(signal.SIGCONT)
         # state.db held by another process, the loop running
-        script = env.dir / "hold.py"
-        script.write_text(HOLD_DB)
-        holder = subprocess.Popen([PY, str(script), str(env.state / "state.db")], stdin=subprocess.PIPE,
+        holder = subprocess.Popen([PY, str(DB_HOLDER), str(env.state / "state.db")], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
         if holder.stdout.readline().strip() != "holding":
             raise Broken("the holder did not take state.db")

@@ -309,6 +309,15 @@ def ask_raw(sock: str, data: bytes, timeout: float = 30) -> list[bytes]:
         s.close()
 
 
+def keep_artifact(name: str, text: str, tmp: Path) -> None:
+    """What a test saw (a terminal's screen, a page), kept in its tmp dir and in $RES_TEST_ARTIFACTS when set."""
+    (tmp / name).write_text(text)
+    where = os.environ.get("RES_TEST_ARTIFACTS")
+    if where:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        (Path(where) / name).write_text(text)
+
+
 def wait_for(pred, what: str, limit_s: float = 60, step: float = 0.1):
     deadline = time.monotonic() + limit_s
     while True:

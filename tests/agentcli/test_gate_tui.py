@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1] / "tests"))
 import skips  # noqa: E402
 from anthropic_api import AnthropicAPI, Turn  # noqa: E402
-from clihelp import res, wait_for  # noqa: E402,F401  (res: the fixture)
+from clihelp import keep_artifact as _keep, res, wait_for  # noqa: E402,F401  (res: the fixture)
 from gate_harness import AGENTS  # noqa: E402
 from test_claude_cli import cli_env  # noqa: E402
 from test_gate_modes import LINE, RULE, U, _environ, _project, loop  # noqa: E402,F401  (loop: the fixture)
@@ -47,13 +47,6 @@ DONE_TEXT = "All done here."
 # the offer to make auto mode the default once a turn ends).
 PERMISSION_PROMPT = re.compile(r"Do you want to proceed\?|don.t ask again for|requires approval", re.I)
 
-
-def _keep(name: str, text: str, tmp: Path) -> None:
-    (tmp / name).write_text(text)
-    where = os.environ.get("RES_TEST_ARTIFACTS")
-    if where:
-        Path(where).mkdir(parents=True, exist_ok=True)
-        (Path(where) / name).write_text(text)
 
 
 def _session(base: Path, proj: Path, gated: bool, environ: dict, allow: bool = True) -> tuple[list[str], str]:

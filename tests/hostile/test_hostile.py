@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -428,24 +429,14 @@ def test_hostile_requests_get_one_line_each_and_the_log_one_line(res):
     assert len(refused) <= 1, err
 
 
-HOLD_DB = """
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-conn.execute("BEGIN EXCLUSIVE")
-conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('held', 'yes')")
-print("holding", flush=True)
-sys.stdin.read()
-conn.execute("ROLLBACK")
-"""
+DB_HOLDER = Path(__file__).resolve().parents[1] / "dbholder.py"  # holds state.db until its stdin closes
 
 
 def test_a_database_held_by_another_process_keeps_every_timeout_and_is_named(res):
     res.env["RES_TICK_S"] = "0.5"
     loop = serve(res)
     assert res.started("sh", "-c", BLOCK, str(res.tmp / "go")) == "r-1"
-    script = res.tmp / "holder.py"
-    script.write_text(HOLD_DB)
-    holder = res.popen([PY, str(script), str(res.state / "state.db")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    holder = res.popen([PY, str(DB_HOLDER), str(res.state / "state.db")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                        text=True)
     try:
         assert holder.stdout.readline().strip() == "holding"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import skips
-from clihelp import PY, res, serving, wait_for  # noqa: F401 - res: the fixture
+from clihelp import PY, keep_artifact as _keep, res, serving, wait_for  # noqa: F401 - res: the fixture
 
 pytestmark = pytest.mark.systemd
 
@@ -29,13 +29,6 @@ open(sys.argv[4], "w").write(str(code))
 """
 
 
-
-def _keep(name: str, text: str, tmp: Path) -> None:
-    (tmp / name).write_text(text)
-    where = os.environ.get("RES_TEST_ARTIFACTS")
-    if where:
-        Path(where).mkdir(parents=True, exist_ok=True)
-        (Path(where) / name).write_text(text)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None and not os.environ.get("CI"),
