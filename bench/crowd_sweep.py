@@ -132,6 +132,43 @@ def summary_table(rows: list[dict], mixes: list[str]) -> str:
     return "\n".join(lines)
 
 
+def markdown_table(rows: list[dict], mixes: list[str]) -> str:
+    """The summary as docs/crowd.md shows it: one row per setting, the pick's row in bold."""
+    def f(v, fmt):
+        return "—" if v is None else format(v, fmt)
+    chosen = pick(rows)
+    head = ["setting", "runs", "÷ best slots, mean", "worst", *[f"{m}" for m in mixes], "÷ bound", "OOM kills",
+            "failed", "res stops", "lost % (max)", "probe p99 ÷ idle"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r["setting"], str(r["runs"]), f(r["vs_slots_mean"], ".3f"), f(r["vs_slots_worst"], ".2f"),
+                 *[f(r["vs_slots_by_mix"].get(m), ".3f") for m in mixes], f"{r['bound_mean']:.2f}", str(r["oom"]),
+                 str(r["failed"]), str(r["stops"]), f(r["lost_max_pct"], ".2f"), f(r["probe_mean"], ".2f")]
+        if chosen is not None and r["setting"] == chosen["setting"]:
+            cells = [f"**{c}**" for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def report(path: Path) -> int:
+    """`--report`: the table of a sweep written by --json (finished or cut short), running nothing."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"crowd_sweep: --report: {path}: {e}") from None
+    runs = doc.get("runs") or []
+    rows = summary(runs)
+    mixes = list(dict.fromkeys(r["mix"] for r in runs))
+    cells = {(r["mix"], r["seed"]) for r in runs}
+    print(f"{len(runs)} runs over {len(cells)} (mix, seed) cells of {len(doc.get('mixes', []))} × "
+          f"{len(doc.get('seeds', []))}; W = {doc.get('mem_gb')} GB, {doc.get('agents')} agents, {doc.get('cores')} cores\n")
+    print(markdown_table(rows, mixes))
+    chosen = pick(rows)
+    print("\npick: " + (f"margin = {chosen['margin']:g}, cpu_overcommit = {chosen['cpu_overcommit']:g}" if chosen
+                        else "none is safe"))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="sweep res's margin and cpu_overcommit on the crowd (issue 36)")
     ap.add_argument("--mixes", default="cpu,memory,mixed")
@@ -145,7 +182,11 @@ def main(argv: list[str] | None = None) -> int:
                     "(the machine lent to other work between runs, never during one)")
     ap.add_argument("--resume", action="store_true",
                     help="keep the runs already in --json and measure only the (mix, seed, arm) cells it lacks")
+    ap.add_argument("--report", type=Path, metavar="JSON",
+                    help="print the table (markdown, as docs/crowd.md shows it) of a sweep written by --json; run nothing")
     a = ap.parse_args(argv)
+    if a.report is not None:
+        return report(a.report)
     mixes = [m.strip() for m in a.mixes.split(",") if m.strip()]
     for m in mixes:
         if m not in crowd.MIXES:
