@@ -20,6 +20,9 @@ from collections import namedtuple
 CLIS = ("claude", "codex", "gemini")
 SHELL_TOOLS = {"claude": ("Bash",), "codex": ("Bash",), "gemini": ("run_shell_command",)}
 EVENTS = {"claude": "PreToolUse", "codex": "PreToolUse", "gemini": "BeforeTool"}
+# The events after a shell command ran (admission in place, docs/agent-hooks.md): each releases what
+# its pre-tool event booked. Claude Code says a failed command apart; Codex and Gemini do not.
+POST_EVENTS = {"claude": ("PostToolUse", "PostToolUseFailure"), "codex": ("PostToolUse",), "gemini": ("AfterTool",)}
 CLAUDE_BASH_TIMEOUT_S = 120  # the Bash tool's default timeout (tools reference); its input may say other
 # Codex permission modes under which every command runs without asking: only there may a rewrite,
 # which Codex applies only with "allow", be made (docs/agent-hooks.md).
@@ -29,8 +32,10 @@ CODEX_UNASKED = frozenset({"bypassPermissions"})
 # (collections.namedtuple, not typing.NamedTuple: `res hook` imports this module, and typing costs it ~3 ms)
 # One shell command a CLI's hook asked about: cli (str), command (str), cwd (str | None), tool_input
 # (dict), permission_mode (str | None), timeout_s (int | None: how long the CLI lets the command run,
-# if the input says), session (str | None: the CLI's session id, where the input has one).
-Call = namedtuple("Call", "cli command cwd tool_input permission_mode timeout_s session", defaults=(None,))
+# if the input says), session (str | None: the CLI's session id, where the input has one), call_id
+# (str | None: the CLI's id of this tool call, the same in its pre and post events: Claude Code's and
+# Codex's tool_use_id; Gemini CLI has none).
+Call = namedtuple("Call", "cli command cwd tool_input permission_mode timeout_s session call_id", defaults=(None, None))
 
 
 def cli_of(event: dict, told: str | None = None) -> str | None:
@@ -39,19 +44,26 @@ def cli_of(event: dict, told: str | None = None) -> str | None:
     if told in CLIS:
         return told
     name = event.get("hook_event_name")
-    if name == "BeforeTool":
+    if name in ("BeforeTool", "AfterTool"):
         return "gemini"
-    if name == "PreToolUse":
+    if name in ("PreToolUse", "PostToolUse"):
         return "codex" if "turn_id" in event else "claude"
+    if name == "PostToolUseFailure":
+        return "claude"
     return None
 
 
-def read_call(event: object, told: str | None = None) -> Call | None:
-    """The shell command a hook input is about, or None (another tool or event, or not read)."""
+def read_call(event: object, told: str | None = None, post: bool = False) -> Call | None:
+    """The shell command a hook input is about, or None (another tool or event, or not read).
+    `post`: the event after it ran (POST_EVENTS), not the one before."""
     if not isinstance(event, dict):
         return None
     cli = cli_of(event, told)
-    if cli is None or event.get("hook_event_name", EVENTS[cli]) != EVENTS[cli]:
+    if cli is None:
+        return None
+    if post and event.get("hook_event_name") not in POST_EVENTS[cli]:
+        return None
+    if not post and event.get("hook_event_name", EVENTS[cli]) != EVENTS[cli]:
         return None
     if event.get("tool_name") not in SHELL_TOOLS[cli]:
         return None
@@ -71,7 +83,22 @@ def read_call(event: object, told: str | None = None) -> Call | None:
     mode = event.get("permission_mode") if isinstance(event.get("permission_mode"), str) else None
     session = event.get("session_id")
     session = session if isinstance(session, str) and 0 < len(session) <= 200 else None
-    return Call(cli, command, cwd, tool_input, mode, _timeout_s(cli, tool_input), session)
+    call_id = event.get("tool_use_id") if cli != "gemini" else None
+    call_id = call_id if isinstance(call_id, str) and 0 < len(call_id) <= 200 else None
+    return Call(cli, command, cwd, tool_input, mode, _timeout_s(cli, tool_input), session, call_id)
+
+
+def hold_id(call: Call) -> str | None:
+    """The request id a command admitted in place is booked under (`h-` and 24 hex digits), the same
+    for its pre and its post event: the CLI, the session and the tool call's id; for Gemini CLI,
+    which gives none, the command itself (two identical commands at once in one Gemini session share
+    one booking). None without a session: nothing to pair the events by."""
+    if call.session is None:
+        return None
+    import hashlib
+
+    what = call.call_id if call.call_id is not None else "cmd:" + call.command
+    return "h-" + hashlib.sha256(f"{call.cli}\0{call.session}\0{what}".encode("utf-8", "surrogateescape")).hexdigest()[:24]
 
 
 def _timeout_s(cli: str, tool_input: dict) -> int | None:

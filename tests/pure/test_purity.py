@@ -11,7 +11,7 @@ import pytest
 CORE = Path(__file__).resolve().parents[2] / "reconciler" / "core"
 
 # Standard-library modules a rule may use: computation only, no I/O, no clock.
-ALLOWED = {"__future__", "bisect", "collections", "dataclasses", "enum", "fnmatch", "functools", "heapq", "itertools",
+ALLOWED = {"__future__", "bisect", "collections", "dataclasses", "enum", "fnmatch", "functools", "hashlib", "heapq", "itertools",
            "json", "math", "operator", "posixpath", "re", "shlex", "signal", "statistics", "string", "tomllib", "types", "typing"}
 # pydantic: the constraints on the model's fields, checked where data comes in (models.parse); it
 # does no I/O.
