@@ -357,6 +357,17 @@ def _ask_loop(environ, request: dict, timeout: float) -> dict | None:
     return answer if isinstance(answer, dict) and answer.get("code") == 0 else None
 
 
+def _release_booking(environ, ran) -> None:
+    """The post-tool event of a command admitted in place (docs/agent-hooks.md): the booking its
+    pre-tool event made under its request id (core.hooks.hold_id) is released; none there (a command
+    that was not booked, or was released already): nothing. Answered or not, the hook says nothing."""
+    from reconciler.core.hooks import hold_id
+
+    held = hold_id(ran)
+    if held is not None:
+        _ask_loop(environ, {"op": "release_request", "request_id": held}, ANNOUNCE_TIMEOUT_S)
+
+
 def _would_fit(environ, size: dict):
     """The loop's answer to "would a job of this size start now, or when?" (loop op `gate`): a dict;
     None when no loop listens (or an old or broken one answered nothing usable); STUCK when one took
@@ -398,6 +409,9 @@ def main(stdin_text: str, environ, now: float | None = None, told: str | None = 
             return "", 0
         call = read_call(event, told)
         if call is None:
+            ran = read_call(event, told, post=True)
+            if ran is not None:  # a command ran: what its pre-tool event booked in place is let go
+                _release_booking(environ, ran)
             return "", 0
         rules_read: list = []
 

@@ -539,6 +539,7 @@ _NUM = (int, float)
 OPS: dict[str, dict[str, tuple[tuple, bool]]] = {
     "submit": {"kind": ((str,), True), "fields": ((dict,), True), "who": ((str, type(None)), False)},
     "release": {_ID: ((str,), True), "stop": ((bool, type(None)), False), "who": ((str, type(None)), False)},
+    "release_request": {"request_id": ((str,), True), "who": ((str, type(None)), False)},
     "wait": {_ID: ((str,), True), "timeout": ((*_NUM, type(None)), False)},
     "tick": {"adopt": ((bool, type(None)), False)},
     "status": {_ID: ((str, type(None)), False), "json": ((bool, type(None)), False), "all": ((bool, type(None)), False)},
@@ -601,6 +602,10 @@ def read_request(line: bytes) -> tuple[dict, str | None]:
             from reconciler.core.invalid import quoted
 
             return {}, f"a {op} request's id {quoted(value)[:40]} is not an entry id (r-12)"
+        if key == "request_id" and op == "release_request" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}", value):
+            from reconciler.core.invalid import quoted
+
+            return {}, f"a {op} request's request_id {quoted(value)[:40]} is not a request id"
         if key == "timeout" and value is not None and not (0 <= value < 10**9):
             return {}, f"a {op} request's timeout is not a number of seconds from 0"
     if op == "submit":
@@ -728,6 +733,8 @@ async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None,
     elif op == "release":
         code, line, data = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")),
                                              who=_who(req))
+    elif op == "release_request":  # `res hook` after a command admitted in place ran
+        code, line, data = await ops.release_request(engine, ticker.pass_after_now, req["request_id"], who=_who(req))
     elif op == "wait":
         timeout = req.get("timeout")
         return await wait_answer(engine, ticker, str(req["id"]), None if timeout is None else float(timeout), reader)

@@ -316,6 +316,18 @@ async def undecided(engine: Engine, req, kind: str, why: str) -> tuple[int, str,
     return 0, f"{req.id} accepted; not decided yet (see: res status {req.id})", pending
 
 
+async def release_request(engine: Engine, tick: TickFn, request_id: str, who: str | None = None) -> tuple[int, str, dict | None]:
+    """Release what a request id holds (`res hook` after a command admitted in place ran): its latest
+    entry, if it still holds anything; a job is never stopped this way. Asked again, or for an id
+    nothing holds: nothing to do, said as such (exit 0): a post-tool event may come twice or alone."""
+    held = [rec for rec in engine.store.with_request_id(request_id).values()
+            if rec.phase in (Phase.queued, *LIVE)]
+    if not held:
+        return 0, f"nothing held under request {request_id}", None
+    latest = max(held, key=lambda rec: rec.request.number)
+    return await release(engine, tick, latest.id, False, who=who)
+
+
 async def release(engine: Engine, tick: TickFn, job_id: str, stop: bool, who: str | None = None) -> tuple[int, str, dict | None]:
     from reconciler.desired.reader import DesiredError
     from reconciler.ops.status import entry_json

@@ -59,3 +59,20 @@ def test_a_post_event_pairs_with_its_pre_event_and_with_no_other():
 def test_no_session_no_booking_to_pair():
     assert hooks.hold_id(hooks.read_call({k: v for k, v in CODEX_PRE.items() if k != "session_id"})) is None
     assert hooks.read_call(dict(CLAUDE_PRE, tool_use_id=7)).call_id is None  # not text: not an id
+
+
+def test_the_hook_releases_on_a_post_event_and_says_nothing(monkeypatch):
+    import json
+
+    from reconciler.commands import hook
+
+    asked = []
+    monkeypatch.setattr(hook, "_ask_loop", lambda environ, request, timeout: asked.append(request))
+    for pre, post in ((CODEX_PRE, CODEX_POST), (GEMINI_PRE, GEMINI_POST), (CLAUDE_PRE, CLAUDE_FAILED)):
+        asked.clear()
+        assert hook.main(json.dumps(post), {}) == ("", 0)
+        assert asked == [{"op": "release_request", "request_id": hooks.hold_id(hooks.read_call(pre))}], post
+    asked.clear()
+    assert hook.main(json.dumps(dict(CLAUDE_POST, tool_name="Read")), {}) == ("", 0) and asked == []
+    assert hook.main(json.dumps({k: v for k, v in CODEX_POST.items() if k != "session_id"}), {}) == ("", 0)
+    assert asked == []  # nothing to pair it by: nothing asked
