@@ -254,12 +254,14 @@ def gate(call, environ, now: float, ask=None, res_path: str | None = None, rules
     # The CLI judges the command we hand back by its rules: rewrite only what the session would have
     # run unasked anyway, answered as the CLI lets a hook (core/hookrules.py), else leave it to the CLI.
     from reconciler.core.gate import simple_commands
-    from reconciler.core.hookrules import GRANT, decide
+    from reconciler.core.hookrules import ADMIT, GRANT, decide
 
     decided = decide(call.cli, call.permission_mode, call.command, simple_commands(call.command),
                      (rules or (lambda: session_rules(call, environ)))())
     if decided is None:
         return None
+    if decided == ADMIT:
+        return _admit(call, environ, heavy, project, wait_s, answer)
     if answer and type(answer.get("mem_gb")) in (int, float) and type(answer.get("cpus")) in (int, float):
         heavy = heavy._replace(mem_gb=float(answer["mem_gb"]), cpus=float(answer["cpus"]))  # clamped to what there is
     command = rewritten([res_path] if res_path else res_program(), heavy, call.command, wait_s, max_duration_s=call.timeout_s)
@@ -357,6 +359,50 @@ def _ask_loop(environ, request: dict, timeout: float) -> dict | None:
     return answer if isinstance(answer, dict) and answer.get("code") == 0 else None
 
 
+ADMIT_ASK_S = 2.0  # one booking's answer from the loop
+ADMIT_RETRY_S = 1.0  # between tries while it would start within the gate's wait
+
+
+def _admit(call, environ, heavy, project: str, wait_s: float, answer) -> tuple | None:
+    """Admission in place (docs/agent-hooks.md): the line passes unchanged, its size booked before it
+    runs under the call's request id (a note owned by the agent's session, held for twice its
+    estimate at most), released by its post-tool event. While it would start within the gate's wait it
+    waits its turn; past that, the busy line as a deny. ("admit", context), ("deny", reason), or None
+    (nothing to book it under, or no loop to book it with: it runs as it is)."""
+    from reconciler.core.hooks import hold_id
+
+    held = hold_id(call)
+    if held is None or answer is None:
+        return None
+    from reconciler.loop.client import ask
+    from reconciler.observed.procs import note_owner
+
+    owner, name = note_owner(os.getppid())
+    if answer and type(answer.get("mem_gb")) in (int, float) and type(answer.get("cpus")) in (int, float):
+        heavy = heavy._replace(mem_gb=float(answer["mem_gb"]), cpus=float(answer["cpus"]))
+    sock = os.path.join(state_dir(environ), "serve.sock")
+    give_up = time.monotonic() + wait_s
+    line = "busy"
+    while True:
+        now = time.time()
+        fields = {"title": f"{heavy.fingerprint} (in place)", "project": project, "mem_gb": heavy.mem_gb,
+                  "cpus": heavy.cpus, "est_s": max(int(heavy.est_s) * 2, 60), "created": now, "owner_pid": owner,
+                  "owner_name": name, "request_id": held, "answer_by": now + ADMIT_ASK_S}
+        try:
+            got = ask(sock, {"op": "submit", "kind": "note", "fields": fields}, timeout=ADMIT_ASK_S + 0.5)
+        except Exception:  # noqa: BLE001 - no loop, or none that answers: the command runs as it is
+            return None
+        if isinstance(got, dict) and got.get("code") == 0:
+            booked = f"{heavy.mem_gb:g} GB and {heavy.cpus:g} cpus"
+            return "admit", (f"res: this is heavy work ({heavy.source}); res booked {booked} for it while it runs "
+                             "(it runs as it is, in this session)")
+        line = str((got or {}).get("line") or line) if isinstance(got, dict) else line
+        if time.monotonic() + ADMIT_RETRY_S > give_up:
+            return "deny", (f"res: not run: `{_short(call.command)}` is heavy work ({heavy.source}) and would wait "
+                            f"more than {wait_s:g} s for memory or CPUs; {line}")
+        time.sleep(ADMIT_RETRY_S)
+
+
 def _release_booking(environ, ran) -> None:
     """The post-tool event of a command admitted in place (docs/agent-hooks.md): the booking its
     pre-tool event made under its request id (core.hooks.hold_id) is released; none there (a command
@@ -424,7 +470,7 @@ def main(stdin_text: str, environ, now: float | None = None, told: str | None = 
         decided = gate(call, environ, now, ask, res_path, rules)
         if decided is not None and decided[0] == "deny":
             return json.dumps(deny_output(call, decided[1]), separators=(",", ":")), 0
-        if decided is not None and decided[0] == "note":
+        if decided is not None and decided[0] in ("note", "admit"):
             out = note_output(call, decided[1])
             return (json.dumps(out, separators=(",", ":")), 0) if out else ("", 0)
         if decided is not None:

@@ -35,6 +35,10 @@ from typing import Iterable, NamedTuple
 ALL = "*"  # a rule that may be about any command
 GRANT = "grant"  # rewrite, answered with the CLI's own "allow" (where that grants nothing new)
 REWRITE = "rewrite"  # rewrite, no decision: the CLI's rules judge the rewrite as they would the line
+# pass the line unchanged, booked in place: the hook books its size under the call's request id before
+# it runs, its post-tool event releases it (docs/agent-hooks.md); where no rewrite keeps the session's
+# permissions and no deny or ask rule could be about the line (such a line may never run)
+ADMIT = "admit"
 # The programs of the rewritten line itself: a deny or ask rule about them would match the rewrite.
 REWRITE_PROGRAMS = frozenset({"res", "bash"})
 # Claude Code's permission modes in which allow rules decide what runs unasked (plan: a hook's allow no
@@ -64,23 +68,28 @@ def guarded(commands: list[list[str]], rules: Rules) -> bool:
 
 
 def decide(cli: str, mode: str | None, line: str, commands: list[list[str]], rules: Rules) -> str | None:
-    """GRANT, REWRITE or None (pass the line unchanged) for a heavy line the loop would start: see the
-    module's table. `commands`: the line's simple commands (core.gate.simple_commands)."""
+    """GRANT, REWRITE, ADMIT (pass it unchanged, booked in place) or None (pass the line unchanged) for
+    a heavy line the loop would start: see the module's table. `commands`: the line's simple commands
+    (core.gate.simple_commands)."""
     if cli == "shell":  # a PATH shim: the program was going to run; through res it asks nobody anything
         return REWRITE
-    if rules.sandboxed or guarded(commands, rules):
+    if guarded(commands, rules):
         return None
+    if rules.sandboxed:  # it runs in the CLI's sandbox, on this machine's memory all the same
+        return ADMIT
     if cli == "codex":
-        return GRANT if rules.unasked else None
+        return GRANT if rules.unasked else ADMIT
     if cli == "gemini":
-        return REWRITE if rules.unasked else None
-    if cli != "claude" or mode in ("plan", "auto"):
+        return REWRITE if rules.unasked else ADMIT
+    if cli != "claude":
         return None
+    if mode in ("plan", "auto"):
+        return ADMIT
     if rules.unasked:  # bypassPermissions: every command runs unasked; the allow changes nothing
         return GRANT
     if (mode is None or mode in CLAUDE_RULE_MODES) and claude_covered(line, rules.allow):
         return GRANT
-    return None
+    return ADMIT
 
 
 # ---------------------------------------------------------------- Claude Code's allow rules

@@ -253,7 +253,7 @@ def test_deny_outputs():
 # ---------------------------------------------------------------- never a grant (core/hookrules.py, config/agentsettings.py)
 
 from reconciler.config import agentsettings  # noqa: E402
-from reconciler.core.hookrules import (ALL, GRANT, REWRITE, Rules, claude_covered, claude_pattern_covers,  # noqa: E402
+from reconciler.core.hookrules import (ADMIT, ALL, GRANT, REWRITE, Rules, claude_covered, claude_pattern_covers,  # noqa: E402
                                        codex_guarded, decide, gemini_guarded)
 from reconciler.core.gate import simple_commands  # noqa: E402
 
@@ -270,12 +270,13 @@ def test_claude_code_a_line_its_rules_allow_is_rewritten_with_its_allow_elsewher
     for mode in ("default", "acceptEdits", "dontAsk", None):
         assert decided("claude", mode, "python3 -m pytest -q tests", allow) == GRANT
         assert decided("claude", mode, "cd sub && make test -j4 2>&1", allow) == GRANT
-    assert decided("claude", "default", "python3 -m pytest -q tests", NONE) is None  # it would have asked
-    assert decided("claude", "default", "make test && make deploy", allow) is None  # one part not covered
-    assert decided("claude", "plan", "python3 -m pytest -q tests", allow) is None  # a hook's allow runs no write there
-    assert decided("claude", "auto", "python3 -m pytest -q tests", allow) is None  # its classifier decides
+    # elsewhere the line passes as it is, booked in place (the CLI asks, or its classifier decides)
+    assert decided("claude", "default", "python3 -m pytest -q tests", NONE) == ADMIT  # it would have asked
+    assert decided("claude", "default", "make test && make deploy", allow) == ADMIT  # one part not covered
+    assert decided("claude", "plan", "python3 -m pytest -q tests", allow) == ADMIT  # a hook's allow runs no write there
+    assert decided("claude", "auto", "python3 -m pytest -q tests", allow) == ADMIT  # its classifier decides
     assert decided("claude", "bypassPermissions", "make deploy", Rules(True, (), frozenset())) == GRANT
-    assert decided("claude", "bypassPermissions", "make deploy", Rules(True, (), frozenset(), sandboxed=True)) is None
+    assert decided("claude", "bypassPermissions", "make deploy", Rules(True, (), frozenset(), sandboxed=True)) == ADMIT
 
 
 def test_a_deny_or_ask_rule_about_the_line_or_about_the_rewrite_passes_it_unchanged():
@@ -289,10 +290,10 @@ def test_a_deny_or_ask_rule_about_the_line_or_about_the_rewrite_passes_it_unchan
 
 def test_codex_rewrites_only_unasked_and_unsandboxed_gemini_only_in_yolo():
     assert decided("codex", "bypassPermissions", "make test", Rules(True, (), frozenset())) == GRANT
-    assert decided("codex", "bypassPermissions", "make test", Rules(True, (), frozenset(), sandboxed=True)) is None
-    assert decided("codex", "default", "make test", Rules(False, (), frozenset())) is None
+    assert decided("codex", "bypassPermissions", "make test", Rules(True, (), frozenset(), sandboxed=True)) == ADMIT
+    assert decided("codex", "default", "make test", Rules(False, (), frozenset())) == ADMIT  # as it is, booked
     assert decided("gemini", None, "make test", Rules(True, (), frozenset())) == REWRITE  # no grant: yolo allows res
-    assert decided("gemini", None, "make test", Rules(False, ("make test:*",), frozenset())) is None  # it would ask for res
+    assert decided("gemini", None, "make test", Rules(False, ("make test:*",), frozenset())) == ADMIT  # it would ask for res
 
 
 @pytest.mark.parametrize("line, covered", [

@@ -179,3 +179,29 @@ def test_a_stopped_loop_lets_heavy_commands_run_as_they_are_said_once_a_session(
         res.serve.send_signal(signal.SIGCONT)
     out = hook(res, PYTEST)["hookSpecificOutput"]  # the loop answers again: gated again
     assert out["updatedInput"]["command"].endswith("-- bash -c " + shlex.quote(PYTEST)), out
+
+
+def test_a_heavy_line_the_session_would_ask_about_runs_as_it_is_booked_in_place_until_it_ran(gated):
+    """Admission in place (issue 37, docs/agent-hooks.md): Claude Code in default mode with no rule for
+    the line (the person would be asked; a rewrite would change what they are asked about) — the line
+    passes unchanged, its size booked under the call's request id while it runs (a note the agent's
+    session owns); the post-tool event releases it; the same event again changes nothing."""
+    res = gated
+    event = dict(SAMPLE, cwd=str(res.proj), permission_mode="default", tool_use_id="toolu_inplace01",
+                 tool_input={"command": PYTEST, "description": "run it"})
+    r = subprocess.run([PY, "-m", "reconciler.cli", "hook"], input=json.dumps(event), capture_output=True, text=True,
+                       env=res.env, timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    out = json.loads(r.stdout)["hookSpecificOutput"]
+    assert "updatedInput" not in out and "permissionDecision" not in out, out  # passed as it is
+    assert "booked" in out["additionalContext"], out
+    notes = [j for j in res.status_all()["jobs"] if j["kind"] == "note" and j["state"] == "running"]
+    assert len(notes) == 1 and notes[0]["title"].endswith("(in place)") and notes[0]["cpus"] == res.ncpus, notes
+    booking = notes[0]["id"]
+    assert bash(res, PYTEST, res.proj).returncode == 0  # the CLI runs it, as it would have
+    post = dict(event, hook_event_name="PostToolUse", tool_response={"stdout": "2 passed", "stderr": ""})
+    for _ in range(2):  # (a post event may come twice)
+        r = subprocess.run([PY, "-m", "reconciler.cli", "hook"], input=json.dumps(post), capture_output=True,
+                           text=True, env=res.env, timeout=60)
+        assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r
+    wait_for(lambda: res.status(booking)["state"] != "running", "the booking is released")
