@@ -33,7 +33,7 @@ BUDGET: dict[str, set[str]] = {
         "reprlib", "select", "shlex", "types"
     },
     "hook, a heavy command the loop is asked about": {
-        "array", "collections", "collections.abc", "contextlib", "copyreg", "enum", "errno", "fnmatch",
+        "array", "hashlib", "collections", "collections.abc", "contextlib", "copyreg", "enum", "errno", "fnmatch",
         "functools", "ipaddress", "itertools", "json", "json.decoder", "json.encoder", "json.scanner",
         "keyword", "math", "operator", "pathlib", "re", "re._casefix", "re._compiler", "re._constants",
         "re._parser", "reconciler", "reconciler.commands", "reconciler.commands.hook", "reconciler.config",

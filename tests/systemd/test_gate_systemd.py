@@ -112,7 +112,11 @@ def test_a_command_that_would_wait_too_long_is_denied_with_the_busy_line(gated):
 
 def test_where_the_session_would_have_asked_the_gate_leaves_the_command_alone(gated):
     res = gated
-    assert hook(res, PYTEST, mode="default") is None  # no allow rule: the CLI would have asked; it still does
+    # no allow rule: the CLI would have asked; it still does, about the same line (booked in place)
+    out = hook(res, PYTEST, mode="default")["hookSpecificOutput"]
+    assert "updatedInput" not in out and "permissionDecision" not in out and "booked" in out["additionalContext"], out
+    post = dict(SAMPLE, cwd=str(res.proj), hook_event_name="PostToolUse", tool_input={"command": PYTEST})
+    subprocess.run([PY, "-m", "reconciler.cli", "hook"], input=json.dumps(post), text=True, env=res.env, timeout=60, check=True)
     claude = res.tmp / "claude"
     claude.mkdir()
     (claude / "settings.json").write_text(json.dumps({"permissions": {"allow": [f"Bash({sys.executable} -m pytest:*)"]}}))
