@@ -44,6 +44,7 @@ from reconciler.config.jsonc import blanked, comment_spans
 AGENTS = ("claude", "codex", "gemini")
 TIMEOUT_S = 30  # the gate's: a shell command waits for it
 SESSION_TIMEOUT_S = 10  # SessionStart's: one note to the loop (a 1 s wait at most, commands/hook.py)
+POST_TIMEOUT_S = 10  # a post-tool event's: one release to the loop (a 1 s wait at most, commands/hook.py)
 MAX_FILE = 4 << 20  # a settings file bigger than this is not one
 CODEX_EVENT = "pre_tool_use"  # Codex's label for PreToolUse in a trust key
 
@@ -69,13 +70,18 @@ def _named(timeout_ms: int) -> tuple:
 
 
 # Per CLI its entries, in the order install adds them (uninstall takes them out in the reverse order).
+# The post-tool events release what a command admitted in place booked (docs/agent-hooks.md).
 SPECS = {
     "claude": (Spec("PreToolUse", "Bash", _plain(TIMEOUT_S), False),
-               Spec("SessionStart", None, _plain(SESSION_TIMEOUT_S), False)),
+               Spec("SessionStart", None, _plain(SESSION_TIMEOUT_S), False),
+               Spec("PostToolUse", "Bash", _plain(POST_TIMEOUT_S), False),
+               Spec("PostToolUseFailure", "Bash", _plain(POST_TIMEOUT_S), False)),
     "codex": (Spec("PreToolUse", "Bash", _plain(TIMEOUT_S), False, CODEX_EVENT),
-              Spec("SessionStart", None, _plain(SESSION_TIMEOUT_S), False, "session_start")),
+              Spec("SessionStart", None, _plain(SESSION_TIMEOUT_S), False, "session_start"),
+              Spec("PostToolUse", "Bash", _plain(POST_TIMEOUT_S), False, "post_tool_use")),
     "gemini": (Spec("BeforeTool", "^run_shell_command$", _named(TIMEOUT_S * 1000), True),
-               Spec("SessionStart", None, _named(SESSION_TIMEOUT_S * 1000), True)),
+               Spec("SessionStart", None, _named(SESSION_TIMEOUT_S * 1000), True),
+               Spec("AfterTool", "^run_shell_command$", _named(POST_TIMEOUT_S * 1000), True)),
 }
 
 

@@ -27,16 +27,22 @@ from reconciler.commands.hookinstall import (SPECS, SettingsError, codex_hash, c
 RES = "/opt/res/bin/res"
 CMD = {cli: f"{RES} hook --agent {cli}" for cli in ("claude", "codex", "gemini")}
 EVENT = {"claude": "PreToolUse", "codex": "PreToolUse", "gemini": "BeforeTool"}  # the gate's
-WHAT = {"claude": "PreToolUse Bash, SessionStart", "codex": "PreToolUse Bash, SessionStart",
-        "gemini": "BeforeTool ^run_shell_command$, SessionStart"}
+WHAT = {"claude": "PreToolUse Bash, SessionStart, PostToolUse Bash, PostToolUseFailure Bash",
+        "codex": "PreToolUse Bash, SessionStart, PostToolUse Bash",
+        "gemini": "BeforeTool ^run_shell_command$, SessionStart, AfterTool ^run_shell_command$"}
+# Each CLI's events in the order install adds them: the gate's, SessionStart's, then the post-tool ones
+# (admission in place: they release what a command booked, docs/agent-hooks.md).
+EVENTS = {"claude": ("PreToolUse", "SessionStart", "PostToolUse", "PostToolUseFailure"),
+          "codex": ("PreToolUse", "SessionStart", "PostToolUse"), "gemini": ("BeforeTool", "SessionStart", "AfterTool")}
 GATE_HASH = hook_hash("pre_tool_use", "Bash", CMD["codex"], 30)
 SESSION_HASH = hook_hash("session_start", None, CMD["codex"], 10)
+POST_HASH = hook_hash("post_tool_use", "Bash", CMD["codex"], 10)
 
 
 def both(cli: str, command: str | None = None) -> dict:
-    """The "hooks" install writes into an empty file."""
+    """The "hooks" install writes into an empty file (every entry of ours, not only two any more)."""
     command = command or CMD[cli]
-    return {EVENT[cli]: [entry(cli, command)], "SessionStart": [entry(cli, command, "SessionStart")]}
+    return {event: [entry(cli, command, None if i == 0 else event)] for i, event in enumerate(EVENTS[cli])}
 
 
 def add_both(data: dict, cli: str, command: str | None = None) -> dict:
@@ -106,7 +112,7 @@ def test_the_session_start_trust_hash_has_no_matcher_and_the_handlers_own_timeou
     field); only session_end clamps the timeout, session_start hashes the handler's own."""
     assert hook_hash("session_start", None, "res hook", 10) == \
         "sha256:925b4fb4d468562f38a8c6d66e59a91dab2b5f897af35fa8d1b97c8f5877c912"
-    gate, session = SPECS["codex"]
+    gate, session, _post = SPECS["codex"]
     assert (gate.label, session.label) == ("pre_tool_use", "session_start")
     assert codex_hash(gate, CMD["codex"]) == GATE_HASH
     assert codex_hash(session, CMD["codex"]) == SESSION_HASH != hook_hash("session_start", None, CMD["codex"], 600)
@@ -140,15 +146,15 @@ def test_install_into_an_empty_home(home):
     p = paths(home)
     assert code == 0
     assert lines == [
-        f"claude: installed in {p['claude']} (PreToolUse Bash, SessionStart -> {CMD['claude']})",
-        f"codex: installed in {p['codex']} (PreToolUse Bash, SessionStart -> {CMD['codex']}); "
+        f"claude: installed in {p['claude']} ({WHAT['claude']} -> {CMD['claude']})",
+        f"codex: installed in {p['codex']} ({WHAT['codex']} -> {CMD['codex']}); "
         f"trusted in {home}/.codex/config.toml",
-        f"gemini: installed in {p['gemini']} (BeforeTool ^run_shell_command$, SessionStart -> {CMD['gemini']})",
+        f"gemini: installed in {p['gemini']} ({WHAT['gemini']} -> {CMD['gemini']})",
     ]
     for cli in ("claude", "codex", "gemini"):
         data = json.loads(p[cli].read_text())
         assert data == {"hooks": both(cli)}
-        assert list(data["hooks"]) == [EVENT[cli], "SessionStart"]
+        assert list(data["hooks"]) == list(EVENTS[cli])
         assert stat.S_IMODE(p[cli].stat().st_mode) == 0o600
         assert stat.S_IMODE(p[cli].parent.stat().st_mode) == 0o700
     assert json.loads(p["gemini"].read_text())["hooks"]["BeforeTool"][0]["hooks"][0] == {
@@ -163,7 +169,8 @@ def test_install_into_an_empty_home(home):
         "type": "command", "command": CMD["codex"], "timeout": 10}]}]
     config = tomllib.loads((home / ".codex" / "config.toml").read_text())
     assert config == {"hooks": {"state": {trust(p["codex"]): {"trusted_hash": GATE_HASH},
-                                          trust(p["codex"], "session_start"): {"trusted_hash": SESSION_HASH}}}}
+                                          trust(p["codex"], "session_start"): {"trusted_hash": SESSION_HASH},
+                                          trust(p["codex"], "post_tool_use"): {"trusted_hash": POST_HASH}}}}
     assert stat.S_IMODE((home / ".codex" / "config.toml").stat().st_mode) == 0o600
     assert all(installed(cli) is True for cli in ("claude", "codex", "gemini"))
 
@@ -241,7 +248,7 @@ def test_other_settings_and_hooks_are_kept_and_come_back_byte_for_byte(home):
     data = json.loads(p.read_text())
     assert data == add_both(json.loads(CLAUDE_SETTINGS), "claude")
     assert list(data) == ["model", "permissions", "hooks", "env"]  # order kept
-    assert list(data["hooks"]) == ["PreToolUse", "Stop", "SessionStart"]
+    assert list(data["hooks"]) == ["PreToolUse", "Stop", "SessionStart", "PostToolUse", "PostToolUseFailure"]
     assert p.read_text().startswith(CLAUDE_SETTINGS[:CLAUDE_SETTINGS.index('        "hooks": [{"type"')])
     assert stat.S_IMODE(p.stat().st_mode) == 0o644  # the file's own mode is kept
     code, lines = run("claude", uninstall=True)
@@ -274,7 +281,7 @@ def test_install_then_uninstall_gives_back_the_original_bytes(cli, original):
     assert again.outcome == "already" and again.text == change.text and again.ours == change.ours
     back = edit_settings(cli, change.text, command, uninstall=True)
     assert back.outcome == "removed" and back.text == original
-    assert set(back.removed) == {EVENT[cli], "SessionStart"}
+    assert set(back.removed) == set(EVENTS[cli])
 
 
 SETTINGS = Path(__file__).resolve().parents[1] / "fixtures" / "settings"  # real files: SOURCES.md there
@@ -520,7 +527,7 @@ def test_an_older_install_updated_then_uninstalled_gives_back_the_original_bytes
         old = edit_settings(cli, original, CMD[cli])
     assert old.outcome == "installed" and list(old.ours) == [EVENT[cli]]
     change = edit_settings(cli, old.text, CMD[cli])
-    assert change.outcome == "updated" and change.added == ("SessionStart",) and change.before is None
+    assert change.outcome == "updated" and change.added == EVENTS[cli][1:] and change.before is None
     assert change.text == edit_settings(cli, original, CMD[cli]).text  # as if installed in one go
     assert change.ours == edit_settings(cli, original, CMD[cli]).ours
     assert edit_settings(cli, change.text, CMD[cli], uninstall=True).text == original
