@@ -1,5 +1,8 @@
 """`res hook install`: the gate's hook written into each agent CLI's own settings file (DESIGN §5.8),
-and `--uninstall` taking out exactly what it wrote. Two entries per file, both running C:
+and `--uninstall` taking out exactly what it wrote. These entries per file, all running C (and after
+them each CLI's post-tool events: Claude Code PostToolUse and PostToolUseFailure, Codex PostToolUse
+with its trust entry post_tool_use, Gemini CLI AfterTool, matched as the gate's, 10 s; they release
+what a command admitted in place booked, docs/agent-hooks.md):
 
     claude  $CLAUDE_CONFIG_DIR/settings.json, else ~/.claude/settings.json; project .claude/settings.json
             hooks.PreToolUse += {"matcher": "Bash", "hooks": [{"type": "command", "command": C, "timeout": 30}]}

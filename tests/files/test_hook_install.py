@@ -324,7 +324,9 @@ def test_a_hooks_block_on_one_line_gets_each_new_event_on_a_line_below_it():
     assert change.text == original.replace('"}]}]}\n}\n', (
         '"}]}],\n'
         f'    "PreToolUse": [{{"matcher": "Bash", "hooks": [{{"type": "command", "command": "{c}", "timeout": 30}}]}}],\n'
-        f'    "SessionStart": [{{"hooks": [{{"type": "command", "command": "{c}", "timeout": 10}}]}}]}}\n}}\n'))
+        f'    "SessionStart": [{{"hooks": [{{"type": "command", "command": "{c}", "timeout": 10}}]}}],\n'
+        f'    "PostToolUse": [{{"matcher": "Bash", "hooks": [{{"type": "command", "command": "{c}", "timeout": 10}}]}}],\n'
+        f'    "PostToolUseFailure": [{{"matcher": "Bash", "hooks": [{{"type": "command", "command": "{c}", "timeout": 10}}]}}]}}\n}}\n'))
     assert edit_settings("claude", change.text, c, uninstall=True).text == original
     # a list inside that block: our group stays on the list's line, after the others
     hooks = json.loads((SETTINGS / "claude-claude-code-presets.json").read_text())["hooks"]
@@ -332,7 +334,9 @@ def test_a_hooks_block_on_one_line_gets_each_new_event_on_a_line_below_it():
     change = edit_settings("claude", original, c)
     group = f'{{"matcher": "Bash", "hooks": [{{"type": "command", "command": "{c}", "timeout": 30}}]}}'
     assert change.text == original.replace('bash-check.mjs\\""}]}]', f'bash-check.mjs\\""}}]}}, {group}]').replace(
-        '"}]}]}\n}\n', f'"}}]}}],\n    "SessionStart": [{{"hooks": [{{"type": "command", "command": "{c}", "timeout": 10}}]}}]}}\n}}\n')
+        '"}]}]}\n}\n', f'"}}]}}],\n    "SessionStart": [{{"hooks": [{{"type": "command", "command": "{c}", "timeout": 10}}]}}],\n'
+        f'    "PostToolUse": [{{"matcher": "Bash", "hooks": [{{"type": "command", "command": "{c}", "timeout": 10}}]}}],\n'
+        f'    "PostToolUseFailure": [{{"matcher": "Bash", "hooks": [{{"type": "command", "command": "{c}", "timeout": 10}}]}}]}}\n}}\n')
     assert edit_settings("claude", change.text, c, uninstall=True).text == original
 
 
@@ -351,7 +355,9 @@ def test_one_event_a_line_stays_one_event_a_line():
         '    "SessionStart": [{ "hooks": [{ "type": "command", "command": "tsumugi notify --stdin" }] }, '
         f'{{ "hooks": [{{ "type": "command", "command": "{c}", "timeout": 10 }}] }}],\n'
         '    "Stop": [{ "hooks": [{ "type": "command", "command": "tsumugi notify --state done" }] }],\n'
-        f'    "PreToolUse": [{{ "matcher": "Bash", "hooks": [{{ "type": "command", "command": "{c}", "timeout": 30 }}] }}]\n'
+        f'    "PreToolUse": [{{ "matcher": "Bash", "hooks": [{{ "type": "command", "command": "{c}", "timeout": 30 }}] }}],\n'
+        f'    "PostToolUse": [{{ "matcher": "Bash", "hooks": [{{ "type": "command", "command": "{c}", "timeout": 10 }}] }}],\n'
+        f'    "PostToolUseFailure": [{{ "matcher": "Bash", "hooks": [{{ "type": "command", "command": "{c}", "timeout": 10 }}] }}]\n'
         '  }\n}\n')
     assert edit_settings("claude", change.text, c, uninstall=True).text == original
 
@@ -369,6 +375,10 @@ def test_a_group_laid_out_with_its_hooks_list_on_one_line_is_followed_so():
         '      {\n        "matcher": "Bash",\n'
         f'        "hooks": [{{ "type": "command", "command": "{c}", "timeout": 30 }}]\n      }}\n    ],\n'
         '    "SessionStart": [\n      {\n'
+        f'        "hooks": [{{ "type": "command", "command": "{c}", "timeout": 10 }}]\n      }}\n    ],\n'
+        '    "PostToolUse": [\n      {\n        "matcher": "Bash",\n'
+        f'        "hooks": [{{ "type": "command", "command": "{c}", "timeout": 10 }}]\n      }}\n    ],\n'
+        '    "PostToolUseFailure": [\n      {\n        "matcher": "Bash",\n'
         f'        "hooks": [{{ "type": "command", "command": "{c}", "timeout": 10 }}]\n      }}\n    ]\n'
         '  }\n}\n')
     assert edit_settings("claude", change.text, c, uninstall=True).text == original
@@ -423,8 +433,7 @@ def test_random_documents_come_back_byte_for_byte():
         change = edit_settings(cli, text, CMD[cli])
         assert json.loads(change.text) == add_both(json.loads(text), cli)
         if shape == "list":
-            assert change.ours == {"PreToolUse": (len(doc["hooks"]["PreToolUse"]),),
-                                   "SessionStart": (len(doc["hooks"].get("SessionStart", [])),)}
+            assert change.ours == {event: (len(doc["hooks"].get(event, [])),) for event in EVENTS[cli]}
         back = edit_settings(cli, change.text, CMD[cli], uninstall=True).text
         if shape == "empty":  # the user's empty "hooks" goes too (above)
             assert json.loads(back) == {k: v for k, v in doc.items() if k != "hooks"}
@@ -436,12 +445,16 @@ def test_only_our_group_goes_when_others_were_added_after_it():
     original = ('{\n  "hooks": {\n    "PreToolUse": [\n      {"matcher": "Read", "hooks": []}\n    ],\n'
                 '    "SessionStart": [\n      {"matcher": "resume", "hooks": []}\n    ]\n  }\n}\n')
     text = edit_settings("claude", original, CMD["claude"]).text
-    later = text.replace("\n    ],\n", ',\n      {"matcher": "Write", "hooks": []}\n    ],\n')
-    later = later.replace("\n    ]\n  }\n}\n", ',\n      {"matcher": "clear", "hooks": []}\n    ]\n  }\n}\n')
+    # a group of the user's after ours in each of the two lists that were there (PreToolUse, SessionStart)
+    end = "\n    ],\n"
+    first = text.index(end)
+    second = text.index(end, first + len(end))
+    later = (text[:first] + ',\n      {"matcher": "Write", "hooks": []}' + text[first:second]
+             + ',\n      {"matcher": "clear", "hooks": []}' + text[second:])
     assert json.loads(later)["hooks"]["PreToolUse"][2] == {"matcher": "Write", "hooks": []}
     assert json.loads(later)["hooks"]["SessionStart"][2] == {"matcher": "clear", "hooks": []}
     back = edit_settings("claude", later, CMD["claude"], uninstall=True)
-    assert back.removed == {"SessionStart": (1,), "PreToolUse": (1,)}
+    assert back.removed == {"PostToolUseFailure": (0,), "PostToolUse": (0,), "SessionStart": (1,), "PreToolUse": (1,)}
     assert back.text == original.replace('"Read", "hooks": []}\n', '"Read", "hooks": []},\n      {"matcher": "Write", "hooks": []}\n') \
         .replace('"resume", "hooks": []}\n', '"resume", "hooks": []},\n      {"matcher": "clear", "hooks": []}\n')
     first = '{"hooks": {"PreToolUse": [' + json.dumps(entry("claude", CMD["claude"])) + ', {"matcher": "Read"}]}}'
@@ -503,15 +516,17 @@ def test_an_older_install_gets_the_session_start_entry_added(home):
     code, lines = run()
     assert code == 0
     assert lines == [
-        f"claude: updated in {p['claude']} ({WHAT['claude']} -> {CMD['claude']}; added SessionStart)",
-        f"codex: updated in {p['codex']} ({WHAT['codex']} -> {CMD['codex']}; added SessionStart); trusted in {config}",
-        f"gemini: updated in {p['gemini']} ({WHAT['gemini']} -> {CMD['gemini']}; added SessionStart)",
+        f"claude: updated in {p['claude']} ({WHAT['claude']} -> {CMD['claude']}; added {', '.join(EVENTS['claude'][1:])})",
+        f"codex: updated in {p['codex']} ({WHAT['codex']} -> {CMD['codex']}; added {', '.join(EVENTS['codex'][1:])}); "
+        f"trusted in {config}",
+        f"gemini: updated in {p['gemini']} ({WHAT['gemini']} -> {CMD['gemini']}; added {', '.join(EVENTS['gemini'][1:])})",
     ]
     for cli in ("claude", "codex", "gemini"):
         assert json.loads(p[cli].read_text()) == {"hooks": both(cli)}
         assert installed(cli) is True
     assert tomllib.loads(config.read_text())["hooks"]["state"] == {
-        trust(p["codex"]): {"trusted_hash": GATE_HASH}, trust(p["codex"], "session_start"): {"trusted_hash": SESSION_HASH}}
+        trust(p["codex"]): {"trusted_hash": GATE_HASH}, trust(p["codex"], "session_start"): {"trusted_hash": SESSION_HASH},
+        trust(p["codex"], "post_tool_use"): {"trusted_hash": POST_HASH}}
     before = snapshot(home)
     assert all(" already installed in " in line for line in run()[1])
     assert snapshot(home) == before
@@ -539,7 +554,7 @@ def test_an_older_install_from_another_res_path_is_moved_and_completed(home):
         run("claude", res="/old/res")
     code, lines = run("claude")
     assert code == 0 and lines == [f"claude: updated in {paths(home)['claude']} ({WHAT['claude']} -> {CMD['claude']}; "
-                                   "was /old/res hook --agent claude; added SessionStart)"]
+                                   "was /old/res hook --agent claude; added SessionStart, PostToolUse, PostToolUseFailure)"]
     assert json.loads(paths(home)["claude"].read_text()) == {"hooks": both("claude")}
 
 
@@ -550,9 +565,10 @@ def test_a_missing_gate_entry_is_added_back_next_to_the_session_start_one(home):
     p.write_text(json.dumps({"hooks": {"SessionStart": both("gemini")["SessionStart"]}}, indent=2) + "\n")
     assert installed("gemini") is False
     code, lines = run("gemini")
-    assert code == 0 and lines == [f"gemini: updated in {p} ({WHAT['gemini']} -> {CMD['gemini']}; added BeforeTool)"]
+    assert code == 0 and lines == [f"gemini: updated in {p} ({WHAT['gemini']} -> {CMD['gemini']}; added BeforeTool, AfterTool)"]
     assert json.loads(p.read_text())["hooks"] == {"SessionStart": both("gemini")["SessionStart"],
-                                                  "BeforeTool": both("gemini")["BeforeTool"]}
+                                                  "BeforeTool": both("gemini")["BeforeTool"],
+                                                  "AfterTool": both("gemini")["AfterTool"]}
     assert installed("gemini") is True
 
 
@@ -755,7 +771,8 @@ def test_gemini_comments_are_kept(home):
     assert data["hooks"]["BeforeTool"] == [{"matcher": "^read_file$", "hooks": [{"type": "command", "command": "audit"}]},
                                            entry("gemini", CMD["gemini"])]
     assert data["hooks"]["SessionStart"] == [entry("gemini", CMD["gemini"], "SessionStart")]
-    assert list(data["hooks"]) == ["BeforeTool", "SessionStart"]
+    assert data["hooks"]["AfterTool"] == [entry("gemini", CMD["gemini"], "AfterTool")]
+    assert list(data["hooks"]) == ["BeforeTool", "SessionStart", "AfterTool"]
     assert data["general"] == {"vimMode": True}
     code, lines = run("gemini", uninstall=True)
     assert code == 0 and p.read_text() == GEMINI_JSONC
@@ -821,6 +838,7 @@ def test_codex_config_comments_and_keys_are_kept(home):
     want = tomllib.loads(CODEX_CONFIG)
     want["hooks"]["state"][trust(f"{home}/.codex/hooks.json")] = {"trusted_hash": GATE_HASH}
     want["hooks"]["state"][trust(f"{home}/.codex/hooks.json", "session_start")] = {"trusted_hash": SESSION_HASH}
+    want["hooks"]["state"][trust(f"{home}/.codex/hooks.json", "post_tool_use")] = {"trusted_hash": POST_HASH}
     assert data == want
     assert stat.S_IMODE(config.stat().st_mode) == 0o640
     code, lines = run("codex", uninstall=True)
@@ -873,7 +891,8 @@ def test_codex_session_start_trust_follows_the_groups_on_install_and_uninstall(h
     state = tomllib.loads((codex / "config.toml").read_text())["hooks"]["state"]
     assert state == {trust(hooks_json, "session_start"): {"trusted_hash": hash_first},
                      trust(hooks_json, "session_start", 1): {"trusted_hash": SESSION_HASH},
-                     trust(hooks_json): {"trusted_hash": GATE_HASH}}
+                     trust(hooks_json): {"trusted_hash": GATE_HASH},
+                     trust(hooks_json, "post_tool_use"): {"trusted_hash": POST_HASH}}
     data = json.loads(hooks_json.read_text())
     assert data["hooks"]["SessionStart"] == [first, entry("codex", CMD["codex"], "SessionStart")]
     data["hooks"]["SessionStart"].append(last)
@@ -922,20 +941,21 @@ def test_codex_trust_is_written_again_where_it_went_missing(home):
     assert installed("codex") is False  # an untrusted hook never runs
     code, lines = run("codex")
     assert code == 0
-    assert lines == [f"codex: already installed in {home}/.codex/hooks.json (PreToolUse Bash, SessionStart -> "
+    assert lines == [f"codex: already installed in {home}/.codex/hooks.json ({WHAT['codex']} -> "
                      f"{CMD['codex']}); trusted in {config}"]
     assert installed("codex") is True
-    assert len(tomllib.loads(config.read_text())["hooks"]["state"]) == 2
+    assert len(tomllib.loads(config.read_text())["hooks"]["state"]) == 3
 
 
 def test_codex_trust_follows_a_new_res_path(home):
     run("codex", res="/old/res")
     code, lines = run("codex")
-    assert code == 0 and lines[0].startswith(f"codex: updated in {home}/.codex/hooks.json (PreToolUse Bash, SessionStart "
+    assert code == 0 and lines[0].startswith(f"codex: updated in {home}/.codex/hooks.json ({WHAT['codex']} "
                                              f"-> {CMD['codex']}; was /old/res hook --agent codex); trusted in")
     state = tomllib.loads((home / ".codex" / "config.toml").read_text())["hooks"]["state"]
     assert state == {trust(f"{home}/.codex/hooks.json"): {"trusted_hash": GATE_HASH},
-                     trust(f"{home}/.codex/hooks.json", "session_start"): {"trusted_hash": SESSION_HASH}}
+                     trust(f"{home}/.codex/hooks.json", "session_start"): {"trusted_hash": SESSION_HASH},
+                     trust(f"{home}/.codex/hooks.json", "post_tool_use"): {"trusted_hash": POST_HASH}}
     assert json.loads((home / ".codex" / "hooks.json").read_text()) == {"hooks": both("codex")}
 
 
@@ -948,7 +968,8 @@ def test_codex_home_is_named_as_codex_resolves_it(home, tmp_path, monkeypatch):
     assert code == 0
     assert (real / "hooks.json").exists()
     state = tomllib.loads((real / "config.toml").read_text())["hooks"]["state"]
-    assert list(state) == [trust(f"{real}/hooks.json"), trust(f"{real}/hooks.json", "session_start")]  # canonical
+    assert list(state) == [trust(f"{real}/hooks.json"), trust(f"{real}/hooks.json", "session_start"),
+                           trust(f"{real}/hooks.json", "post_tool_use")]  # canonical
 
 
 def test_codex_config_with_inline_hooks_keeps_them(home):
@@ -960,7 +981,7 @@ def test_codex_config_with_inline_hooks_keeps_them(home):
     assert run("codex")[0] == 0
     data = tomllib.loads(config.read_text())
     assert data["hooks"]["PreToolUse"] == tomllib.loads(original)["hooks"]["PreToolUse"]
-    assert len(data["hooks"]["state"]) == 3
+    assert len(data["hooks"]["state"]) == 4
     assert run("codex", uninstall=True)[0] == 0
     assert tomllib.loads(config.read_text()) == tomllib.loads(original)
 
@@ -991,14 +1012,14 @@ def test_project_scope_writes_into_the_checkouts_root(home, tmp_path):
     for cli, rel in (("claude", ".claude/settings.json"), ("codex", ".codex/hooks.json"),
                      ("gemini", ".gemini/settings.json")):
         assert json.loads((root / rel).read_text()) == {"hooks": both(cli)}
-    assert lines[0] == (f"claude: installed in {root}/.claude/settings.json (PreToolUse Bash, SessionStart -> "
-                        f"{CMD['claude']})")
+    assert lines[0] == f"claude: installed in {root}/.claude/settings.json ({WHAT['claude']} -> {CMD['claude']})"
     assert lines[2] == (f"codex: note: Codex reads {root}/.codex/hooks.json only in a trusted project (say yes when codex "
                         f'asks, or set [projects."{root}"] trust_level = "trusted" in {home}/.codex/config.toml)')
     assert lines[4] == f"gemini: note: Gemini CLI reads {root}/.gemini/settings.json only when started in {root}, in a trusted folder"
     state = tomllib.loads((home / ".codex" / "config.toml").read_text())["hooks"]["state"]
     assert list(state) == [trust(f"{root}/.codex/hooks.json"),  # the hook's trust is the user's to keep
-                           trust(f"{root}/.codex/hooks.json", "session_start")]
+                           trust(f"{root}/.codex/hooks.json", "session_start"),
+                           trust(f"{root}/.codex/hooks.json", "post_tool_use")]
     assert installed("claude", "project", cwd=str(root)) is True and installed("claude") is False
     code, lines = run(scope="project", uninstall=True, cwd=str(root))
     assert code == 0 and len(lines) == 3
