@@ -279,14 +279,14 @@ def _game_rewrite(call, rules) -> str | None:
     prefix would make the CLI ask about a line it would have run (Gemini outside YOLO; Codex takes a
     rewrite only with its allow)."""
     from reconciler.core.gate import Unreadable, simple_commands
-    from reconciler.core.hookrules import GRANT, decide
+    from reconciler.core.hookrules import ADMIT, GRANT, decide
 
     try:
         commands = simple_commands(call.command)
     except Unreadable:
         commands = None
     decided = decide(call.cli, call.permission_mode, call.command, commands, rules()) if commands is not None else None
-    if decided is not None:
+    if decided is not None and decided != ADMIT:  # (admitted in place: the line is the CLI's to judge)
         return "grant" if decided == GRANT else "rewrite"
     return "rewrite" if call.cli in ("claude", "shell") else None
 
@@ -470,20 +470,24 @@ def main(stdin_text: str, environ, now: float | None = None, told: str | None = 
         decided = gate(call, environ, now, ask, res_path, rules)
         if decided is not None and decided[0] == "deny":
             return json.dumps(deny_output(call, decided[1]), separators=(",", ":")), 0
-        if decided is not None and decided[0] in ("note", "admit"):
+        if decided is not None and decided[0] == "note":
             out = note_output(call, decided[1])
             return (json.dumps(out, separators=(",", ":")), 0) if out else ("", 0)
-        if decided is not None:
+        admitted = decided is not None and decided[0] == "admit"  # unchanged, booked while it runs
+        if admitted:
+            notes = [decided[1]]
+        elif decided is not None:
             command, notes, grant = decided[1], [decided[2]], decided[3]
         active, until = read_game(environ, now)
         if active and not call.command.lstrip().startswith(_PREFIX_SEEN):
             # The prefix is a command of its own in the line the CLI judges: where the line would have
             # run unasked by a rule, it is answered as the gate's rewrite is (never a grant it lacked).
-            how = _game_rewrite(call, rules) if decided is None else ("grant" if grant else "rewrite")
+            how = _game_rewrite(call, rules) if decided is None or admitted else ("grant" if grant else "rewrite")
             if how is not None:
                 command, notes, grant = PREFIX + command, [*notes, context(until)], how == "grant"
         if command == call.command:
-            return "", 0
+            out = note_output(call, " ".join(notes)) if notes else None
+            return (json.dumps(out, separators=(",", ":")), 0) if out else ("", 0)
         return json.dumps(rewrite_output(call, command, " ".join(notes), grant), separators=(",", ":")), 0  # ASCII
     except Exception:  # the hook must never get in the way: any error is "no opinion"
         return "", 0

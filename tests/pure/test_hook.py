@@ -499,3 +499,23 @@ def test_a_stopped_loop_is_given_up_on_within_a_second(state):
     finally:
         srv.close()
     assert hook._would_fit({"RES_STATE_DIR": str(state)}, {"mem_gb": 1, "cpus": 1, "est_s": 60}) is None  # none there
+
+
+def test_game_modes_prefix_on_a_line_admitted_in_place_is_what_it_was_on_a_line_left_alone(state, monkeypatch):
+    """A heavy line booked in place (the CLI judges it unchanged) gets game mode's prefix exactly where a
+    line the gate left alone would: Claude Code (it asks about the line either way), never Codex (which
+    takes a rewrite only with its allow) or Gemini CLI outside YOLO (the prefix would make it ask)."""
+    monkeypatch.setattr(hook, "_admit", lambda *a: ("admit", "res: booked 1 GB for it"))
+    game(state, f"# res game\non = true\nuntil = {NOW + 3600}\n")
+    claude = json.loads(hook.main(event("python3 -m pytest -q tests"), os.environ, now=NOW, ask=FITS)[0])
+    spec = claude["hookSpecificOutput"]
+    assert spec["updatedInput"]["command"] == hook.PREFIX + "python3 -m pytest -q tests"
+    assert "permissionDecision" not in spec and spec["additionalContext"].startswith("res: booked 1 GB for it")
+    codex = event("python3 -m pytest -q tests", turn_id="t-1", model="gpt-5.5-codex")
+    assert hook.main(codex, os.environ, now=NOW, ask=FITS) == ("", 0)
+    gemini = json.dumps({"session_id": "g-1", "hook_event_name": "BeforeTool", "tool_name": "run_shell_command",
+                         "cwd": "/home/u/proj", "tool_input": {"command": "python3 -m pytest -q tests"}})
+    assert hook.main(gemini, os.environ, now=NOW, ask=FITS) == ("", 0)
+    game(state, "on = false\n")
+    claude = json.loads(hook.main(event("python3 -m pytest -q tests"), os.environ, now=NOW, ask=FITS)[0])
+    assert claude == {"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": "res: booked 1 GB for it"}}
