@@ -241,7 +241,8 @@ def gate(call, environ, now: float, ask=None, res_path: str | None = None, rules
     wait_s = float(view["wait_s"])
     size = {"mem_gb": heavy.mem_gb, "cpus": heavy.cpus, "est_s": heavy.est_s, "guessed": heavy.guessed,
             "title": heavy.fingerprint, "project": project, "cwd": call.cwd or "/"}
-    answer = (ask or _would_fit)(environ, size)
+    asker = ask or _would_fit
+    answer = asker(environ, size)
     if answer is STUCK:  # a loop is there and did not answer: the command runs as it is, said once
         said = _once(environ, call.session, "stuck")
         return ("note", STUCK_CONTEXT) if said else None
@@ -260,10 +261,10 @@ def gate(call, environ, now: float, ask=None, res_path: str | None = None, rules
                      (rules or (lambda: session_rules(call, environ)))())
     if decided is None:
         return None
-    if decided == ADMIT:
-        return _admit(call, environ, heavy, project, wait_s, answer)
     if answer and type(answer.get("mem_gb")) in (int, float) and type(answer.get("cpus")) in (int, float):
         heavy = heavy._replace(mem_gb=float(answer["mem_gb"]), cpus=float(answer["cpus"]))  # clamped to what there is
+    if decided == ADMIT:
+        return _admit(call, environ, heavy, project, wait_s, answer, lambda: asker(environ, size))
     command = rewritten([res_path] if res_path else res_program(), heavy, call.command, wait_s, max_duration_s=call.timeout_s)
     booked = f"{heavy.mem_gb:g} GB and {heavy.cpus:g} cpus booked" + (", not a limit" if heavy.guessed else "")
     return "rewrite", command, (
@@ -363,44 +364,49 @@ ADMIT_ASK_S = 2.0  # one booking's answer from the loop
 ADMIT_RETRY_S = 1.0  # between tries while it would start within the gate's wait
 
 
-def _admit(call, environ, heavy, project: str, wait_s: float, answer) -> tuple | None:
+def _admit(call, environ, heavy, project: str, wait_s: float, answer: dict | None, ask_again) -> tuple | None:
     """Admission in place (docs/agent-hooks.md): the line passes unchanged, its size booked before it
     runs under the call's request id (a note owned by the agent's session, held for twice its
     estimate at most), released by its post-tool event. While it would start within the gate's wait it
-    waits its turn; past that, the busy line as a deny. ("admit", context), ("deny", reason), or None
-    (nothing to book it under, or no loop to book it with: it runs as it is)."""
+    waits its turn (the loop asked again, `ask_again()`, as the gate asks: nothing is written until it
+    fits); past that, the busy line as a deny. ("admit", context), ("deny", reason), or None (nothing
+    to book it under, or no loop to book it with: it runs as it is)."""
     from reconciler.core.hooks import hold_id
 
     held = hold_id(call)
-    if held is None or answer is None:
+    if held is None or not isinstance(answer, dict):
         return None
     from reconciler.loop.client import ask
     from reconciler.observed.procs import note_owner
 
     owner, name = note_owner(os.getppid())
-    if answer and type(answer.get("mem_gb")) in (int, float) and type(answer.get("cpus")) in (int, float):
-        heavy = heavy._replace(mem_gb=float(answer["mem_gb"]), cpus=float(answer["cpus"]))
     sock = os.path.join(state_dir(environ), "serve.sock")
     give_up = time.monotonic() + wait_s
     line = "busy"
     while True:
-        now = time.time()
-        fields = {"title": f"{heavy.fingerprint} (in place)", "project": project, "mem_gb": heavy.mem_gb,
-                  "cpus": heavy.cpus, "est_s": max(int(heavy.est_s) * 2, 60), "created": now, "owner_pid": owner,
-                  "owner_name": name, "request_id": held, "answer_by": now + ADMIT_ASK_S}
-        try:
-            got = ask(sock, {"op": "submit", "kind": "note", "fields": fields}, timeout=ADMIT_ASK_S + 0.5)
-        except Exception:  # noqa: BLE001 - no loop, or none that answers: the command runs as it is
-            return None
-        if isinstance(got, dict) and got.get("code") == 0:
-            booked = f"{heavy.mem_gb:g} GB and {heavy.cpus:g} cpus"
-            return "admit", (f"res: this is heavy work ({heavy.source}); res booked {booked} for it while it runs "
-                             "(it runs as it is, in this session)")
-        line = str((got or {}).get("line") or line) if isinstance(got, dict) else line
+        if answer.get("fits") == "now":
+            now = time.time()
+            fields = {"title": f"{heavy.fingerprint} (in place)", "project": project, "mem_gb": heavy.mem_gb,
+                      "cpus": heavy.cpus, "est_s": max(int(heavy.est_s) * 2, 60), "created": now,
+                      "owner_pid": owner, "owner_name": name, "request_id": held, "answer_by": now + ADMIT_ASK_S}
+            try:
+                got = ask(sock, {"op": "submit", "kind": "note", "fields": fields}, timeout=ADMIT_ASK_S + 0.5)
+            except Exception:  # noqa: BLE001 - no loop, or none that answers: the command runs as it is
+                return None
+            if isinstance(got, dict) and got.get("code") == 0:
+                booked = f"{heavy.mem_gb:g} GB and {heavy.cpus:g} cpus"
+                return "admit", (f"res: this is heavy work ({heavy.source}); res booked {booked} for it while it "
+                                 "runs (it runs as it is, in this session)")
+            line = str(got.get("line") or line) if isinstance(got, dict) else line  # taken meanwhile
+        else:
+            line = str(answer.get("line") or line)
         if time.monotonic() + ADMIT_RETRY_S > give_up:
             return "deny", (f"res: not run: `{_short(call.command)}` is heavy work ({heavy.source}) and would wait "
                             f"more than {wait_s:g} s for memory or CPUs; {line}")
         time.sleep(ADMIT_RETRY_S)
+        answer = ask_again()
+        if not isinstance(answer, dict):  # the loop went away or stopped answering: it runs as it is
+            return None
 
 
 def _release_booking(environ, ran) -> None:
