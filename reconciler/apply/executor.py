@@ -65,12 +65,7 @@ class Executor:
         self.store.put(planned(None, a, now, request=req), expect_phase=None)
 
     async def _grant(self, a, req, rec, now):
-        if rec is None and self._caller_gone(req):  # a note asked for now whose caller stopped waiting
-            from reconciler.recorded.store import ABSENT
-
-            gone = {"code": "caller_gone", "answer_by": req.answer_by}
-            self.store.put(planned(None, Action(kind="refuse", id=req.id, detail=gone), now, request=req,
-                                   why=self._said(gone), detail=gone), expect_phase=ABSENT)
+        if self._refused_late(req, rec, now):  # a note asked for now whose caller stopped waiting
             return
         self.store.put(planned(rec, a, now, request=req), expect_phase=rec.phase if rec else None)
 
@@ -186,17 +181,7 @@ class Executor:
         attempt = starting.attempt
         from reconciler.recorded.store import ABSENT
 
-        if rec is None and self._caller_gone(req):  # the plan was made before its caller's deadline
-            gone = {"code": "caller_gone", "answer_by": req.answer_by}
-            self.store.put(planned(None, Action(kind="refuse", id=req.id, detail=gone), now, request=req,
-                                   why=self._said(gone), detail=gone), expect_phase=ABSENT)
-            return
-        from reconciler.core.plan import start_missed
-
-        if start_missed(req, time.time()):  # planned before its --start-within ran out
-            missed = {"code": "start_missed", "start_by": req.start_by}
-            self.store.put(planned(rec, Action(kind="refuse", id=req.id, detail=missed), now, request=req,
-                                   why=self._said(missed), detail=missed), expect_phase=rec.phase if rec else ABSENT)
+        if self._refused_late(req, rec, now):  # planned before its caller's deadline or its start_by
             return
         # `starting` (with its lease) is on disk before the unit is asked for (DESIGN §5.3).
         if not self.store.put(starting, expect_phase=rec.phase if rec else None):
@@ -272,6 +257,19 @@ class Executor:
         from reconciler.render.reasons import reason_line
 
         return reason_line(detail, zone_of(self.policy))
+
+    def _refused_late(self, req, rec, now: float) -> bool:
+        """Refused here, at the moment it would start or be granted, if it may no longer
+        (core.plan.too_late, at this moment): True when it was."""
+        from reconciler.core.plan import too_late
+        from reconciler.recorded.store import ABSENT
+
+        late = too_late(req, rec is not None, time.time())
+        if late is None:
+            return False
+        self.store.put(planned(rec, Action(kind="refuse", id=req.id, detail=late), now, request=req,
+                               why=self._said(late), detail=late), expect_phase=rec.phase if rec else ABSENT)
+        return True
 
     @staticmethod
     def _caller_gone(req) -> bool:

@@ -397,10 +397,8 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "hand_added"}, **_tag(req)))
         elif rec is None and req.id in unchecked:
             adm.acts.append(Action(kind="hold", id=req.id, detail={"code": "unchecked"}, **_tag(req)))
-        elif rec is None and caller_gone(req, now):
-            adm.acts.append(_refuse(req, {"code": "caller_gone", "answer_by": req.answer_by}))
-        elif start_missed(req, now):
-            adm.acts.append(_refuse(req, {"code": "start_missed", "start_by": req.start_by}))
+        elif (late := too_late(req, rec is not None, now)) is not None:
+            adm.acts.append(_refuse(req, late))
         elif rec is None and req.request_id is not None and taken.get(req.request_id, req.id) != req.id:
             adm.acts.append(_refuse(req, {"code": "same_request", "request_id": req.request_id,
                                           "as": taken[req.request_id]}))
@@ -431,6 +429,18 @@ def start_missed(req: Request, now: float) -> bool:
     """A request asked with --start-within that has not started by its start_by: never started (its
     caller gave up on it then and was told it never starts)."""
     return req.start_by is not None and now >= req.start_by
+
+
+def too_late(req: Request, recorded: bool, now: float) -> dict | None:
+    """Why a request not yet started may no longer start (the refusal's detail), or None: its caller
+    stopped waiting before any pass decided it (caller_gone: asked for now, not yet recorded), or its
+    --start-within ran out (start_missed). The planner's rule, and the executor's at the moment it
+    would start one (a plan made just before)."""
+    if not recorded and caller_gone(req, now):
+        return {"code": "caller_gone", "answer_by": req.answer_by}
+    if start_missed(req, now):
+        return {"code": "start_missed", "start_by": req.start_by}
+    return None
 
 
 def taken_request_ids(records: dict[str, JobRecord]) -> dict[str, str]:
