@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from reconciler.ops import requests as ops
 from reconciler.config.locks import LockBusy, acquire, release
 from reconciler.recorded.store import StoreReplaced
-from reconciler.core.models import Plan
+from reconciler.core.models import REQUEST_ID_PATTERN, Plan
 from reconciler.config.paths import Paths
 from reconciler.core.errors import HeldElsewhere, RetryLater, needs_a_person
 
@@ -130,10 +130,14 @@ class Ticker:
             log.warning("%s", line)
             self._said = (line, now)
 
-    async def pass_after_now(self, before=None) -> Plan | None:
+    async def pass_after_now(self, before=None, held: bool = False) -> Plan | None:
+        """The plan of a pass begun after this call (None: it failed). `held`: a pass that another
+        process's hold on state.db (or the tick lock) ended raises that instead, naming the holder."""
         want = self.kick(before)
         async with self.done:
             await self.done.wait_for(lambda: self.finished >= want)
+        if held and self.last is None and isinstance(self.failure, HeldElsewhere):
+            raise self.failure
         return self.last
 
 
@@ -602,7 +606,7 @@ def read_request(line: bytes) -> tuple[dict, str | None]:
             from reconciler.core.invalid import quoted
 
             return {}, f"a {op} request's id {quoted(value)[:40]} is not an entry id (r-12)"
-        if key == "request_id" and op == "release_request" and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}", value):
+        if key == "request_id" and op == "release_request" and not re.fullmatch(REQUEST_ID_PATTERN, value):
             from reconciler.core.invalid import quoted
 
             return {}, f"a {op} request's request_id {quoted(value)[:40]} is not a request id"
@@ -693,16 +697,9 @@ async def _submit_answer(engine: Engine, ticker: Ticker, req: dict, say=None) ->
         if say is not None:
             say({"accepted": job_id, "answer_within": max(deadline - time.time(), 0.0)})
 
-    async def a_pass() -> Plan | None:
-        """A pass for the submit; one that another process's hold on state.db (or the tick lock) ended
-        is raised, so that the answer names the holder rather than "no pass decided it in time"."""
-        plan = await ticker.pass_after_now()
-        if plan is None and isinstance(ticker.failure, HeldElsewhere):
-            raise ticker.failure
-        return plan
-
-    work = asyncio.ensure_future(ops.submit(engine, a_pass, req["kind"], fields, on_accept=accepted,
-                                            who=_who(req), deadline=deadline))
+    # (a pass another process's hold ended is raised: the answer names the holder, not "no pass decided it")
+    work = asyncio.ensure_future(ops.submit(engine, lambda: ticker.pass_after_now(held=True), req["kind"], fields,
+                                            on_accept=accepted, who=_who(req), deadline=deadline))
     try:
         # A moment past the deadline: the submit answers by it itself; this covers a pass that hangs.
         code, line, data = await asyncio.wait_for(asyncio.shield(work), max(deadline - time.time(), 0.0) + 1.0)

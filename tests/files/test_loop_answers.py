@@ -21,7 +21,7 @@ def test_a_request_not_decided_in_answer_timeout_s_is_answered_with_its_id():
                                remove=lambda ids: removed.extend(ids) or list(ids)),
         store=SimpleNamespace(get=lambda job_id: None), blocked=[], adder=None)
 
-    async def never():  # a pass that does not end (the manager hangs, say)
+    async def never(held=False):  # a pass that does not end (the manager hangs, say)
         await asyncio.sleep(3600)
 
     ticker = SimpleNamespace(pass_after_now=never)
