@@ -25,6 +25,21 @@ def wait_limits(busy_s: float | None = None, deadline: float | None = None) -> N
         _LIMITS["deadline"] = deadline
 
 
+class bounded:
+    """`with bounded(until):` no wait of this process for state.db goes past `until` (time.monotonic())
+    or the deadline already set, whichever is sooner; the deadline set before is back after."""
+
+    def __init__(self, until: float) -> None:
+        self.until, self.before = until, None
+
+    def __enter__(self) -> None:
+        self.before = _LIMITS["deadline"]
+        _LIMITS["deadline"] = self.until if self.before is None else min(self.before, self.until)
+
+    def __exit__(self, *exc) -> None:
+        _LIMITS["deadline"] = self.before
+
+
 def clear_deadline() -> None:
     _LIMITS["deadline"] = None
 

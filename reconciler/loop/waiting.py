@@ -33,15 +33,13 @@ def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idl
     state.db ends by then (recorded.store.wait_limits), and a loop that cannot answer is given up on
     ANSWER_GRACE_S after it. `look_by` (time.monotonic()): a pass here ends by then at the latest, so
     that `on_idle` is called at that moment (`res run --start-within`'s check)."""
-    from reconciler.config.deadline import clear_deadline, wait_limits
+    from reconciler.config.deadline import bounded
 
     deadline = None if timeout is None else time.monotonic() + timeout
-    if deadline is not None:
-        wait_limits(deadline=deadline)
-    try:
+    if deadline is None:
         return _wait_for(paths, policy_of, job_id, timeout, deadline, on_idle, look_by)
-    finally:
-        clear_deadline()
+    with bounded(deadline):
+        return _wait_for(paths, policy_of, job_id, timeout, deadline, on_idle, look_by)
 
 
 def _wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, deadline: float | None,
@@ -96,22 +94,14 @@ def _wait_here(paths: Paths, policy, job_id: str, left: float | None, timeout: f
 
     logging.getLogger("res").addHandler(logging.NullHandler())
 
-    from reconciler.config.deadline import clear_deadline, wait_limits
-
-    overall = None if left is None else time.monotonic() + left  # (this process's, for wait_limits)
+    from reconciler.config.deadline import bounded
 
     async def one_pass(engine) -> None:
         step = time.monotonic() + HERE_PASS_WAIT_S
         if look_by is not None:
             step = min(step, max(look_by, time.monotonic() + 0.05))
-        wait_limits(deadline=step if overall is None else min(step, overall))
-        try:
+        with bounded(step):  # (within the wait's own deadline, wait_for's)
             await engine.tick()
-        finally:
-            if overall is None:
-                clear_deadline()
-            else:
-                wait_limits(deadline=overall)
 
     async def run():
         loop = asyncio.get_running_loop()
