@@ -177,14 +177,18 @@ def _settings_flag(argvs: list[list[str]]) -> list[dict]:
     return out
 
 
-def _permissions(data: dict | None, where: str) -> dict:
+def _permissions(data: dict | None, where: str) -> dict[str, list[str]]:
+    """A settings file's allow, deny and ask rules (the text ones), checked to be lists."""
     perms = (data or {}).get("permissions") or {}
     if not isinstance(perms, dict):
         raise _Unreadable(where)
+    out = {}
     for key in ("allow", "deny", "ask"):
-        if not isinstance(perms.get(key) or [], list):
+        rules = perms.get(key) or []
+        if not isinstance(rules, list):
             raise _Unreadable(where)
-    return perms
+        out[key] = [r for r in rules if isinstance(r, str)]
+    return out
 
 
 def claude_rules(mode: str | None, cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
@@ -209,22 +213,21 @@ def claude_rules(mode: str | None, cwd: str | None, environ, argvs: list[list[st
         allow, guard, sandboxed = [], [], False
         managed_only = any((m or {}).get("allowManagedPermissionRulesOnly") is True for m in managed)
         for data in managed:
-            perms = _permissions(data, "managed settings")
-            allow += [r for r in perms.get("allow") or [] if isinstance(r, str)]
+            allow += _permissions(data, "managed settings")["allow"]
         for data in [*managed, *user, *(d for _, d in project)]:
             perms = _permissions(data, "settings")
-            guard += [r for key in ("deny", "ask") for r in perms.get(key) or [] if isinstance(r, str)]
+            guard += perms["deny"] + perms["ask"]
             sandbox = (data or {}).get("sandbox")
             sandboxed = sandboxed or (isinstance(sandbox, dict) and sandbox.get("enabled") is True)
         if not managed_only:
             for data in user:
-                allow += [r for r in _permissions(data, "settings").get("allow") or [] if isinstance(r, str)]
+                allow += _permissions(data, "settings")["allow"]
             allow += _flag_values(argvs, ("--allowedTools", "--allowed-tools"))
             # a project's allow rules: its start folder's, only once the user trusted it
             trusted_root = start if start and _claude_trusted(home, environ, start) else None
             for root, data in project:
                 if root == trusted_root:
-                    allow += [r for r in _permissions(data, "settings").get("allow") or [] if isinstance(r, str)]
+                    allow += _permissions(data, "settings")["allow"]
         guard += _flag_values(argvs, ("--disallowedTools", "--disallowed-tools"))
     except _Unreadable:
         return Rules(False, (), EVERYTHING_GUARDED)

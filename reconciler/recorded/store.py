@@ -39,7 +39,7 @@ SCHEMA_VERSION = 2  # 2: records carry no secret-looking environment (scrubbed o
 # rather than failing its insert or the index's creation at open.
 REQUEST_ID_OF_RECORD = "CASE WHEN json_valid(record) THEN json_extract(record, '$.request.request_id') END"
 
-_SCHEMA = """
+_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS jobs (
     id          TEXT PRIMARY KEY,
     num         INTEGER NOT NULL,          -- 12 for r-12: the order requests were made in
@@ -75,7 +75,7 @@ CREATE TABLE IF NOT EXISTS changes (
     summary     TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS changes_at ON changes (at);
-""".replace("{REQUEST_ID_OF_RECORD}", REQUEST_ID_OF_RECORD)
+"""
 
 _TERMINAL = ("done", "refused", "cancelled")  # models.TERMINAL, kept here as text for SQL
 
