@@ -284,11 +284,9 @@ class Engine:
                 return
         except LockBusy:
             pass  # a writer is at work: this pass judges nothing new, the next one does
+        except HeldElsewhere:
+            raise  # state.db held by another process: this pass can record nothing (said once, by the loop)
         except Exception as e:  # noqa: BLE001 - bookkeeping: the pass goes on
-            from reconciler.recorded.store import StoreBusy
-
-            if isinstance(e, StoreBusy):
-                raise  # state.db held by another process: this pass can record nothing (said once, by the loop)
             log.warning("tracking changes to the user's files: %s", e)
         desired.hand_added = sorted(self.store.get_meta_json("hand_added", []))
         seen = checked_ids(self.store)
@@ -447,11 +445,9 @@ class Engine:
         try:
             await self.executor.apply(action, requests, now)
             return 0
+        except HeldElsewhere:
+            raise  # state.db held by another process: no action can be recorded; the pass ends here
         except Exception as e:  # noqa: BLE001 - one failed action must not stop the others; sorted below
-            from reconciler.recorded.store import StoreBusy
-
-            if isinstance(e, StoreBusy):
-                raise  # state.db held by another process: no action can be recorded; the pass ends here
             line = f"{action.kind} {action.id} failed: {e}"
             p.notices.append(line)
             if not needs_a_person(e):
