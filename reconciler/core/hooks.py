@@ -24,9 +24,6 @@ EVENTS = {"claude": "PreToolUse", "codex": "PreToolUse", "gemini": "BeforeTool"}
 # its pre-tool event booked. Claude Code says a failed command apart; Codex and Gemini do not.
 POST_EVENTS = {"claude": ("PostToolUse", "PostToolUseFailure"), "codex": ("PostToolUse",), "gemini": ("AfterTool",)}
 CLAUDE_BASH_TIMEOUT_S = 120  # the Bash tool's default timeout (tools reference); its input may say other
-# Codex permission modes under which every command runs without asking: only there may a rewrite,
-# which Codex applies only with "allow", be made (docs/agent-hooks.md).
-CODEX_UNASKED = frozenset({"bypassPermissions"})
 
 
 # (collections.namedtuple, not typing.NamedTuple: `res hook` imports this module, and typing costs it ~3 ms)
@@ -108,16 +105,6 @@ def _timeout_s(cli: str, tool_input: dict) -> int | None:
     if type(ms) in (int, float) and 0 < ms <= 86_400_000:
         return max(int(ms // 1000), 1)
     return CLAUDE_BASH_TIMEOUT_S
-
-
-def may_rewrite(call: Call) -> bool:
-    """Whether this CLI takes a rewrite of the command that grants nothing (game mode's prefix, which
-    changes no program): Claude Code and Gemini CLI judge the rewritten command by the session's own
-    rules; Codex applies a rewrite only together with "allow", which skips its approval, so only where
-    the session asks for nothing."""
-    if call.cli == "codex":
-        return call.permission_mode in CODEX_UNASKED
-    return True
 
 
 def rewrite_output(call: Call, command: str, context: str | None, grant: bool = False) -> dict:

@@ -232,9 +232,10 @@ def test_only_shell_tools_and_their_events():
 
 def test_a_rewrite_never_grants_where_the_cli_would_have_asked():
     call = hooks.read_call(sample("codex-0.171.0-pretooluse-bash.json"))
-    assert hooks.may_rewrite(call)  # bypassPermissions: every command runs unasked
-    asking = call._replace(permission_mode="default")
-    assert not hooks.may_rewrite(asking)
+    # (the rule's home: core.hookrules.decide; Codex takes a rewrite only with its allow)
+    unasked, asking = Rules(True, (), frozenset()), Rules(False, (), frozenset())
+    assert decided(call.cli, call.permission_mode, call.command, unasked) == GRANT  # bypassPermissions
+    assert decided(call.cli, "default", call.command, asking) != GRANT
     claude = hooks.read_call(sample("claude-2.1.328-pretooluse-bash.json"))
     out = hooks.rewrite_output(claude, "res run -- x", "why")["hookSpecificOutput"]
     assert "permissionDecision" not in out and out["updatedInput"]["command"] == "res run -- x"
