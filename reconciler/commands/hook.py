@@ -394,6 +394,7 @@ def _admit(call, environ, heavy, project: str, wait_s: float, answer: dict | Non
             except Exception:  # noqa: BLE001 - no loop, or none that answers: the command runs as it is
                 return None
             if isinstance(got, dict) and got.get("code") == 0:
+                _mark_held(environ, held)
                 booked = f"{heavy.mem_gb:g} GB and {heavy.cpus:g} cpus"
                 return "admit", (f"res: this is heavy work ({heavy.source}); res booked {booked} for it while it "
                                  "runs (it runs as it is, in this session)")
@@ -409,15 +410,35 @@ def _admit(call, environ, heavy, project: str, wait_s: float, answer: dict | Non
             return None
 
 
+def _held_marker(environ, held: str) -> str:
+    """The file that says this hook booked `held` (`<state>/hook-held/<request id>`): the post-tool
+    event of every other command (nearly all: light ones) asks the loop nothing."""
+    return os.path.join(state_dir(environ), "hook-held", held)
+
+
+def _mark_held(environ, held: str) -> None:
+    try:
+        os.makedirs(os.path.dirname(_held_marker(environ, held)), mode=0o700, exist_ok=True)
+        os.close(os.open(_held_marker(environ, held), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    except OSError:
+        pass  # not marked: the booking ends at its estimate's end, or its session's
+
+
 def _release_booking(environ, ran) -> None:
     """The post-tool event of a command admitted in place (docs/agent-hooks.md): the booking its
     pre-tool event made under its request id (core.hooks.hold_id) is released; none there (a command
-    that was not booked, or was released already): nothing. Answered or not, the hook says nothing."""
+    that was not booked, or was released already): nothing, not even a question to the loop. Answered
+    or not, the hook says nothing."""
     from reconciler.core.hooks import hold_id
 
     held = hold_id(ran)
-    if held is not None:
-        _ask_loop(environ, {"op": "release_request", "request_id": held}, ANNOUNCE_TIMEOUT_S)
+    if held is None:
+        return
+    try:
+        os.unlink(_held_marker(environ, held))
+    except OSError:
+        return  # not booked by this hook (a light command), or released already
+    _ask_loop(environ, {"op": "release_request", "request_id": held}, ANNOUNCE_TIMEOUT_S)
 
 
 def _would_fit(environ, size: dict):

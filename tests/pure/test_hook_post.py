@@ -61,18 +61,22 @@ def test_no_session_no_booking_to_pair():
     assert hooks.read_call(dict(CLAUDE_PRE, tool_use_id=7)).call_id is None  # not text: not an id
 
 
-def test_the_hook_releases_on_a_post_event_and_says_nothing(monkeypatch):
+def test_the_hook_releases_on_a_post_event_and_says_nothing(monkeypatch, tmp_path):
     import json
 
     from reconciler.commands import hook
 
+    environ = {"RES_STATE_DIR": str(tmp_path)}
     asked = []
     monkeypatch.setattr(hook, "_ask_loop", lambda environ, request, timeout: asked.append(request))
     for pre, post in ((CODEX_PRE, CODEX_POST), (GEMINI_PRE, GEMINI_POST), (CLAUDE_PRE, CLAUDE_FAILED)):
         asked.clear()
-        assert hook.main(json.dumps(post), {}) == ("", 0)
+        hook._mark_held(environ, hooks.hold_id(hooks.read_call(pre)))  # as its pre-tool event's booking does
+        assert hook.main(json.dumps(post), environ) == ("", 0)
         assert asked == [{"op": "release_request", "request_id": hooks.hold_id(hooks.read_call(pre))}], post
+        assert hook.main(json.dumps(post), environ) == ("", 0) and len(asked) == 1  # again: nothing to release
     asked.clear()
-    assert hook.main(json.dumps(dict(CLAUDE_POST, tool_name="Read")), {}) == ("", 0) and asked == []
-    assert hook.main(json.dumps({k: v for k, v in CODEX_POST.items() if k != "session_id"}), {}) == ("", 0)
+    assert hook.main(json.dumps(CLAUDE_POST), environ) == ("", 0) and asked == []  # never booked: the loop not asked
+    assert hook.main(json.dumps(dict(CLAUDE_POST, tool_name="Read")), environ) == ("", 0) and asked == []
+    assert hook.main(json.dumps({k: v for k, v in CODEX_POST.items() if k != "session_id"}), environ) == ("", 0)
     assert asked == []  # nothing to pair it by: nothing asked
