@@ -429,6 +429,8 @@ def _release_booking(environ, ran) -> None:
     pre-tool event made under its request id (core.hooks.hold_id) is released; none there (a command
     that was not booked, or was released already): nothing, not even a question to the loop. Answered
     or not, the hook says nothing."""
+    if not os.path.isdir(os.path.join(state_dir(environ), "hook-held")):
+        return  # nothing was ever booked in place here (no hashing, no question to the loop)
     from reconciler.core.hooks import hold_id
 
     held = hold_id(ran)
