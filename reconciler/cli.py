@@ -364,21 +364,17 @@ _NAMES = {name for name, *_ in _COMMANDS}
 
 
 def cmd_status(a, paths: Paths) -> int:
-    """From the running loop when there is one (it has the models loaded: a fraction of the time,
-    and the policy the loop enforces); else read here."""
-    from reconciler.loop.client import NoDaemon, ask
+    """From the running loop when there is one (commands/status.py); else read here."""
+    from reconciler.commands.status import ASK_TIMEOUT_S, Unanswered, ask_loop, show
+    from reconciler.loop.client import answer_wait_s
 
-    try:
-        answer = ask(paths.socket, {"op": "status", "id": a.id, "json": a.json, "all": a.all}, timeout=3)
-        if answer.get("code") == 2:  # a loop from before the status op: read here
-            raise KeyError("status")
-        out, code, problem = answer["line"], answer["code"], answer.get("problem")
-    except (NoDaemon, TimeoutError, OSError, ValueError, KeyError):
-        out, code, problem = _status_here(a, paths)
-    print(out, file=sys.stderr if code else sys.stdout)
-    if problem:
-        print(f"res: {problem}", file=sys.stderr)
-    return code
+    answered = None
+    if not getattr(a, "loop_unanswered", False):  # entry.py's quick path asked it already
+        try:
+            answered = ask_loop(paths.socket, a.id, a.json, a.all, timeout=min(ASK_TIMEOUT_S, answer_wait_s()))
+        except Unanswered:
+            pass
+    return show(*(answered or _status_here(a, paths)))
 
 
 def _status_here(a, paths: Paths) -> tuple[str, int, str | None]:
@@ -535,23 +531,22 @@ def _command(name: str):
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, loop_unanswered: bool = False) -> int:
+    """`loop_unanswered`: entry.py asked the loop for `res status` and it listened without answering."""
     argv = sys.argv[1:] if argv is None else argv
     try:
         argv = _join_negative(argv)
         a = build_parser(argv[0] if argv and argv[0] in _NAMES else None).parse_args(argv)
         _checked_texts(a)
         _bounded(a.cmd)
+        a.loop_unanswered = loop_unanswered
         code = _command(a.cmd)(a, Paths.default())
         sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
         return code
     except BrokenPipeError:
-        # `res status | head`: the reader had enough. No "Broken pipe" line; the shell's code for it.
-        try:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except OSError:
-            pass
-        return 141
+        from reconciler.commands.reader import reader_gone
+
+        return reader_gone()
     except Fail as f:
         print(f.line, file=sys.stderr)
         return f.code

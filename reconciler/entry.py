@@ -1,5 +1,6 @@
-"""The `res` console script. `res hook` runs before every agent Bash command, so it is dispatched
-here, before the command line (argparse, the units, pathlib) is even imported."""
+"""The `res` console script. `res hook` runs before every agent Bash command and agents poll `res
+status`, so both are dispatched here, before the command line (argparse, the units, pathlib) is even
+imported."""
 from __future__ import annotations
 
 import os
@@ -34,9 +35,20 @@ def main() -> int:
 
         code = shim(sys.argv[2:])
     else:
-        from reconciler.cli import main as cli_main
+        code, asked = None, False
+        if sys.argv[1:2] == ["status"]:  # polled by agents: the loop's answer without the command line
+            from reconciler.commands.status import quick
 
-        code = cli_main()
+            try:
+                code, asked = quick(sys.argv[2:])
+            except BrokenPipeError:
+                from reconciler.commands.reader import reader_gone
+
+                code = reader_gone()
+        if code is None:
+            from reconciler.cli import main as cli_main
+
+            code = cli_main(loop_unanswered=asked)
     code = code if isinstance(code, int) else (0 if code is None else 1)
     # Leave without the interpreter's teardown (freeing every module's objects: ~10 ms of a 70 ms
     # call, on the path of every agent command and of `res wait` to its caller) once what was

@@ -41,16 +41,10 @@ _KEYS = ("on", "until")
 
 
 def state_dir(environ) -> str:
-    """The state directory, the same rule as reconciler.config.paths.state_dir() (RES_STATE_DIR, else
-    $XDG_STATE_HOME/res, else ~/.local/state/res), with os.path only: pathlib is not worth importing here."""
-    root = environ.get("RES_STATE_DIR")
-    if not root:
-        base = environ.get("XDG_STATE_HOME")
-        if not base:
-            home = environ.get("HOME") or os.path.expanduser("~")
-            base = os.path.join(home, ".local", "state")
-        root = os.path.join(base, "res")
-    return root
+    """The state directory (config/stateroot.py: os.path only, pathlib is not worth importing here)."""
+    from reconciler.config.stateroot import state_root
+
+    return state_root(environ)
 
 
 def game_path(environ) -> str:

@@ -4,12 +4,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from reconciler.config.stateroot import state_root
+
 
 def state_dir() -> Path:
-    if os.environ.get("RES_STATE_DIR"):
-        return Path(os.environ["RES_STATE_DIR"])
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "res"
+    return Path(state_root(os.environ))
 
 
 class Paths:

@@ -1,9 +1,10 @@
-"""Talk to a running `res serve` over its unix socket. Import-light: the hot path of `res run`."""
+"""Talk to a running `res serve` over its unix socket. Import-light (json, socket; no pathlib): the hot
+path of `res run`, `res status` and the gate."""
 from __future__ import annotations
 
 import json
+import os
 import socket
-from pathlib import Path
 
 
 class NoDaemon(Exception):
@@ -34,7 +35,6 @@ def answer_wait_s(environ=None) -> float:
     """The caller's answer wait: RES_ANSWER_WAIT_S, else ANSWER_WAIT_S. ValueError naming the variable
     when it is not a number of seconds in ANSWER_WAIT_RANGE."""
     import math
-    import os
 
     text = (os.environ if environ is None else environ).get("RES_ANSWER_WAIT_S")
     if text is None or not text.strip():
@@ -55,7 +55,7 @@ def grace_s(wait_s: float) -> float:
     return min(5.0, wait_s / 4)
 
 
-def ask(sock_path: Path, request: dict, timeout: float | None, on_idle=None, idle_s: float = 0.1) -> dict:
+def ask(sock_path: str | os.PathLike, request: dict, timeout: float | None, on_idle=None, idle_s: float = 0.1) -> dict:
     """Send one JSON request, return the JSON answer. NoDaemon if nobody listens. `timeout`: for the
     whole answer (None: no limit); Unanswered past it, whatever the loop said meanwhile. `on_idle()`
     is called every `idle_s` while the answer is awaited (e.g. to print a job's log as it grows). A
