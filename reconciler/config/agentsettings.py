@@ -87,6 +87,40 @@ def ancestors_argv(limit: int = 12) -> list[list[str]]:
     return out
 
 
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish"})
+_RUNTIMES = frozenset({"node", "nodejs", "bun", "deno"})
+# How each CLI's own process shows on its command line: the program (or the script a runtime runs) by
+# name, or a path inside its npm package (Claude Code's older `…/claude-code/cli.js`).
+_CLI_NAMES = {"claude": ("claude", "/claude-code/"), "codex": ("codex", "/@openai/codex"),
+              "gemini": ("gemini", "/gemini-cli/")}
+
+
+def _is_cli(argv: list[str], cli: str) -> bool:
+    if cli not in _CLI_NAMES or not argv:
+        return False
+    name, package = _CLI_NAMES[cli]
+    words = argv[:1]
+    if os.path.basename(argv[0]) in _RUNTIMES:  # node [its options] SCRIPT …
+        words = [next((a for a in argv[1:] if not a.startswith("-")), "")]
+    return any(os.path.basename(w).removesuffix(".js") == name or package in w for w in words if w)
+
+
+def cli_argvs(argvs: list[list[str]], cli: str) -> list[list[str]]:
+    """The command lines of the agent CLI's own processes among this hook's ancestors (nearest first):
+    past the shells that ran the hook, the consecutive ancestors that are that CLI (Gemini CLI relaunches
+    itself, Codex's launcher runs its binary). Nothing beyond them: a flag on the line of whatever started
+    the CLI (a test runner's `-s`, a script's `--yolo`) says nothing about the session. None found:
+    nothing, and every rule read from flags is taken as absent (the cautious side)."""
+    i = 0
+    while i < len(argvs) and argvs[i] and os.path.basename(argvs[i][0]) in _SHELLS:
+        i += 1
+    out = []
+    while i < len(argvs) and _is_cli(argvs[i], cli):
+        out.append(argvs[i])
+        i += 1
+    return out
+
+
 def _flag_values(argvs: list[list[str]], names: tuple[str, ...]) -> list[str]:
     """Every value given to these flags (`--f v1 v2`, `--f=v1,v2`), split on commas and spaces outside
     parentheses, from every ancestor's command line."""
@@ -312,6 +346,7 @@ def gemini_rules(cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
     gem = os.path.join(home, ".gemini")
     dirs = list(dict.fromkeys([gem, *(os.path.join(r, ".gemini") for r in _roots(cwd))]))
     settings, exclude, policies, outranked, sandboxed, no_yolo = [], [], [], False, False, False
+    allow_lists: list[list[str]] = []  # each file's run_shell_command(…) entries in tools.allowed
     try:
         for path in ["/etc/gemini-cli/settings.json", *(os.path.join(d, "settings.json") for d in dirs)]:
             data = _json(path, comments=True) or {}
@@ -321,9 +356,12 @@ def gemini_rules(cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
                 raise _Unreadable(path)
             settings.append(data)
             exclude += [r for r in tools.get("exclude") or [] if isinstance(r, str)]
-            shell = [r for key in ("allowed", "core", "confirmationRequired") for r in tools.get(key) or []
+            shell = [r for key in ("core", "confirmationRequired") for r in tools.get(key) or []
                      if isinstance(r, str) and r.startswith("run_shell_command")]
             outranked = outranked or bool(shell)
+            allowed = [r for r in tools.get("allowed") or [] if isinstance(r, str) and r.startswith("run_shell_command")]
+            if allowed:
+                allow_lists.append(allowed)
             sandboxed = sandboxed or tools.get("sandbox") not in (None, False, "")
             no_yolo = no_yolo or security.get("disableYoloMode") is True
         for d in [*dirs, "/etc/gemini-cli"]:
@@ -341,7 +379,15 @@ def gemini_rules(cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
     except (_Unreadable, OSError):
         return Rules(False, (), EVERYTHING_GUARDED)
     allowed_flag = [r for r in _flag_values(argvs, ("--allowed-tools",)) if r.startswith("run_shell_command")]
-    outranked = outranked or bool(allowed_flag)
+    if allowed_flag:
+        allow_lists.append(allowed_flag)
+    # A run_shell_command(PREFIX) entry narrows the shell to the entries (the rest is denied, YOLO or
+    # not). Which list is in force depends on precedence (the flag replaces the files, a later file an
+    # earlier one): one list, or lists that agree, are read; lists that differ, or a bare entry (every
+    # command, by heuristics), keep every line ungated.
+    prefixes = [tool_pattern(r, "run_shell_command") for r in (allow_lists[0] if allow_lists else [])]
+    if any(sorted(x) != sorted(allow_lists[0]) for x in allow_lists) or "*" in prefixes or None in prefixes:
+        outranked = True
     mode = _flag_value(argvs, ("--approval-mode",))
     yolo = mode == "yolo" if mode is not None else any(a in ("--yolo", "-y") for argv in argvs for a in argv)
     yolo = yolo and not no_yolo and _gemini_trusted(gem, settings, cwd, environ)
@@ -351,7 +397,7 @@ def gemini_rules(cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
         p for p in (tool_pattern(r, "run_shell_command") for r in exclude) if p is not None)
     if outranked:
         guarded = EVERYTHING_GUARDED
-    return Rules(yolo, (), guarded, sandboxed)
+    return Rules(yolo, tuple(p for p in prefixes if p), guarded, sandboxed, narrowed=bool(allow_lists))
 
 
 def rules_for(call, environ) -> Rules:
@@ -359,7 +405,7 @@ def rules_for(call, environ) -> Rules:
     the program was already going to run; running it through res asks nobody anything."""
     if call.cli == "shell":
         return Rules(True, (), frozenset())
-    argvs = ancestors_argv()
+    argvs = cli_argvs(ancestors_argv(), call.cli)
     if call.cli == "codex":
         return codex_rules(call.permission_mode, call.cwd, environ, argvs)
     if call.cli == "gemini":

@@ -53,6 +53,9 @@ class Rules(NamedTuple):
     allow: tuple[str, ...]  # command patterns it runs unasked (each CLI's own syntax, the tool name taken off)
     guarded: frozenset[str]  # programs some deny or ask rule may be about (ALL: any)
     sandboxed: bool = False  # its shell commands run in the CLI's sandbox (a res job would run outside it)
+    # only what `allow` covers may run at all, anything else is denied (Gemini CLI: a run_shell_command(…)
+    # entry in tools.allowed narrows the shell to its entries, YOLO or not)
+    narrowed: bool = False
 
 
 def _programs(words: list[str]) -> set[str]:
@@ -75,12 +78,14 @@ def decide(cli: str, mode: str | None, line: str, commands: list[list[str]], rul
         return REWRITE
     if guarded(commands, rules):
         return None
+    if rules.narrowed and not (cli == "gemini" and gemini_covered(line, rules.allow)):
+        return None  # the CLI may deny it: a booking for it could outlive it
     if rules.sandboxed:  # it runs in the CLI's sandbox, on this machine's memory all the same
         return ADMIT
     if cli == "codex":
         return GRANT if rules.unasked else ADMIT
-    if cli == "gemini":
-        return REWRITE if rules.unasked else ADMIT
+    if cli == "gemini":  # narrowed: the rewritten `res run` would be denied
+        return REWRITE if rules.unasked and not rules.narrowed else ADMIT
     if cli != "claude":
         return None
     if mode in ("plan", "auto"):
@@ -148,6 +153,27 @@ def claude_pattern_covers(pattern: str, text: str) -> bool:
     if "*" in p:
         return re.fullmatch(".*".join(re.escape(piece) for piece in p.split("*")), text, re.DOTALL) is not None
     return text == p
+
+
+# ---------------------------------------------------------------- Gemini CLI's allowed shell prefixes
+
+
+def gemini_covered(line: str, prefixes: Iterable[str]) -> bool:
+    """Would Gemini CLI's `run_shell_command(PREFIX)` entries let this line run? Its policy engine
+    matches `"command":"PREFIX` followed by a space or the end against the raw line, then every
+    subcommand's raw text the same way; a redirection makes an allow an ask. Never looser: plain words
+    only (claude_covered's reading of what is plain), single spaces, no leading or trailing blanks, no
+    redirection at all, no assignment first."""
+    prefixes = [p for p in prefixes if p.strip() and p == p.strip()]
+    if not line or line != line.strip() or len(line) > CLAUDE_LONGEST or not prefixes:
+        return False
+    for part in _SEPARATORS.split(line):
+        words = part.split(" ")
+        if not part or "" in words or _NOT_PLAIN.search(part) or "=" in words[0]:
+            return False
+        if not any(part == p or part.startswith(p + " ") for p in prefixes):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------- each CLI's rule shapes

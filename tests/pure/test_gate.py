@@ -255,7 +255,7 @@ def test_deny_outputs():
 
 from reconciler.config import agentsettings  # noqa: E402
 from reconciler.core.hookrules import (ADMIT, ALL, GRANT, REWRITE, Rules, claude_covered, claude_pattern_covers,  # noqa: E402
-                                       codex_guarded, decide, gemini_guarded)
+                                       codex_guarded, decide, gemini_covered, gemini_guarded)
 from reconciler.core.gate import simple_commands  # noqa: E402
 
 
@@ -295,6 +295,59 @@ def test_codex_rewrites_only_unasked_and_unsandboxed_gemini_only_in_yolo():
     assert decided("codex", "default", "make test", Rules(False, (), frozenset())) == ADMIT  # as it is, booked
     assert decided("gemini", None, "make test", Rules(True, (), frozenset())) == REWRITE  # no grant: yolo allows res
     assert decided("gemini", None, "make test", Rules(False, ("make test:*",), frozenset())) == ADMIT  # it would ask for res
+
+
+def test_gemini_narrowed_to_its_allowed_prefixes_books_in_place_only_what_they_cover():
+    """A run_shell_command(PREFIX) entry in tools.allowed: the CLI runs what its entries cover and denies
+    the rest, YOLO or not (a rewritten `res run` would be denied): covered, booked in place; not covered
+    (it may be denied, and a booking would outlive it), untouched."""
+    for yolo in (False, True):
+        rules = Rules(yolo, ("python3 -m pytest", "make"), frozenset(), narrowed=True)
+        assert decided("gemini", None, "python3 -m pytest -q tests", rules) == ADMIT
+        assert decided("gemini", None, "make test && make build", rules) == ADMIT
+        assert decided("gemini", None, "python3 -m pytest -q tests && python3 -c x", rules) is None
+        assert decided("gemini", None, "pytest -q", rules) is None
+
+
+@pytest.mark.parametrize("line, covered", [
+    ("python3 -m pytest", True),
+    ("python3 -m pytest -q tests", True),
+    ("make test && python3 -m pytest -q", True),
+    ("python3 -m pytest | tail -3", False),  # tail not covered
+    ("python3 -m pytestx", False),  # the prefix must end at a space or the line's end
+    (" python3 -m pytest", False),  # leading blank: `"command":" python3` does not start with it
+    ("python3 -m pytest ", False),
+    ("python3  -m pytest", False),
+    ("python3 -m pytest > log", False),  # a redirection makes an allow an ask
+    ("python3 -m pytest 2>&1", False),
+    ("python3 -m pytest 'tests'", False),
+    ("python3 -m pytest $ARGS", False),
+    ("FOO=1 python3 -m pytest", False),
+    ("python3 -m pytest\nrm x", False),
+])
+def test_gemini_covered_is_never_looser_than_its_policy_engine(line, covered):
+    assert gemini_covered(line, ["python3 -m pytest", "make"]) is covered
+
+
+def test_the_cli_is_read_from_its_own_command_line_only():
+    """A flag on the line of whatever started the CLI (a test runner's `-s`, a script's `--yolo`) is
+    not the session's: only the CLI's own processes, past the shells that ran the hook."""
+    runner = ["python3", "-m", "pytest", "-s", "--yolo"]
+    gemini = [["/bin/sh", "-c", "res hook"], ["/usr/bin/node", "--max-old-space-size=8000", "/x/.bin/gemini", "-p", "hi"],
+              ["node", "/x/.bin/gemini", "-p", "hi"], runner]
+    assert agentsettings.cli_argvs(gemini, "gemini") == gemini[1:3]
+    codex = [["/x/@openai/codex-linux-x64/vendor/codex", "exec", "-s", "workspace-write"],
+             ["node", "/x/node_modules/@openai/codex/bin/codex.js", "exec"], runner]
+    assert agentsettings.cli_argvs(codex, "codex") == codex[:2]
+    claude = [["/x/.bin/claude", "-p", "hi"], runner]
+    assert agentsettings.cli_argvs(claude, "claude") == claude[:1]
+    assert agentsettings.cli_argvs([["node", "/usr/lib/node_modules/@anthropic-ai/claude-code/cli.js"]], "claude")
+    assert agentsettings.cli_argvs([runner, *gemini], "gemini") == []  # not the CLI's: nothing read
+    assert agentsettings.cli_argvs(claude, "gemini") == []
+    # what that changes: the runner's `-s` would have read as Gemini's --sandbox, its --yolo as YOLO
+    env = {"HOME": "/nonexistent"}
+    assert not agentsettings.gemini_rules(None, env, agentsettings.cli_argvs([["node", "/x/gemini"], runner], "gemini")).sandboxed
+    assert not agentsettings.gemini_rules(None, env, agentsettings.cli_argvs([["node", "/x/gemini"], runner], "gemini")).unasked
 
 
 @pytest.mark.parametrize("line, covered", [
@@ -383,9 +436,19 @@ def test_geminis_rules_come_from_its_settings_with_comments_and_its_command_line
     assert agentsettings.gemini_rules(str(tmp_path), env, [["node", "gemini", "--yolo"]]).unasked
     assert agentsettings.gemini_rules(str(tmp_path), env, [["node", "gemini", "--approval-mode=yolo"]]).unasked
     assert agentsettings.gemini_rules(str(tmp_path), env, [["node", "gemini", "--yolo", "--sandbox"]]).sandboxed
-    # an allowed shell command narrows the shell to it: YOLO no longer allows a rewritten line
+    # an allowed shell command narrows the shell to it: YOLO no longer allows a rewritten line, and
+    # only what the entries cover may run at all
     (gem / "settings.json").write_text('{"tools": {"allowed": ["run_shell_command(npm test)"]}}')
-    assert agentsettings.gemini_rules(str(tmp_path), env, [["gemini", "--yolo"]]).guarded == frozenset({ALL})
+    r = agentsettings.gemini_rules(str(tmp_path), env, [["gemini", "--yolo"]])
+    assert r.narrowed and r.allow == ("npm test",) and r.guarded == frozenset({"git"})
+    # lists that differ between the file and the flag (which one is in force is the CLI's precedence),
+    # or a bare entry (every command, by heuristics): every line ungated
+    flag = [["gemini", "--allowed-tools", "run_shell_command(make)"]]
+    assert agentsettings.gemini_rules(str(tmp_path), env, flag).guarded == frozenset({ALL})
+    (gem / "settings.json").write_text('{"tools": {"allowed": ["run_shell_command"]}}')
+    assert agentsettings.gemini_rules(str(tmp_path), env, [["gemini"]]).guarded == frozenset({ALL})
+    (gem / "settings.json").write_text('{"tools": {"confirmationRequired": ["run_shell_command(npm)"]}}')
+    assert agentsettings.gemini_rules(str(tmp_path), env, [["gemini"]]).guarded == frozenset({ALL})
     # folder trust on, and this folder not trusted: Gemini CLI runs it in its default mode
     (gem / "settings.json").write_text('{"security": {"folderTrust": {"enabled": true}}}')
     assert not agentsettings.gemini_rules(str(tmp_path), env, [["gemini", "--yolo"]]).unasked
