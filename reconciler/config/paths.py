@@ -71,7 +71,11 @@ class Paths:
     def log(self, job_id: str, log_dir: str | None = None) -> Path:
         """A job's log: in the state directory's logs/, or in the directory its record names (a
         cluster job's: the policy's shared directory when it was submitted)."""
-        return (Path(log_dir) if log_dir else self.logs) / f"{job_id}.log"
+        return Path(self.log_text(job_id, log_dir))
+
+    def log_text(self, job_id: str, log_dir: str | None = None) -> str:
+        """log() as a string, without a Path made for it (`res status` shows hundreds)."""
+        return os.path.join(log_dir or os.path.join(self.root, "logs"), f"{job_id}.log")
 
     def exit_record(self, job_id: str, log_dir: str | None = None) -> Path:
         return exit_record_path(Path(log_dir) if log_dir else self.logs, job_id)

@@ -55,7 +55,7 @@ def job_view(rec: JobRecord, snap: dict, now: float, paths: Paths, zone: Zone) -
         "created": req.created, "started": rec.started, "ended": rec.ended, "eta": rec.eta(),
         "overdue": bool(rec.phase in LIVE and expires is not None and now > expires),
         "unit": rec.unit, "attempt": rec.attempt, "cmd": req.cmd, "cwd": req.cwd,
-        "log": str(paths.log(rec.id, rec.log_dir)) if req.kind == "job" else None,
+        "log": paths.log_text(rec.id, rec.log_dir) if req.kind == "job" else None,
         "attached_by": rec.attached_by, "lease_until": rec.lease_until,
         "agent": req.agent, "spend_usd": round(rec.spend_usd, 6), "spend_estimated": spend_is_estimated(d),
         "running_spend_usd": round(running_spend_usd(d), 6), "unknown_format": unknown_format(d),
@@ -313,7 +313,7 @@ def entry_json(rec: JobRecord, paths: Paths, detail: dict | None = None) -> dict
     req = rec.request
     reason = reason_of(rec, detail)
     return {"id": rec.id, "kind": req.kind, "state": rec.phase.value, "title": req.title, "by": asker_data(req),
-            "log": str(paths.log(rec.id, rec.log_dir)) if req.kind == "job" else None,
+            "log": paths.log_text(rec.id, rec.log_dir) if req.kind == "job" else None,
             "position": reason.get("position"), "est_start": reason.get("est_start"),
             "started": rec.started, "eta": rec.eta() if rec.phase not in TERMINAL else None, "ended": rec.ended,
             "rc": rec.rc, "peak_gb": rec.peak_gb, "why": rec.why, "reason": reason,
