@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 # What each hot path may import beyond the interpreter's own start-up (measured in a fresh venv on
-# Python 3.11, where that start-up is smallest). A C accelerator (`_json`, `_sre`, …) comes with its
+# Python 3.11 with a regular install, where that start-up is smallest: an editable install's finder
+# brings pathlib, fnmatch and urllib in at start-up, so there they are never counted). A C accelerator (`_json`, `_sre`, …) comes with its
 # module, and `nt`/`ntpath` are pathlib's probes: not listed.
 BUDGET: dict[str, set[str]] = {
     "hook, a light command": {
@@ -33,16 +34,16 @@ BUDGET: dict[str, set[str]] = {
         "reprlib", "select", "shlex", "types"
     },
     "hook, a heavy command the loop is asked about": {
-        "array", "hashlib", "collections", "collections.abc", "contextlib", "copyreg", "enum", "errno", "fnmatch",
-        "functools", "ipaddress", "itertools", "json", "json.decoder", "json.encoder", "json.scanner",
-        "keyword", "math", "operator", "pathlib", "re", "re._casefix", "re._compiler", "re._constants",
+        "array", "hashlib", "collections", "collections.abc", "contextlib", "copyreg", "enum", "errno",
+        "functools", "itertools", "json", "json.decoder", "json.encoder", "json.scanner",
+        "keyword", "math", "operator", "re", "re._casefix", "re._compiler", "re._constants",
         "re._parser", "reconciler", "reconciler.commands", "reconciler.commands.hook", "reconciler.config",
         "reconciler.config.agentsettings", "reconciler.config.files", "reconciler.config.gatefile",
         "reconciler.config.gitrepo", "reconciler.config.stateroot", "reconciler.core", "reconciler.core.gate",
         "reconciler.core.hookrules",
         "reconciler.core.hooks", "reconciler.core.sizing", "reconciler.entry", "reconciler.loop",
         "reconciler.loop.client", "reprlib", "select", "selectors", "shlex", "socket", "types", "typing",
-        "urllib", "urllib.parse", "warnings"
+        "warnings"
     },
     "status, the loop running": {  # answered from entry.py: no argparse, pathlib or typing
         "array", "collections", "collections.abc", "copyreg", "enum", "errno", "functools", "itertools", "json",

@@ -439,7 +439,8 @@ def test_the_console_script_dispatches_the_hook_before_the_command_line(state):
             " and m not in START), file=sys.stderr)\n")
     code = "import sys\nSTART = set(sys.modules)\n" + code
     env = dict(os.environ, RES_STATE_DIR=str(state))
-    p = subprocess.run([sys.executable, "-S", "-c", code], input=event(), capture_output=True, text=True, env=env, timeout=60)
+    # (with site: an installed res is found only through it; START is taken after it)
+    p = subprocess.run([sys.executable, "-c", code], input=event(), capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0 and p.stdout == "" and p.stderr.strip() == "[]", (p.stdout, p.stderr)
 
 
