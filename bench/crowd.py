@@ -86,6 +86,9 @@ from pathlib import Path
 
 from common import terminate
 
+if __name__ == "__main__":  # one module, whether run or imported (crowd_cli imports it: one STARTED)
+    sys.modules.setdefault("crowd", sys.modules[__name__])
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 PY = sys.executable
@@ -115,9 +118,10 @@ SMOKE_TESTS = [
 CACHE = Path(os.environ.get("CROWD_CACHE", "/tmp/res-crowd-cache"))
 
 ARMS = ["free-for-all", "slots-2", "slots-3", "cgroup-only", "res", "res-flat", "res-gated", "res-learned",
-        "res-overflow"]
-# res-overflow boots a Slurm cluster (root, Slurm's packages): only when asked for by name
-DEFAULT_ARMS = [a for a in ARMS if a != "res-overflow"]
+        "res-overflow", "res-cli"]
+# res-overflow boots a Slurm cluster (root, Slurm's packages), res-cli runs the real agent CLIs
+# (tests/agentcli/install.sh): only when asked for by name
+DEFAULT_ARMS = [a for a in ARMS if a not in ("res-overflow", "res-cli")]
 GATE_RETRY_S = 5.0  # a refused agent does other work and asks again this much later
 MARGIN = 1.25  # honest declaration: true peak × 1.25
 PROBE_MB, PROBE_PERIOD = 50, 0.2
@@ -544,6 +548,10 @@ class Arm:
 
     def teardown(self) -> None: ...
 
+    def extra_figures(self) -> dict:
+        """The arm's own figures, added to its row."""
+        return {}
+
     def launch(self, argv: list[str], log: Path, env: dict | None = None, cwd: str | None = None) -> int:
         with open(log, "ab") as f:
             p = STARTED.popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
@@ -864,6 +872,10 @@ def make_arm(name: str, ctx: "ArmRun") -> Arm:
         return Learned(name, ctx)
     if name == "res-overflow":
         return Overflow(name, ctx)
+    if name == "res-cli":
+        from crowd_cli import CliGated  # the real CLIs' harness (tests/agentcli): only for this arm
+
+        return CliGated(name, ctx)
     raise SystemExit(f"crowd: unknown arm {name!r} (known: {', '.join(ARMS)})")
 
 
@@ -1181,6 +1193,7 @@ class ArmRun:
         row = self.figures(makespan, probe_ms, sampler.samples, psi0, psi1, peak)
         if isinstance(arm, Gated):
             row["gate_refusals"] = arm.denied  # asks the hook refused (the agent asked again later)
+        row.update(arm.extra_figures())
         if learned:
             row["res_restarts"] = sum(a.restart for a in self.attempts)  # kills res answered itself
             row["sizes"] = self.sizes

@@ -26,6 +26,8 @@ from loopback import LoopbackAPI, LoopbackHandler
 # (its default is 10 s): a command the gate queued can take longer on a loaded machine, and a model
 # that knows it runs a test suite asks for a longer wait.
 YIELD_MS = 30000
+POLL_MS = 300000  # write_stdin's longest empty poll (Codex 0.171.0's exec tool declaration)
+CELL_MS = 3600000  # the exec cell's own yield (its first-line pragma; default 30 s)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,9 @@ class Reply:
     text: str = ""
     usage: Usage = Usage(0, 0, 0)
     shell: str | None = None  # a shell command run by the model's tool call instead of a message
+    # code mode only: the exec tool's JavaScript for `shell` waits for the command's end (polling its
+    # session with write_stdin past exec_command's 30 s yield), as a model does for a long command
+    wait: bool = False
     status: int = 200  # not 200: an HTTP error, no stream
     error: str = "rate limited"
 
@@ -100,6 +105,15 @@ class OpenAIServer(LoopbackAPI):
         elif reply.shell is not None:  # the one JavaScript `exec` tool that reaches the others (gpt-5.6 and later)
             code = (f"const r = await tools.exec_command({{cmd: {json.dumps(reply.shell)}, yield_time_ms: {YIELD_MS}}});\n"
                     "text(r);")
+            if reply.wait:
+                code = (f"// @exec: {{\"yield_time_ms\": {CELL_MS}}}\n"
+                        f"let r = await tools.exec_command({{cmd: {json.dumps(reply.shell)}, yield_time_ms: {YIELD_MS}}});\n"
+                        "let output = r.output;\n"
+                        "while (r.exit_code === undefined && r.session_id !== undefined) {\n"
+                        f"  r = await tools.write_stdin({{session_id: r.session_id, chars: '', yield_time_ms: {POLL_MS}}});\n"
+                        "  output += r.output;\n"
+                        "}\n"
+                        "text({...r, output});")
             item = {"type": "custom_tool_call", "id": f"ctc_{n:04d}", "call_id": f"call_{n:04d}", "name": "exec",
                     "input": code, "status": "completed"}
             yield {"type": "response.output_item.added", "output_index": 0, "item": {**item, "input": ""}}
