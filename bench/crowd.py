@@ -1476,6 +1476,10 @@ def notes(rows: list[dict]) -> str:
             out += learned_notes(r, next((x for x in rows if x["arm"] == "res"), None))
         if r.get("cluster") is not None:
             out += overflow_notes(r, next((x for x in rows if x["arm"] == "res"), None))
+        if r.get("cli") is not None:
+            from crowd_cli import notes as cli_notes
+
+            out += cli_notes(r, next((x for x in rows if x["arm"] == "res-gated"), None))
     return "\n".join(out)
 
 
@@ -1564,6 +1568,8 @@ def run_arm(name: str, plan: list[list[Job]], mem_gb: float, workdir: Path, size
     if name == "res-overflow":  # a job the cluster never starts must not hang the bench
         return ArmRun(name, plan, mem_gb, workdir, deadline_s=max(300.0, 10 * lb["declared"]),
                       cluster_gb=size["cluster_gb"], sbatch_rounds=size["sbatch_rounds"]).go()
+    if name == "res-cli":  # a CLI session that ends early must not hang the bench either
+        return ArmRun(name, plan, mem_gb, workdir, deadline_s=max(300.0, 10 * lb["declared"])).go()
     if name != "res-learned":
         return ArmRun(name, plan, mem_gb, workdir).go()
     state = Path(tempfile.mkdtemp(prefix="res-crowd-learned-"))

@@ -19,7 +19,8 @@ agent's thread of bench/crowd.py: each of the agent's jobs becomes the model's n
 as the tool it is (the same wrappers as res-gated: `pytest STAMP DIR ARGS`, `make STAMP MB CPU_S`,
 `playwright test STAMP MB HOLD DUTY`), and the CLI's next request brings its result back: the exit
 code and output as the model got them. A result refused with res's busy line (a deny, or a rewritten
-job withdrawn by --start-within) is asked again GATE_RETRY_S later, as res-gated does; an OOM kill
+job withdrawn by --start-within) is asked again GATE_RETRY_S later, as res-gated does, with other work
+(a light `git status --short`, allowed too) in between; an OOM kill
 (137) is retried by the agent like every arm's. A careful model's way with long commands: Claude
 Code's Bash `timeout` at its 10-minute maximum; Codex's exec cell told not to yield and the command's
 session polled with write_stdin to its end.
@@ -60,6 +61,11 @@ from openai_api import OpenAIServer, Reply  # noqa: E402
 CLIS = ("claude", "codex", "gemini")
 PROMPT = "Please run this project's checks."  # nothing about res
 TOOLS = ("pytest", "make", "playwright test")  # the allow rules: what the crowd's jobs are typed as
+# What the agent does while refused work waits (the busy line says "… or work on something else"): a
+# light command its rules allow too. Asking for the same call again and again is what a model must not
+# do: Gemini CLI ends such a session ("Loop detected, stopping execution" after 4 identical calls).
+OTHER_WORK = "git status --short"
+ALLOWED = (*TOOLS, "git status")
 CLAUDE_TIMEOUT_MS = 600000  # the Bash tool's longest timeout
 READY_S = 180  # a session's start-up to its first model call (six CLIs starting on two cores)
 END_S = 60  # a session's last model call to its exit
@@ -92,13 +98,19 @@ class Driver:
     def ask(self, line: str | None) -> None:
         self._commands.put(line)
 
-    def result(self, stopping: threading.Event) -> ToolResult | None:
-        while not stopping.is_set():
+    def result(self, stop=lambda: False, alive=lambda: True) -> ToolResult | None:
+        """The next result; None once `stop()` (the run stopping or past its deadline), ENDED when the
+        session's CLI has exited."""
+        while not stop():
             try:
                 return self._results.get(timeout=0.5)
             except queue.Empty:
-                continue
+                if not alive() and self._results.empty():
+                    return ENDED
         return None
+
+
+ENDED = ToolResult("(the CLI session ended)", None, False, None)
 
 
 def _unread(raw) -> ToolResult:
@@ -190,12 +202,12 @@ class Session:
         home = Path(env["HOME"])
         if self.cli == "claude":
             argv = [str(self.agent.installed()), "-p", PROMPT, "--output-format", "stream-json", "--verbose",
-                    "--allowedTools", *[f"Bash({t}:*)" for t in TOOLS]]
+                    "--allowedTools", *[f"Bash({t}:*)" for t in ALLOWED]]
         elif self.cli == "codex":
             rules = Path(env["CODEX_HOME"]) / "rules"
             rules.mkdir(parents=True, exist_ok=True)
             (rules / "default.rules").write_text("".join(
-                f'prefix_rule(pattern = {json.dumps(t.split())}, decision = "allow")\n' for t in TOOLS))
+                f'prefix_rule(pattern = {json.dumps(t.split())}, decision = "allow")\n' for t in ALLOWED))
             # Codex runs commands in a login shell, whose /etc/profile sets PATH anew: the user's own
             # tools are found through their profile, as on their machine
             (home / ".bash_profile").write_text(f'export PATH={shlex.quote(env["PATH"])}\n')
@@ -203,7 +215,7 @@ class Session:
         else:
             settings = home / ".gemini" / "settings.json"
             data = json.loads(settings.read_text())
-            data.setdefault("tools", {})["allowed"] = [f"run_shell_command({t})" for t in TOOLS]
+            data.setdefault("tools", {})["allowed"] = [f"run_shell_command({t})" for t in ALLOWED]
             settings.write_text(json.dumps(data, indent=2) + "\n")
             argv = [str(self.agent.installed()), "-p", PROMPT, "-m", self.agent.MODEL, "--output-format", "stream-json"]
         r = subprocess.run(["res", "hook", "install", "--agent", self.cli, "--user"], env=env, cwd=str(self.cwd),
@@ -306,11 +318,18 @@ class CliGated(C.Gated):
             line = shlex.join(["make" if kind == "build" else "playwright", *([] if kind == "build" else ["test"]),
                                stamp, *rest])
             want = ([], 0)
-        while not C.STARTED.stopping.is_set():
+        alive = lambda: s.proc is not None and s.proc.poll() is None  # noqa: E731
+        stop = lambda: C.STARTED.stopping.is_set() or self.ctx.halted.is_set()  # noqa: E731
+        while not stop():
             s.driver.ask(line)
-            r = s.driver.result(C.STARTED.stopping)
+            r = s.driver.result(stop, alive)
             if r is None:
                 return -15
+            if r is ENDED:
+                with self.ctx.lock:
+                    self.ctx.errors.append(f"a{job.agent} {s.cli} {job.label}: the session ended (rc {s.proc.returncode}) "
+                                           f"before its result came back; log {self.ctx.logdir}/sessions/")
+                return 125
             with open(log, "a") as f:
                 f.write(r.text if r.text.endswith("\n") or not r.text else r.text + "\n")
             busy = bool(BUSY.search(r.text)) and (r.denied or r.rc in (3, None))
@@ -322,7 +341,16 @@ class CliGated(C.Gated):
                     st["approval_errors"] += 1
                     self.mismatches.append(f"a{job.agent} {s.cli} {job.label}: refused: {r.text[:300]!r}")
                     self.ctx.errors.append(self.mismatches[-1])
-            if busy:
+            if busy:  # other work meanwhile, then the same ask again
+                s.driver.ask(OTHER_WORK)
+                w = s.driver.result(stop, alive)
+                if w in (None, ENDED):
+                    continue
+                if w.rc != 0:  # its rules allow it: anything but a plain run is the CLI refusing it
+                    with self.ctx.lock:
+                        st["approval_errors"] += 1
+                        self.mismatches.append(f"a{job.agent} {s.cli} {OTHER_WORK}: rc {w.rc}: {w.text[:300]!r}")
+                        self.ctx.errors.append(self.mismatches[-1])
                 time.sleep(C.GATE_RETRY_S)
                 continue
             if r.rc is None:
@@ -346,3 +374,22 @@ class CliGated(C.Gated):
 
     def extra_figures(self) -> dict:
         return {"cli": dict(per_cli=self.stats, mismatches=self.mismatches[:20])}
+
+
+TARGET = 1.15  # issue 37: the real sessions' makespan within this × res-gated's on the same workload
+
+
+def notes(r: dict, gated: dict | None) -> list[str]:
+    """res-cli's lines under the table: per CLI how its jobs ran, what its model was refused, and the
+    makespan against res-gated's."""
+    per = r["cli"]["per_cli"]
+    out = [f"{r['arm']}: " + "; ".join(
+        f"{cli} ×{st['sessions']}: {st['jobs']} jobs ({st['as_job']} as res jobs, {st['in_place']} in place), "
+        f"{st['refusals']} busy refusals asked again, {st['approval_errors']} approval errors, "
+        f"{st['differs']} results unlike the job run directly" for cli, st in per.items() if st["sessions"])]
+    out += [f"   {m}" for m in r["cli"]["mismatches"][:5]]
+    if gated is not None and gated.get("makespan_s"):
+        ratio = r["makespan_s"] / gated["makespan_s"]
+        out.append(f"{r['arm']}: makespan {r['makespan_s']:.1f} s = {ratio:.2f}× res-gated's {gated['makespan_s']:.1f} s "
+                   f"(target ≤ {TARGET:g}×: {'met' if ratio <= TARGET else 'missed'})")
+    return out

@@ -20,7 +20,7 @@ What each CLI hands its model (found by running the pinned versions; docs/agent-
                          custom_tool_call_output: `Script completed…Output:` and the JSON of the call's
                          result ({"exit_code", "output", …}); a deny: `Script error:\\nCommand blocked by
                          PreToolUse hook: <reason>. Command: <the command>`
-    Gemini CLI 0.61.0    functionResponse.response.output: `Output: <output>`, `Exit Code: N` when N != 0,
+    Gemini CLI 0.61.0    functionResponse.response.output: `Output: <output>` (`(empty)` for none), `Exit Code: N` when N != 0,
                          `Process Group PGID: …`, inside <untrusted_context>, then `[System] Tool input
                          parameters were modified by a hook before execution.` after a rewrite; a deny:
                          response.error `Tool execution blocked: <reason>`
@@ -508,6 +508,8 @@ class Gemini(Agent):
             if re.match(r"(Process Group PGID|Background PIDs|Signal|Error): ", ln):
                 continue
             lines.append(ln)
+        if lines == ["(empty)"]:  # the CLI's word for a command that printed nothing
+            lines = []
         return ToolResult("\n".join(lines), rc, False, fr)
 
 

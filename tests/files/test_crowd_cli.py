@@ -37,8 +37,7 @@ def test_the_model_waits_for_the_agents_next_command_and_hands_back_each_result_
     assert d._results.empty()
     r = ToolResult("3 passed", 0, False, {})
     t, second = _in_thread(d.answer, 1, r)  # the result comes back; the model waits for what is next
-    stop = threading.Event()
-    assert d.result(stop) is r
+    assert d.result() is r
     d.ask(None)  # the agent is done: the session ends with a text turn
     t.join(5)
     assert second == {"v": None}
@@ -46,9 +45,9 @@ def test_the_model_waits_for_the_agents_next_command_and_hands_back_each_result_
 
 def test_a_stopped_run_leaves_the_agent_waiting_on_nothing():
     d = crowd_cli.Driver()
-    stop = threading.Event()
-    stop.set()
-    assert d.result(stop) is None
+    assert d.result(lambda: True) is None
+    # a CLI that exited (Gemini CLI ends a session it finds looping) is said, not waited on forever
+    assert d.result(lambda: False, lambda: False) is crowd_cli.ENDED
 
 
 def test_a_line_booked_in_place_moves_into_the_container_first(tmp_path):
@@ -72,3 +71,13 @@ def test_a_line_booked_in_place_moves_into_the_container_first(tmp_path):
 
 def test_the_arm_is_asked_for_by_name_only():
     assert "res-cli" in crowd.ARMS and "res-cli" not in crowd.DEFAULT_ARMS
+
+
+def test_the_report_says_how_each_clis_jobs_ran_and_the_makespan_against_res_gated():
+    st = dict(sessions=2, jobs=7, as_job=7, in_place=0, refusals=1, approval_errors=0, differs=0)
+    row = {"arm": "res-cli", "makespan_s": 120.0, "cli": {"per_cli": {"claude": st, "codex": dict(st, sessions=0)},
+                                                          "mismatches": []}}
+    lines = crowd_cli.notes(row, {"makespan_s": 100.0})
+    assert "claude ×2: 7 jobs (7 as res jobs, 0 in place)" in lines[0] and "codex" not in lines[0], lines
+    assert lines[-1].endswith("1.20× res-gated's 100.0 s (target ≤ 1.15×: missed)"), lines
+    assert crowd_cli.notes(dict(row, makespan_s=110.0), {"makespan_s": 100.0})[-1].endswith("met)")
