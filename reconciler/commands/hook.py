@@ -356,6 +356,7 @@ def _ask_loop(environ, request: dict, timeout: float) -> dict | None:
 
 ADMIT_ASK_S = 2.0  # one booking's answer from the loop
 ADMIT_RETRY_S = 1.0  # between tries while it would start within the gate's wait
+ADMIT_MARGIN_S = 5.0  # the hook's own start and its last answers, before the CLI's timeout for it
 
 
 def _admit(call, environ, heavy, project: str, wait_s: float, answer: dict | None, ask_again) -> tuple | None:
@@ -375,13 +376,17 @@ def _admit(call, environ, heavy, project: str, wait_s: float, answer: dict | Non
 
     owner, name = note_owner(os.getppid())
     sock = os.path.join(state_dir(environ), "serve.sock")
-    give_up = time.monotonic() + wait_s
+    from reconciler.core.hooks import GATE_HOOK_TIMEOUT_S
+
+    give_up = time.monotonic() + min(wait_s, GATE_HOOK_TIMEOUT_S - ADMIT_MARGIN_S)
     line = "busy"
     while True:
         if answer.get("fits") == "now":
             now = time.time()
+            # gated: its size and time are the gate's guess, as a gated job's are: others are told its end
+            # is a guess (not a promise to plan on), and it is held until twice its estimate (Record.expires)
             fields = {"title": f"{heavy.fingerprint} (in place)", "project": project, "mem_gb": heavy.mem_gb,
-                      "cpus": heavy.cpus, "est_s": max(int(heavy.est_s) * 2, 60), "created": now,
+                      "cpus": heavy.cpus, "est_s": max(int(heavy.est_s), 30), "gated": True, "created": now,
                       "owner_pid": owner, "owner_name": name, "request_id": held, "answer_by": now + ADMIT_ASK_S}
             try:
                 got = ask(sock, {"op": "submit", "kind": "note", "fields": fields}, timeout=ADMIT_ASK_S + 0.5)

@@ -43,9 +43,10 @@ import re  # json imports it already: free
 from typing import NamedTuple
 
 from reconciler.config.jsonc import blanked, comment_spans
+from reconciler.core.hooks import GATE_HOOK_TIMEOUT_S
 
 AGENTS = ("claude", "codex", "gemini")
-TIMEOUT_S = 30  # the gate's: a shell command waits for it
+TIMEOUT_S = GATE_HOOK_TIMEOUT_S  # the gate's: a shell command waits for it
 SESSION_TIMEOUT_S = 10  # SessionStart's: one note to the loop (a 1 s wait at most, commands/hook.py)
 POST_TIMEOUT_S = 10  # a post-tool event's: one release to the loop (a 1 s wait at most, commands/hook.py)
 MAX_FILE = 4 << 20  # a settings file bigger than this is not one

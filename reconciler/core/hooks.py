@@ -23,6 +23,9 @@ EVENTS = {"claude": "PreToolUse", "codex": "PreToolUse", "gemini": "BeforeTool"}
 # The events after a shell command ran (admission in place, docs/agent-hooks.md): each releases what
 # its pre-tool event booked. Claude Code says a failed command apart; Codex and Gemini do not.
 POST_EVENTS = {"claude": ("PostToolUse", "PostToolUseFailure"), "codex": ("PostToolUse",), "gemini": ("AfterTool",)}
+# What `res hook install` gives the gate in each CLI's settings (a shell command waits for it; past it
+# the CLI runs the command unbooked): a wait in the hook ends well before it.
+GATE_HOOK_TIMEOUT_S = 30
 CLAUDE_BASH_TIMEOUT_S = 120  # the Bash tool's default timeout (tools reference); its input may say other
 
 

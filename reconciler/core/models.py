@@ -308,10 +308,11 @@ class JobRecord:
         return "exited"
 
     def expires(self) -> float | None:
-        """Past this a running job is overdue (DESIGN §5.1: started + 2 × estimate)."""
+        """Past this a running job is overdue (DESIGN §5.1: started + 2 × estimate); a note ends at its
+        own time, except the gate's booking of a command run in place (gated), held as a job is."""
         if self.started is None:
             return None
-        if self.request.kind == "note":
+        if self.request.kind == "note" and not self.request.gated:
             return self.started + self.request.est_s
         return self.started + 2 * self.request.est_s
 

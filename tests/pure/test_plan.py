@@ -410,6 +410,15 @@ def test_note_of_dead_owner_or_past_expiry_expires():
     assert kinds(run_plan([note.request], records=[note], w=world(pids=[42]), now=NOW + 600)) == [("expire", "r-1")]
 
 
+def test_the_gates_booking_in_place_is_held_as_a_gated_job_is_to_twice_its_estimate():
+    """A command admitted in place (`res hook`) is booked as a gated note: its estimate is the gate's
+    guess, so it is held to twice that, as a gated job runs; a note of a person's ends at its time."""
+    booked = running(1, kind="note", owner_pid=42, est=600, started=NOW - 60, gated=True)
+    assert booked.expires() == NOW - 60 + 1200 and booked.eta() == NOW - 60 + 600
+    assert kinds(run_plan([booked.request], records=[booked], w=world(pids=[42]), now=NOW + 600)) == []
+    assert kinds(run_plan([booked.request], records=[booked], w=world(pids=[42]), now=NOW + 1140)) == [("expire", "r-1")]
+
+
 def test_queued_entry_removed_from_desired_is_cancelled_and_finished_ones_retired():
     queued = JobRecord(request=req(1, queue=True), phase=Phase.queued)
     done = JobRecord(request=req(2), phase=Phase.done, ended=NOW - 10)
