@@ -406,7 +406,7 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             adm.cluster(req, rec, world, overflow=where == "overflow")
         elif cap.never_fits(req):
             adm.acts.append(_refuse(req, never_detail(req, cap), never=True))
-        elif not req.queue:  # (a queued note: the gate's booking in place, waiting its turn like a job)
+        elif req.kind == "note" or not req.queue:
             adm.now_or_never(req)
         else:
             adm.queued(req, rec)
@@ -589,7 +589,7 @@ class _Admission:
             self.locks[req.lock] = self.cap.holders[-1]
 
     def now_or_never(self, req: Request) -> None:
-        """A note or a job asked for without --queue: it starts (is granted) now or is refused."""
+        """A note, or a job asked for without --queue: it starts (is granted) now or is refused."""
         cap, blocked = self.cap, self._blocked(req)
         holder = self.locks.get(req.lock) if req.lock else None
         behind = self.head is not None and not req.force  # --force ignores the head's claim

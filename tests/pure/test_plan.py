@@ -419,20 +419,6 @@ def test_the_gates_booking_in_place_is_held_as_a_gated_job_is_to_twice_its_estim
     assert kinds(run_plan([booked.request], records=[booked], w=world(pids=[42]), now=NOW + 1140)) == [("expire", "r-1")]
 
 
-def test_the_gates_booking_in_place_waits_its_turn_in_the_queue_and_is_granted_in_order():
-    """A queued note (the hook's booking of a command run in place) is not refused while a queued job
-    waits at the head: it queues behind it, and is granted (not started: nothing runs) in FIFO order."""
-    big = running(1, mem=20.0)  # holds most of the budget
-    head = req(2, mem=10.0, queue=True)
-    booking = req(3, mem=10.0, queue=True, kind="note", gated=True, owner_pid=42)
-    p = run_plan([big.request, head, booking], records=[big], w=world(avail=10.0, pids=[42]))
-    assert kinds(p) == [("enqueue", "r-2"), ("enqueue", "r-3")]
-    assert [a.detail["position"] for a in p.actions] == [1, 2]
-    # the memory is back: the head starts; the booking, asked first of what is left, is granted
-    alone = run_plan([booking], records=[], w=world(avail=30.0, pids=[42]))
-    assert kinds(alone) == [("grant", "r-3")]
-
-
 def test_queued_entry_removed_from_desired_is_cancelled_and_finished_ones_retired():
     queued = JobRecord(request=req(1, queue=True), phase=Phase.queued)
     done = JobRecord(request=req(2), phase=Phase.done, ended=NOW - 10)
