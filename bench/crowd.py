@@ -552,6 +552,9 @@ class Arm:
         """The arm's own figures, added to its row."""
         return {}
 
+    def agent_done(self, agent: int) -> None:
+        """The agent has run its last job (or stopped): its session may end."""
+
     def launch(self, argv: list[str], log: Path, env: dict | None = None, cwd: str | None = None) -> int:
         with open(log, "ab") as f:
             p = STARTED.popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd)
@@ -1125,6 +1128,13 @@ class ArmRun:
         self.res_env = dict(res_env or {})
 
     def agent(self, jobs: list[Job], arm: Arm, t0: float) -> None:
+        try:
+            self._agent(jobs, arm, t0)
+        finally:
+            if jobs:
+                arm.agent_done(jobs[0].agent)
+
+    def _agent(self, jobs: list[Job], arm: Arm, t0: float) -> None:
         for job in jobs:
             for attempt in range(3):
                 if STARTED.stopping.is_set() or self.halted.is_set():

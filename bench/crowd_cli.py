@@ -91,12 +91,25 @@ class Driver:
             self._results.put(last)
         elif self._asked is not None:
             return self._asked  # the same request again (a client's retry): the same call
+        elif self._ended:
+            return None  # the last turn, asked for again
         self.ready.set()
         cmd = self._asked = self._commands.get()
+        self._ended = cmd is None
         return cmd
 
+    _ended = False
+
     def ask(self, line: str | None) -> None:
+        if line is None:
+            self.finished = True
         self._commands.put(line)
+
+    finished = False
+
+    def finish(self) -> None:
+        if not self.finished:
+            self.ask(None)
 
     def result(self, stop=lambda: False, alive=lambda: True) -> ToolResult | None:
         """The next result; None once `stop()` (the run stopping or past its deadline), ENDED when the
@@ -227,8 +240,8 @@ class Session:
                                     stderr=subprocess.STDOUT, start_new_session=True)
 
     def end(self) -> None:
-        """The model's last turn, then the CLI's exit (or its group stopped: ours, by its id)."""
-        self.driver.ask(None)
+        """The model's last turn (if not said yet), then the CLI's exit (or its group stopped: ours, by its id)."""
+        self.driver.finish()
         p = self.proc
         if p is not None:
             try:
@@ -366,6 +379,13 @@ class CliGated(C.Gated):
                     self.ctx.errors.append(self.mismatches[-1])
             return r.rc
         return -15
+
+    def agent_done(self, agent: int) -> None:
+        """Its model's last turn now: a CLI kept waiting on its model until every agent is done would
+        time the request out (Gemini CLI hangs up)."""
+        s = self.sessions.get(agent)
+        if s is not None:
+            s.driver.ask(None)
 
     def teardown(self):
         for s in self.sessions.values():

@@ -41,6 +41,9 @@ def test_the_model_waits_for_the_agents_next_command_and_hands_back_each_result_
     d.ask(None)  # the agent is done: the session ends with a text turn
     t.join(5)
     assert second == {"v": None}
+    assert d.answer(1, None) is None  # and says so again to a client that asks again
+    d.finish()  # (the arm's end: nothing more is queued for a session already told)
+    assert d._commands.empty()
 
 
 def test_a_stopped_run_leaves_the_agent_waiting_on_nothing():
