@@ -62,8 +62,9 @@ CLIS = ("claude", "codex", "gemini")
 PROMPT = "Please run this project's checks."  # nothing about res
 TOOLS = ("pytest", "make", "playwright test")  # the allow rules: what the crowd's jobs are typed as
 # What the agent does while refused work waits (the busy line says "… or work on something else"): a
-# light command its rules allow too. Asking for the same call again and again is what a model must not
-# do: Gemini CLI ends such a session ("Loop detected, stopping execution" after 4 identical calls).
+# light command its rules allow too. Asking for the same calls over and over is what a model must not
+# do: Gemini CLI ends a session whose last calls repeat a cycle of up to 5 calls 5 times ("Loop
+# detected, stopping execution").
 OTHER_WORK = "git status --short"
 ALLOWED = (*TOOLS, "git status")
 CLAUDE_TIMEOUT_MS = 600000  # the Bash tool's longest timeout
@@ -83,6 +84,8 @@ class Driver:
         self._results: queue.Queue = queue.Queue()
         self.seen = 0  # tool results the CLI has sent so far
         self._asked: str | None = None  # the tool call answered and its result not back yet
+        self._ended = False  # the session's last turn was answered
+        self.finished = False  # the agent said it is done (its last turn is queued)
         self.ready = threading.Event()  # the CLI made its first model call
 
     def answer(self, count: int, last: ToolResult | None) -> str | None:
@@ -98,14 +101,10 @@ class Driver:
         self._ended = cmd is None
         return cmd
 
-    _ended = False
-
     def ask(self, line: str | None) -> None:
         if line is None:
             self.finished = True
         self._commands.put(line)
-
-    finished = False
 
     def finish(self) -> None:
         if not self.finished:
