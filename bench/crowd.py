@@ -678,6 +678,9 @@ class Gated(Res):
         super().__init__(name, ctx, flat=False)
         self.denied = 0
 
+    def extra_figures(self) -> dict:
+        return {"gate_refusals": self.denied}  # asks the hook refused (the agent asked again later)
+
     def setup(self):
         super().setup()
         bin_dir = self.dir / "bin"
@@ -1201,8 +1204,6 @@ class ArmRun:
         if learned:
             self.split_restarts(sampler.deaths)
         row = self.figures(makespan, probe_ms, sampler.samples, psi0, psi1, peak)
-        if isinstance(arm, Gated):
-            row["gate_refusals"] = arm.denied  # asks the hook refused (the agent asked again later)
         row.update(arm.extra_figures())
         if learned:
             row["res_restarts"] = sum(a.restart for a in self.attempts)  # kills res answered itself
@@ -1575,16 +1576,19 @@ def shipped_auto_mem_gb() -> float:
 def run_arm(name: str, plan: list[list[Job]], mem_gb: float, workdir: Path, size: dict, lb: dict, log) -> dict:
     """One arm's row. res-learned is two rounds against one state directory: the warm-up (its figures
     kept under `warmup`), then the measured one (the row)."""
-    if name == "res-overflow":  # a job the cluster never starts must not hang the bench
-        return ArmRun(name, plan, mem_gb, workdir, deadline_s=max(300.0, 10 * lb["declared"]),
+    # an arm whose jobs may never start (a cluster that does not take them, a CLI session that ended,
+    # a first guess that never fits) must not hang the bench
+    deadline_s = max(300.0, 10 * lb["declared"])
+    if name == "res-overflow":
+        return ArmRun(name, plan, mem_gb, workdir, deadline_s=deadline_s,
                       cluster_gb=size["cluster_gb"], sbatch_rounds=size["sbatch_rounds"]).go()
-    if name == "res-cli":  # a CLI session that ends early must not hang the bench either
-        return ArmRun(name, plan, mem_gb, workdir, deadline_s=max(300.0, 10 * lb["declared"])).go()
+    if name == "res-cli":
+        return ArmRun(name, plan, mem_gb, workdir, deadline_s=deadline_s).go()
     if name != "res-learned":
         return ArmRun(name, plan, mem_gb, workdir).go()
     state = Path(tempfile.mkdtemp(prefix="res-crowd-learned-"))
     STARTED.dirs.append(state)
-    kw = dict(state=state, auto_mem_gb=size.get("auto_mem_gb"), deadline_s=max(300.0, 10 * lb["declared"]))
+    kw = dict(state=state, auto_mem_gb=size.get("auto_mem_gb"), deadline_s=deadline_s)
     t = time.monotonic()
     warm = ArmRun(name, plan, mem_gb, workdir, round_="warm-up", **kw).go()
     log(f"   {name}, warm-up round (not measured): {warm['makespan_s']:.1f} s, {warm['oom_killed']} OOM-killed "

@@ -136,9 +136,8 @@ class DrivenClaude(AnthropicAPI):
 
     def _next(self, body, path, stream):
         if body.get("tools"):  # a main-loop call (background calls carry no tools)
-            blocks = [b for m in body.get("messages") or [] if m.get("role") == "user" and isinstance(m.get("content"), list)
-                      for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
-            cmd = self.driver.answer(len(blocks), AGENTS["claude"]._result(blocks[-1]) if blocks else None)
+            results = AGENTS["claude"].tool_results(self)  # (this request is logged already)
+            cmd = self.driver.answer(len(results), results[-1] if results else None)
             u = AGENTS["claude"].U
             turn = (ClaudeTurn(usage=u, text="Done.") if cmd is None else
                     ClaudeTurn(usage=u, text="Running it.", tool="Bash",
@@ -176,12 +175,8 @@ class DrivenGemini(GeminiAPI):
 
     def _next(self, model, stream, schema=None):
         if schema is None:  # not a helper call (the next-speaker check)
-            with self._lock:
-                bodies = [r["body"] for r in self.requests if isinstance(r.get("body"), dict)
-                          and "GenerateContent" in r.get("path", "")]
-            frs = [p["functionResponse"] for c in (bodies[-1].get("contents") or [] if bodies else [])
-                   for p in c.get("parts") or [] if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict)]
-            cmd = self.driver.answer(len(frs), AGENTS["gemini"]._result(frs[-1]) if frs else None)
+            results = AGENTS["gemini"].tool_results(self)  # (this request is logged already)
+            cmd = self.driver.answer(len(results), results[-1] if results else None)
             u = AGENTS["gemini"].U
             turn = (GeminiTurn(usage=u, text="Done.") if cmd is None else
                     GeminiTurn(usage=u, tool="run_shell_command", args={"command": cmd, "description": "Run a check."}))
@@ -201,10 +196,8 @@ class Session:
         self.proc: subprocess.Popen | None = None
         self.h = self.agent.session(root, [], cwd)
         self.h.api = self.api
-        if cli == "codex":  # test_codex_cli's set-up: the loopback provider in CODEX_HOME's config.toml
-            (self.h.home / "config.toml").write_text(
-                f'model_provider = "loop"\n\n[model_providers.loop]\nname = "loop"\nbase_url = "{self.api.base_url}"\n'
-                'wire_api = "responses"\nenv_key = "RES_LOOP_KEY"\nrequest_max_retries = 0\nstream_max_retries = 0\n')
+        if cli == "codex":
+            self.agent.point_at(self.h.home, self.api)
 
     def start(self, environ: dict, bin_dir: Path, log: Path) -> None:
         """The CLI's own fresh environment plus `environ` (what reaches res and the wrappers), its rules,
@@ -392,7 +385,7 @@ class CliGated(C.Gated):
         super().teardown()
 
     def extra_figures(self) -> dict:
-        return {"cli": dict(per_cli=self.stats, mismatches=self.mismatches[:20])}
+        return {**super().extra_figures(), "cli": dict(per_cli=self.stats, mismatches=self.mismatches[:20])}
 
 
 TARGET = 1.15  # issue 37: the real sessions' makespan within this × res-gated's on the same workload

@@ -385,13 +385,16 @@ class Codex(Agent):
                                repeat_last=False)
         api.barrier = s.barrier
         api.start()
-        # test_codex_cli's set-up: CODEX_HOME's config.toml points the CLI at the loopback provider
-        home = s.home
+        self.point_at(s.home, api)
+        return api
+
+    @staticmethod
+    def point_at(home: Path, api: OpenAIServer) -> None:
+        """test_codex_cli's set-up: CODEX_HOME's config.toml points the CLI at the loopback provider."""
         home.mkdir(parents=True, exist_ok=True)
         (home / "config.toml").write_text(
             f'model_provider = "loop"\n\n[model_providers.loop]\nname = "loop"\nbase_url = "{api.base_url}"\n'
             'wire_api = "responses"\nenv_key = "RES_LOOP_KEY"\nrequest_max_retries = 0\nstream_max_retries = 0\n')
-        return api
 
     def environment(self, s: Session) -> dict[str, str]:
         return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(s.home), "CODEX_HOME": str(s.home),

@@ -103,9 +103,10 @@ class OpenAIServer(LoopbackAPI):
             yield {"type": "response.output_item.added", "output_index": 0, "item": {**item, "arguments": ""}}
             yield {"type": "response.output_item.done", "output_index": 0, "item": item}
         elif reply.shell is not None:  # the one JavaScript `exec` tool that reaches the others (gpt-5.6 and later)
-            code = (f"const r = await tools.exec_command({{cmd: {json.dumps(reply.shell)}, yield_time_ms: {YIELD_MS}}});\n"
-                    "text(r);")
-            if reply.wait:
+            if not reply.wait:
+                code = (f"const r = await tools.exec_command({{cmd: {json.dumps(reply.shell)}, yield_time_ms: {YIELD_MS}}});\n"
+                        "text(r);")
+            else:
                 code = (f"// @exec: {{\"yield_time_ms\": {CELL_MS}}}\n"
                         f"let r = await tools.exec_command({{cmd: {json.dumps(reply.shell)}, yield_time_ms: {YIELD_MS}}});\n"
                         "let output = r.output;\n"
