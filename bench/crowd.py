@@ -659,6 +659,8 @@ class Res(Arm):
         # what the loop decided, for the report: each job's wait as res recorded it
         try:
             shutil.copy(self.dir / "serve.log", self.ctx.logdir / "serve.log")
+            # res's own account (state.db, the change log): what was booked, granted, released, when
+            shutil.copytree(self.state_dir(), self.ctx.logdir / "state", ignore=shutil.ignore_patterns("*.sock"))
         except OSError:
             pass
 

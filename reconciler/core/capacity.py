@@ -194,8 +194,9 @@ def guard_of(policy: Rules, room_gb: float) -> dict | None:
 def capacity(policy: Rules, game: Game, world: World, holding: list[JobRecord], now: float) -> Capacity:
     """`holding`: the records that claim resources now (running or starting jobs, granted notes).
 
-    Memory (DESIGN §5.1): MemAvailable − reserve − headroom, less what running jobs booked and do not
-    use yet (max(0, book − in use): what they use is already gone from MemAvailable), less the notes.
+    Memory (DESIGN §5.1): MemAvailable − reserve − headroom, less what running jobs (and the gate's
+    bookings in place, measured by their processes) booked and do not use yet (max(0, book − in use):
+    what they use is already gone from MemAvailable), less the other notes.
     CPUs are compressible: `cpu_overcommit` × the CPUs agents may use, less the running jobs' --cpus."""
     reserve_gb, reserve_cpus, on = reserves(policy, game, now, world.nproc)
     headroom = policy.small_headroom_gb
@@ -210,10 +211,12 @@ def capacity(policy: Rules, game: Game, world: World, holding: list[JobRecord], 
             holders.append(holder_of(rec, 0.0, now))
             continue
         obs = world.jobs.get(req.id)
-        used = obs.mem_used_gb if (obs and req.kind == "job") else 0.0
+        measured = req.kind == "job" or req.id in world.note_use_gb
+        used = (obs.mem_used_gb if obs else 0.0) if req.kind == "job" else world.note_use_gb.get(req.id, 0.0)
         # Memory in use is already gone from MemAvailable; the unused rest of a job's book is still
-        # promised to it. A note's memory is not in any cgroup we see: count all of it.
-        mem -= max(0.0, req.book - used) if req.kind == "job" else req.mem_gb
+        # promised to it. So is a booking in place's, whose command res measures (World.note_use_gb).
+        # Any other note's memory is in nothing res sees: all of it counts.
+        mem -= max(0.0, req.book - used) if measured else req.mem_gb
         cpus -= req.cpus
         holders.append(holder_of(rec, used, now))
     # The largest request that could ever fit uses the user's (not the game) reserve: a job that

@@ -165,6 +165,8 @@ def _changes(rec: JobRecord, event: str, now: float, f: dict) -> dict:
         return {"started": now}
     if event in ("refuse", "expire", "start_failed"):
         out = {"why": f["why"], "detail": f["detail"], "ended": now}
+        if event == "expire" and isinstance(f["detail"], dict) and f["detail"].get("peak_gb") is not None:
+            out["peak_gb"] = f["detail"]["peak_gb"]  # a booking in place: the most its command used
         if rec.phase == S:  # refused by the cluster, or a start that failed: nobody holds it
             out.update(attached_by=None, lease_until=None)
         return out

@@ -172,6 +172,12 @@ class Request:
         return min(self.book_gb, self.mem_gb)
 
     @property
+    def in_place(self) -> bool:
+        """The gate's booking of a command that runs as its agent CLI's own child (commands/hook.py
+        `_admit`): a gated note, whose command res can see by its owner's processes."""
+        return self.kind == "note" and self.gated
+
+    @property
     def session(self) -> bool:
         """An agent session: counts against max_concurrent_sessions and the daily spend cap."""
         return self.kind == "job" and self.agent != "none"
@@ -425,6 +431,11 @@ class World:
     # The same over the last minute (`full avg60`): pressure *held* over the line (the ladder's red).
     pressure_full_avg60_pct: float | None = None
     slice_pressure_full_avg60_pct: float | None = None
+    # The gate's bookings in place (Request.in_place): what the command of each uses now (GB, its
+    # processes' anonymous memory: observed.procs.in_place_use), and the most it was seen using.
+    # Absent: not measured (then all of the booking counts).
+    note_use_gb: dict[JobId, float] = field(default_factory=dict)
+    note_peak_gb: dict[JobId, float] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- plan

@@ -114,17 +114,20 @@ def _finished(rec: JobRecord, in_file: bool, now: float, tag: dict) -> list[Acti
 
 
 def _note(rec: JobRecord, gone: bool, world: World, now: float, tag: dict) -> list[Action]:
-    """A granted note ends when its owner does, at its expiry, or when it is released."""
+    """A granted note ends when its owner does, at its expiry, or when it is released. A booking in
+    place ends with the most its command was seen using (its record's peak)."""
+    peak = world.note_peak_gb.get(rec.id)
+    seen = {} if peak is None else {"peak_gb": peak}
     owner = rec.request.owner_pid
     if owner is not None and world.ok and owner not in world.live_pids:
-        return [Action(kind="expire", id=rec.id, detail={"code": "owner_gone", "pid": owner}, **tag)]
+        return [Action(kind="expire", id=rec.id, detail={"code": "owner_gone", "pid": owner, **seen}, **tag)]
     expires = rec.expires()
     if expires is not None and now >= expires:
-        return [Action(kind="expire", id=rec.id, detail={"code": "expired", "at": expires}, **tag)]
+        return [Action(kind="expire", id=rec.id, detail={"code": "expired", "at": expires, **seen}, **tag)]
     if gone:
         if not rec.released:
             return [_restore(rec, tag)]
-        return [Action(kind="expire", id=rec.id, detail={"code": "released"}, **tag)]
+        return [Action(kind="expire", id=rec.id, detail={"code": "released", **seen}, **tag)]
     return []
 
 

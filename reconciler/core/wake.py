@@ -9,7 +9,8 @@ any of those, it asks for here: pure, from what a pass read.
   and their attachment leases are read and renewed every `tick_s`, or `sweep_s` when that is
   shorter (how soon a lapsed lease of another loop's is claimed).
 - Terminal records still in queue.toml: retired by the next pass, at once.
-- Notes: their expiry (an owner's end is an event: its process goes away).
+- Notes: their expiry (an owner's end is an event: its process goes away); the gate's bookings in
+  place every `tick_s`, as jobs: what their commands use is read, as a job's memory is.
 - Game mode: its end, when it has one.
 - Finished records: pruned PRUNE_AFTER_S after their end.
 - The pressure ladder off green: memory every LADDER_TICK_S.
@@ -60,6 +61,8 @@ def next_pass_at(desired: Desired, records: dict[str, JobRecord], now: float, po
         if rec.phase in LIVE:
             if rec.request.kind != "note":
                 return now + min(policy.tick_s, policy.sweep_s)
+            if rec.request.in_place:
+                return soon
             expires = rec.expires()
             if expires is not None:
                 times.append(expires)

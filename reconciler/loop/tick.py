@@ -153,6 +153,7 @@ class Engine:
         # clock (None: not by the clock), and the processes whose end ends a note.
         self.next_at: float | None = None
         self.note_owners: frozenset[int] = frozenset()
+        self.note_peaks: dict[str, float] = {}  # the most each booking in place was seen using (loop/world.py)
         # Actions whose failure needs a person (kind, id) -> (the notice that says so, when to try again).
         self.needs_person: dict[tuple[str, str], tuple[str, float]] = {}
         self.last_pass_at: float | None = None
@@ -337,7 +338,8 @@ class Engine:
         side = await self.install_slices() if self.connected else []
         unknown = [r.id for r in desired.requests if r.id not in records]
         world = await observe_world(self.runtime if self.connected else None, records, self.paths, unknown,
-                                    cluster=self.cluster, ask_cluster=cluster_wanted(desired, records, self.policy))
+                                    cluster=self.cluster, ask_cluster=cluster_wanted(desired, records, self.policy),
+                                    peaks=self.note_peaks)
         if not self.connected and self.connect_error:
             world.errors = [self.connect_error]  # why, not just "no runtime connected"
         if not world.ok:

@@ -24,22 +24,32 @@ def _is_file(path) -> bool:
 
 async def observe_world(runtime: Runtime | None, records: dict[str, JobRecord], paths=None,
                         unknown: list[str] | None = None, cluster: Runtime | None = None,
-                        ask_cluster: bool = False) -> World:
+                        ask_cluster: bool = False, peaks: dict[str, float] | None = None) -> World:
     """`unknown`: queue entries state.db has no record of; their units and logs are looked for too
     (after state.db was lost, they say which of them ran before). `cluster`: the cluster's runtime, asked when
-    a cluster job is live or `ask_cluster` (a cluster request waits to be decided)."""
+    a cluster job is live or `ask_cluster` (a cluster request waits to be decided). `peaks`: the most each
+    booking in place was seen using so far (the caller's, kept from pass to pass; updated here)."""
     import socket
 
     from reconciler.observed import pressure
-    from reconciler.observed.procs import alive
+    from reconciler.observed.procs import alive, in_place_use
 
     total, available = meminfo()
-    owners = {r.request.owner_pid for r in records.values()
-              if r.request.kind == "note" and r.phase == Phase.running and r.request.owner_pid}
+    notes = [r for r in records.values() if r.request.kind == "note" and r.phase == Phase.running and r.request.owner_pid]
+    owners = {r.request.owner_pid for r in notes}
     world = World(mem_total_gb=round(total, 3), mem_available_gb=round(available, 3), nproc=cpu_count(),
                   live_pids=sorted(p for p in owners if alive(p)),
                   gone_holders=gone_holders({r.attached_by for r in records.values()
                                              if r.phase in LIVE and r.attached_by}, socket.gethostname()))
+    in_place = {r.id: (r.request.owner_pid, r.request.created) for r in notes if r.request.in_place}
+    if in_place:  # read right after MemAvailable: the two describe the same moment
+        world.note_use_gb = {i: round(gb, 4) for i, gb in in_place_use(in_place).items()}
+    if peaks is not None:
+        for i in [i for i in peaks if i not in in_place]:
+            del peaks[i]  # ended: its peak went into its record
+        for i, gb in world.note_use_gb.items():
+            peaks[i] = max(peaks.get(i, 0.0), gb)
+        world.note_peak_gb = {i: peaks[i] for i in in_place}
     # (the agents slice's: observe_user_side)
     world.pressure_full_pct, world.pressure_full_avg60_pct = pressure.system_full()
     live = [r for r in records.values() if r.phase in LIVE and r.request.kind == "job"]

@@ -144,3 +144,68 @@ def cgroup_of(pid: int) -> str | None:
             return process_unit_cgroup(f.read())
     except OSError:
         return None
+
+
+def in_place_use(bookings: dict[str, tuple[int, float]]) -> dict[str, float]:
+    """GB that each of the gate's bookings in place (commands/hook.py `_admit`: booking id -> (its
+    owner, the agent CLI's pid; when it was made, epoch)) uses now: the anonymous memory of the owner's
+    descendants that started at or after it (a process started after several bookings of one owner
+    counts to the latest of them). Anonymous memory is what a command holds and MemAvailable no longer
+    counts: file pages are cache the kernel can take back, so this reads low rather than high. A
+    booking whose owner is gone, or none of whose processes could be read: 0."""
+    uptime_at = _boot_epoch()
+    hz, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    out = {job_id: 0.0 for job_id in bookings}
+    by_owner: dict[int, list[tuple[float, str]]] = {}
+    for job_id, (owner, since) in bookings.items():
+        by_owner.setdefault(owner, []).append((since, job_id))
+    for owner, marks in by_owner.items():
+        marks.sort()
+        for pid in _subtree(owner):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    text = f.read()
+                with open(f"/proc/{pid}/statm") as f:
+                    resident, shared = (int(v) for v in f.read().split()[1:3])
+                started = uptime_at + int(text[text.rindex(")") + 2:].split()[19]) / hz
+            except (OSError, ValueError, IndexError):
+                continue  # ended meanwhile
+            ahead = [job_id for since, job_id in marks if since <= started + _START_SLACK_S]
+            if ahead:
+                out[ahead[-1]] += max(0, resident - shared) * page / 2**30
+    return out
+
+
+_START_SLACK_S = 0.05  # a process's start is known to a clock tick; the booking's time to the call
+
+
+def _boot_epoch() -> float:
+    """When the machine booted, epoch seconds, to a hundredth (what /proc/PID/stat's start times count from)."""
+    import time
+
+    with open("/proc/uptime") as f:
+        return time.time() - float(f.read().split()[0])
+
+
+def _subtree(pid: int) -> list[int]:
+    """`pid`'s descendants, from each thread's `children` list (the whole table only where the
+    kernel has no such lists)."""
+    if not os.path.exists(f"/proc/self/task/{os.getpid()}/children"):
+        return descendants(processes(), pid)
+    out, todo = [], [pid]
+    while todo:
+        cur = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{cur}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{cur}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
+

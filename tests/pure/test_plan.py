@@ -91,6 +91,28 @@ def test_job_using_more_than_reserved_claims_nothing_extra():
     assert cap.holders[0].held_gb == pytest.approx(5.0)
 
 
+def test_a_booking_in_place_counts_what_its_command_does_not_use_yet_as_a_job_does():
+    """The gate's booking of a command run in place (a gated note): its command's memory is already
+    gone from MemAvailable, so counting all of its book as well counted that memory twice (found by
+    the crowd of real CLI sessions: a second 3 GB e2e run waited 20 s beside one using 2.6 GB on
+    6 GB). What its processes use is measured (World.note_use_gb); only the rest of its book is still
+    promised. A note of a person's (nothing measured) still counts whole, and a command above its
+    booking holds what it uses."""
+    booked = running(1, mem=3.0, cpus=1, kind="note", gated=True, owner_pid=42)
+    persons = running(2, mem=2.0, cpus=1, kind="note", owner_pid=43)
+    w = world(avail=20.0, pids=[42, 43])
+    w.note_use_gb = {"r-1": 2.6}
+    cap = capacity(POLICY, Game(), w, [booked, persons], NOW)
+    # 20 avail − 6 reserve − 2 headroom − (3 − 2.6 not used yet) − 2 (a person's note, all of it)
+    assert cap.mem_gb == pytest.approx(9.6)
+    assert cap.holders[0].held_gb == pytest.approx(3.0)
+    w.note_use_gb = {"r-1": 3.5}  # above its booking: what it uses, and nothing more
+    cap = capacity(POLICY, Game(), w, [booked], NOW)
+    assert cap.mem_gb == pytest.approx(12.0) and cap.holders[0].held_gb == pytest.approx(3.5)
+    w.note_use_gb = {}  # not measured this pass (no process table): all of it counts
+    assert capacity(POLICY, Game(), w, [booked], NOW).mem_gb == pytest.approx(9.0)
+
+
 def test_game_mode_raises_the_reserve_until_it_expires():
     on = Game(on=True, until=NOW + 60)
     assert capacity(POLICY, on, world(avail=30), [], NOW).mem_gb == pytest.approx(16.0)
@@ -417,6 +439,26 @@ def test_the_gates_booking_in_place_is_held_as_a_gated_job_is_to_twice_its_estim
     assert booked.expires() == NOW - 60 + 1200 and booked.eta() == NOW - 60 + 600
     assert kinds(run_plan([booked.request], records=[booked], w=world(pids=[42]), now=NOW + 600)) == []
     assert kinds(run_plan([booked.request], records=[booked], w=world(pids=[42]), now=NOW + 1140)) == [("expire", "r-1")]
+
+
+def test_a_booking_in_place_ends_with_the_most_its_command_was_seen_using():
+    """Released by its post-tool event, its owner gone or its time up, a booking in place ends with
+    its command's peak as measured (World.note_peak_gb), in the action and in its record."""
+    from reconciler.core.lifecycle import transition
+
+    booked = running(1, kind="note", owner_pid=42, gated=True)
+    w = world(pids=[42])
+    w.note_peak_gb = {"r-1": 2.7}
+    p = run_plan([], records=[booked], w=w, released=["r-1"])
+    assert kinds(p) == [("expire", "r-1")] and p.actions[0].detail == {"code": "released", "peak_gb": 2.7}
+    ended = transition(booked, "expire", NOW, why="released", detail=p.actions[0].detail)
+    assert ended.phase == Phase.done and ended.peak_gb == 2.7
+    gone = world(pids=[])
+    gone.note_peak_gb = {"r-1": 1.25}
+    assert run_plan([booked.request], records=[booked], w=gone).actions[0].detail == {"code": "owner_gone", "pid": 42,
+                                                                                     "peak_gb": 1.25}
+    unmeasured = run_plan([], records=[booked], w=world(pids=[42]), released=["r-1"])
+    assert unmeasured.actions[0].detail == {"code": "released"}
 
 
 def test_queued_entry_removed_from_desired_is_cancelled_and_finished_ones_retired():

@@ -46,6 +46,13 @@ def test_a_quiet_plan_carries_what_the_clock_decides():
     granted = {note.id: JobRecord(request=note, phase=Phase.running, started=NOW - 100)}
     p = plan(Desired(requests=[note], game=Game()), granted, world(), NOW, POLICY, me="me", wake=True)
     assert p.actions == [] and p.next_at == NOW + 200
+    # the gate's booking of a command run in place: what its command uses is read every tick_s, as
+    # a running job's memory is (capacity counts the rest of its book, and its peak is its record's)
+    booking = Request(id="r-3", kind="note", title="t", mem_gb=1, est_s=300, created=NOW - 100, gated=True, owner_pid=42)
+    granted = {booking.id: JobRecord(request=booking, phase=Phase.running, started=NOW - 100)}
+    p = plan(Desired(requests=[booking], game=Game()), granted, World(mem_total_gb=32, mem_available_gb=30, nproc=8,
+                                                                       live_pids=[42]), NOW, POLICY, me="me", wake=True)
+    assert p.actions == [] and p.next_at == NOW + 2.0
 
 
 def test_only_the_loop_asks_for_it_and_callers_are_not_shown_it():
