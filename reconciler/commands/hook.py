@@ -361,12 +361,13 @@ ADMIT_MARGIN_S = 5.0  # the hook's own start and its last answers, before the CL
 
 def _admit(call, environ, heavy, project: str, wait_s: float, answer: dict | None, ask_again) -> tuple | None:
     """Admission in place (docs/agent-hooks.md): the line passes unchanged, its size booked before it
-    runs under the call's request id (a note owned by the agent's session, held for twice its
-    estimate at most), released by its post-tool event. While it would start within the gate's wait it
-    waits its turn (the loop asked again, `ask_again()`, as the gate asks: nothing is written until it
-    fits); past that, the busy line as a deny. ("admit", context), ("deny", reason), or None (nothing
-    to book it under, or no loop to book it with: it runs as it is)."""
-    from reconciler.core.hooks import hold_id
+    runs under the call's request id (a gated note owned by the agent's session, held for twice its
+    estimate at most), released by its post-tool event. The booking waits its turn in the queue, as a
+    rewritten job does (--queue --start-within): granted within the gate's wait, the line runs; not by
+    then, it is withdrawn and the busy line comes back as a deny (its start_by keeps a pass from
+    granting it later, whatever becomes of this hook). ("admit", context), ("deny", reason), or None
+    (nothing to book it under, or no loop to book it with: it runs as it is)."""
+    from reconciler.core.hooks import GATE_HOOK_TIMEOUT_S, hold_id
 
     held = hold_id(call)
     if held is None or not isinstance(answer, dict):
@@ -376,37 +377,69 @@ def _admit(call, environ, heavy, project: str, wait_s: float, answer: dict | Non
 
     owner, name = note_owner(os.getppid())
     sock = os.path.join(state_dir(environ), "serve.sock")
-    from reconciler.core.hooks import GATE_HOOK_TIMEOUT_S
-
-    give_up = time.monotonic() + min(wait_s, GATE_HOOK_TIMEOUT_S - ADMIT_MARGIN_S)
-    line = "busy"
-    while True:
-        if answer.get("fits") == "now":
-            now = time.time()
-            # gated: its size and time are the gate's guess, as a gated job's are: others are told its end
-            # is a guess (not a promise to plan on), and it is held until twice its estimate (Record.expires)
-            fields = {"title": f"{heavy.fingerprint} (in place)", "project": project, "mem_gb": heavy.mem_gb,
-                      "cpus": heavy.cpus, "est_s": max(int(heavy.est_s), 30), "gated": True, "created": now,
-                      "owner_pid": owner, "owner_name": name, "request_id": held, "answer_by": now + ADMIT_ASK_S}
-            try:
-                got = ask(sock, {"op": "submit", "kind": "note", "fields": fields}, timeout=ADMIT_ASK_S + 0.5)
-            except Exception:  # noqa: BLE001 - no loop, or none that answers: the command runs as it is
-                return None
-            if isinstance(got, dict) and got.get("code") == 0:
-                _mark_held(environ, held)
-                booked = f"{heavy.mem_gb:g} GB and {heavy.cpus:g} cpus"
-                return "admit", (f"res: this is heavy work ({heavy.source}); res booked {booked} for it while it "
-                                 "runs (it runs as it is, in this session)")
-            line = str(got.get("line") or line) if isinstance(got, dict) else line  # taken meanwhile
-        else:
-            line = str(answer.get("line") or line)
+    within = min(wait_s, GATE_HOOK_TIMEOUT_S - ADMIT_MARGIN_S)
+    give_up = time.monotonic() + within
+    now = time.time()
+    # gated: its size and time are the gate's guess, as a gated job's are: others are told its end is
+    # a guess (not a promise to plan on), and it is held until twice its estimate (Record.expires).
+    # Its command as the gate's rewrite would run it: asked again after a refusal, it keeps its place.
+    fields = {"title": f"{heavy.fingerprint} (in place)", "project": project, "mem_gb": heavy.mem_gb,
+              "cpus": heavy.cpus, "est_s": max(int(heavy.est_s), 30), "gated": True, "queue": True,
+              "created": now, "start_by": now + within, "owner_pid": owner, "owner_name": name, "request_id": held,
+              "cmd": ["bash", "-c", call.command]}
+    try:
+        got = ask(sock, {"op": "submit", "kind": "note", "fields": fields}, timeout=ADMIT_ASK_S + 0.5)
+    except Exception:  # noqa: BLE001 - no loop, or none that answers: the command runs as it is
+        return None
+    if not isinstance(got, dict):
+        return None
+    data = got.get("data") if isinstance(got.get("data"), dict) else {}
+    entry, state = data.get("id"), data.get("state")
+    while got.get("code") == 0 and state == "queued" and isinstance(entry, str):
         if time.monotonic() + ADMIT_RETRY_S > give_up:
-            return "deny", (f"res: not run: `{_short(call.command)}` is heavy work ({heavy.source}) and would wait "
-                            f"more than {wait_s:g} s for memory or CPUs; {line}")
+            state = _withdraw_booking(sock, entry)
+            break
         time.sleep(ADMIT_RETRY_S)
-        answer = ask_again()
-        if not isinstance(answer, dict):  # the loop went away or stopped answering: it runs as it is
-            return None
+        state = _entry_state(sock, entry) or state
+    if got.get("code") == 0 and state == "running":
+        _mark_held(environ, held)
+        booked = f"{heavy.mem_gb:g} GB and {heavy.cpus:g} cpus"
+        return "admit", (f"res: this is heavy work ({heavy.source}); res booked {booked} for it while it "
+                         "runs (it runs as it is, in this session)")
+    if got.get("code") == 0:  # withdrawn unstarted: who holds what now, as the gate says it
+        now_said = ask_again()
+        line = str((now_said or {}).get("line") or answer.get("line") or "busy")
+    else:
+        line = str(got.get("line") or answer.get("line") or "busy")
+    return "deny", (f"res: not run: `{_short(call.command)}` is heavy work ({heavy.source}) and would wait "
+                    f"more than {within:g} s for memory or CPUs; {line}")
+
+
+def _entry_state(sock: str, entry: str) -> str | None:
+    """The entry's state as the loop has it now (None: no answer)."""
+    import json
+
+    from reconciler.loop.client import ask
+
+    try:
+        got = ask(sock, {"op": "status", "id": entry, "json": True}, timeout=ADMIT_ASK_S)
+        return json.loads(got["line"]).get("state") if isinstance(got, dict) and got.get("code") == 0 else None
+    except Exception:  # noqa: BLE001 - asked again a moment later, or given up on at the deadline
+        return None
+
+
+def _withdraw_booking(sock: str, entry: str) -> str | None:
+    """A booking not granted within the wait is withdrawn (its start_by ends it even if this is not
+    heard): None; "running" if it was granted by now (it stays, and the line runs)."""
+    from reconciler.loop.client import ask
+
+    if _entry_state(sock, entry) == "running":
+        return "running"
+    try:  # (a grant in the moment between: released with it, and refused; the agent asks again)
+        ask(sock, {"op": "release", "id": entry, "stop": False}, timeout=ADMIT_ASK_S)
+    except Exception:  # noqa: BLE001
+        pass
+    return None
 
 
 def _held_marker(environ, held: str) -> str:

@@ -93,6 +93,10 @@ class Request:
     cpus: Annotated[float, _typed(ge=MIN_CPUS, le=4096)] = DEFAULT_CPUS
     est_s: Annotated[int, _typed(gt=0, le=365 * 86400)]  # --for
     created: Annotated[float, _typed(ge=0, le=MAX_EPOCH)]
+    # When the same agent first asked for the same command, where an ask of it was refused unstarted
+    # (the gate's wait ran out) moments before: asked again, it keeps its place in the queue from
+    # then (core/plan.first_asked, queue_order). Set by the loop only. None: its place is its own.
+    since: Annotated[float | None, _typed(ge=0, le=MAX_EPOCH)] = None
     queue: Annotated[bool, _typed()] = False
     lock: Annotated[str | None, _typed(max_length=4400)] = None  # KEY@<main tree of its repository> (core/locks.py)
     force: Annotated[bool, _typed()] = False
@@ -183,7 +187,7 @@ class Request:
         return self.kind == "job" and self.agent != "none"
 
 
-FLOAT_FIELDS = ("mem_gb", "cpus", "created", "grown_from_gb", "book_gb", "answer_by", "start_by")  # of Request: written as floats (`cpus = 1.0`, not `1`)
+FLOAT_FIELDS = ("mem_gb", "cpus", "created", "since", "grown_from_gb", "book_gb", "answer_by", "start_by")  # of Request: written as floats (`cpus = 1.0`, not `1`)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -409,7 +409,7 @@ def _admit(desired: Desired, records: dict[str, JobRecord], cap: Capacity, now: 
             adm.cluster(req, rec, world, overflow=where == "overflow")
         elif cap.never_fits(req):
             adm.acts.append(_refuse(req, never_detail(req, cap), never=True))
-        elif req.kind == "note" or not req.queue:
+        elif not req.queue:  # (a queued note: the gate's booking in place, waiting its turn like a job)
             adm.now_or_never(req)
         else:
             adm.queued(req, rec)
@@ -462,12 +462,41 @@ def taken_request_ids(records: dict[str, JobRecord]) -> dict[str, str]:
 
 def queue_order(requests: list[Request], records: dict[str, JobRecord]) -> list[Request]:
     """The queue in the order admission takes it: the file's, except that a job the ladder stopped
-    (DESIGN §5.1) is back at the head, ahead of everything asked after it was first started."""
+    (DESIGN §5.1) is back at the head, ahead of everything asked after it was first started, and an
+    ask refused for want of room and asked again keeps the place of its first ask (`first_asked`)."""
     first = [r for r in requests if (rec := records.get(r.id)) is not None and rec.evictions and rec.phase == Phase.queued]
-    if not first:
-        return requests
     ids = {r.id for r in first}
-    return first + [r for r in requests if r.id not in ids]
+    rest = [r for r in requests if r.id not in ids]
+    if any(r.since is not None for r in rest):
+        rest.sort(key=lambda r: (r.since if r.since is not None else r.created, r.number))
+    return first + rest
+
+
+KEEP_PLACE_S = 60.0  # an ask refused unstarted and asked again this soon keeps its place
+
+
+def first_asked(owner_pid: int | None, project: str, cmd: list[str], records: dict[str, JobRecord],
+                now: float) -> float | None:
+    """When the same agent (its CLI's process) first asked for the same command in the same project,
+    where an ask of it waits unstarted or was refused or withdrawn unstarted within KEEP_PLACE_S (the
+    gate's wait ran out: the agent was told busy, did other work, and asks again): the new ask keeps
+    that place in the queue (Request.since), so that an agent refused once is not sent to the back
+    each time it asks (two CLIs end a session refused five times running). None: no such ask."""
+    if not owner_pid or not cmd:
+        return None
+    found: float | None = None
+    for rec in records.values():
+        req = rec.request
+        if rec.started is not None or req.owner_pid != owner_pid or req.project != project or list(req.cmd) != list(cmd):
+            continue
+        if rec.phase in (Phase.refused, Phase.cancelled):
+            if rec.ended is None or now - rec.ended > KEEP_PLACE_S:
+                continue
+        elif rec.phase != Phase.queued:
+            continue
+        asked = req.since if req.since is not None else req.created
+        found = asked if found is None else min(found, asked)
+    return found
 
 
 def _where(req: Request, cap: Capacity, policy: Rules, world: World | None, adm: _Admission) -> str:

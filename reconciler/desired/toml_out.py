@@ -196,7 +196,7 @@ def to_tomlkit(v: Any) -> Any:
 # ---------------------------------------------------------------- a request as a table
 
 
-KEY_ORDER = ("title", "project", "mem_gb", "cpus", "est_s", "created", "queue", "lock", "force", "on", "gated", "auto", "sized_from", "grown_from_gb", "book_gb", "booked_from", "node_requeues", "cmd", "cwd", "agent", "env", "owner_pid", "owner_name", "by", "task", "batch", "reply_to")
+KEY_ORDER = ("title", "project", "mem_gb", "cpus", "est_s", "created", "since", "queue", "lock", "force", "on", "gated", "auto", "sized_from", "grown_from_gb", "book_gb", "booked_from", "node_requeues", "cmd", "cwd", "agent", "env", "owner_pid", "owner_name", "by", "task", "batch", "reply_to")
 
 
 def entry_dict(req: "Request") -> dict[str, Any]:

@@ -153,6 +153,23 @@ def scoped_lock(fields: dict, policy) -> dict:
     return {**fields, "lock": lock_scope(key, main_tree(fields.get("cwd") or "/"))}
 
 
+def placed(engine: Engine, fields: dict) -> dict:
+    """The fields with `since` where the same agent's ask of the same command was refused for want of
+    room moments ago (core/plan.first_asked, against the records the last pass read); a caller's own
+    `since` is never taken: only the loop says where an ask stands."""
+    from reconciler.core.plan import first_asked
+
+    out = {k: v for k, v in fields.items() if k != "since"}
+    inputs = engine.last_inputs
+    owner, cmd = out.get("owner_pid"), out.get("cmd")
+    if inputs is None or type(owner) is not int or not isinstance(cmd, list):
+        return out
+    since = first_asked(owner, str(out.get("project") or ""), cmd, inputs[1], time.time())
+    if since is not None:
+        out["since"] = since
+    return out
+
+
 def learned_for(engine: Engine, project: str) -> dict | None:
     """What history learned of this project's commands, as the loop last published it (gate.json)."""
     from reconciler.config import gatefile
@@ -217,6 +234,7 @@ async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: 
         deadline = float(fields["answer_by"])
 
     def prepare(given: dict) -> dict:  # on a worker thread: it stats the caller's cwd, reads gate.json
+        given = placed(engine, given)
         if kind != "job":
             return given
         # (history is read where it can size or book the job: a gated job has its size from it already)

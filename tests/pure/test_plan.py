@@ -31,9 +31,9 @@ def plan(*args, **kw):
 
 
 def req(n, mem=1.0, cpus=1, est=600, queue=False, lock=None, kind="job", title=None, project="proj-a", **kw):
+    kw.setdefault("cmd", ["make"] if kind == "job" else [])
     return Request(id=f"r-{n}", kind=kind, title=title or f"job {n}", project=project, mem_gb=mem, cpus=cpus,
-                   est_s=est, created=NOW - 100 + n, queue=queue, lock=lock,
-                   cmd=["make"] if kind == "job" else [], **kw)
+                   est_s=est, created=NOW - 100 + n, queue=queue, lock=lock, **kw)
 
 
 def running(n, started=NOW - 300, phase=Phase.running, **kw):
@@ -461,6 +461,54 @@ def test_a_booking_in_place_ends_with_the_most_its_command_was_seen_using():
     assert unmeasured.actions[0].detail == {"code": "released"}
 
 
+def test_the_gates_booking_in_place_waits_its_turn_in_the_queue_and_is_granted_in_order():
+    """A queued note (the hook's booking of a command run in place) is not refused while a queued job
+    waits at the head: it queues behind it, and is granted (not started: nothing runs) in FIFO order."""
+    big = running(1, mem=20.0)  # holds most of the budget
+    head = req(2, mem=10.0, queue=True)
+    booking = req(3, mem=10.0, queue=True, kind="note", gated=True, owner_pid=42)
+    p = run_plan([big.request, head, booking], records=[big], w=world(avail=10.0, pids=[42]))
+    assert kinds(p) == [("enqueue", "r-2"), ("enqueue", "r-3")]
+    assert [a.detail["position"] for a in p.actions] == [1, 2]
+    # the memory is back: the head starts; the booking, asked first of what is left, is granted
+    alone = run_plan([booking], records=[], w=world(avail=30.0, pids=[42]))
+    assert kinds(alone) == [("grant", "r-3")]
+
+
+def test_an_ask_refused_for_room_and_asked_again_keeps_the_place_of_its_first_ask():
+    """The gate's wait ran out (refused start_missed, or the hook withdrew its booking): the agent was
+    told busy, did other work, and asks again for the same command. It stands where its first ask
+    stood, ahead of what was asked since, not at the back (an agent sent to the back each time was
+    refused nine times running in the crowd, and Gemini CLI ends a session refused five times)."""
+    from reconciler.core.plan import KEEP_PLACE_S, first_asked
+
+    cmd = ["bash", "-c", "make e2e"]
+    refused = JobRecord(request=req(1, queue=True, owner_pid=42, cmd=cmd), phase=Phase.refused, ended=NOW - 5,
+                        detail={"code": "start_missed"})
+    withdrawn = JobRecord(request=req(2, queue=True, kind="note", gated=True, owner_pid=42, cmd=cmd, since=NOW - 150),
+                          phase=Phase.cancelled, ended=NOW - 30)
+    records = {r.id: r for r in (refused, withdrawn)}
+    assert first_asked(42, "proj-a", cmd, records, NOW) == NOW - 150  # the first of the chain
+    assert first_asked(42, "proj-a", cmd, {"r-1": refused}, NOW) == refused.request.created
+    # another agent, another command, another project, or a refusal long ago: its own place
+    assert first_asked(43, "proj-a", cmd, records, NOW) is None
+    assert first_asked(42, "proj-a", ["bash", "-c", "make test"], records, NOW) is None
+    assert first_asked(42, "proj-b", cmd, records, NOW) is None
+    assert first_asked(42, "proj-a", cmd, records, NOW + KEEP_PLACE_S + 6) is None
+    # a run that started is no place kept: asking for it again is new work
+    ran = JobRecord(request=req(3, owner_pid=42, cmd=cmd), phase=Phase.done, started=NOW - 20, ended=NOW - 2)
+    assert first_asked(42, "proj-a", cmd, {"r-3": ran}, NOW) is None
+    assert first_asked(None, "proj-a", cmd, records, NOW) is None
+
+    big = running(1, mem=20.0)
+    later = req(4, mem=10.0, queue=True)  # asked after the first ask, before the ask again
+    again = req(5, mem=10.0, queue=True, kind="note", gated=True, owner_pid=42, since=NOW - 150)
+    p = run_plan([big.request, later, again], records=[big], w=world(avail=10.0, pids=[42]))
+    assert [(a.kind, a.id, a.detail["position"]) for a in p.actions] == [("enqueue", "r-5", 1), ("enqueue", "r-4", 2)]
+    alone = run_plan([later, again], records=[], w=world(avail=18.0, pids=[42]))  # room for one: its
+    assert kinds(alone) == [("grant", "r-5"), ("enqueue", "r-4")]
+
+
 def test_queued_entry_removed_from_desired_is_cancelled_and_finished_ones_retired():
     queued = JobRecord(request=req(1, queue=True), phase=Phase.queued)
     done = JobRecord(request=req(2), phase=Phase.done, ended=NOW - 10)
@@ -737,3 +785,21 @@ def test_workers_killed_at_the_limit_is_a_memory_limit_only_when_the_run_failed(
     ok = dataclasses.replace(WORKERS, status="0")
     (passed,) = _ended(ok)
     assert (passed.rc, passed.detail["code"]) == (0, "exited")  # a worker killed and retried by its runner: it passed
+
+
+def test_only_the_loop_says_where_an_ask_stands():
+    """A caller's own `since` is dropped; the loop sets it from the records its last pass read."""
+    from types import SimpleNamespace
+
+    from reconciler.ops.requests import placed
+
+    cmd = ["bash", "-c", "make e2e"]
+    refused = JobRecord(request=req(1, queue=True, owner_pid=42, cmd=cmd), phase=Phase.refused, ended=NOW - 5)
+    fields = {"title": "x", "project": "proj-a", "owner_pid": 42, "cmd": cmd, "since": 1.0}
+    assert "since" not in placed(SimpleNamespace(last_inputs=None), fields)
+    engine = SimpleNamespace(last_inputs=(None, {"r-1": refused}, None, None, None))
+    assert "since" not in placed(engine, fields)  # refused long before the clock's now: no place kept
+    asked_now = JobRecord(request=req(1, queue=True, owner_pid=42, cmd=cmd), phase=Phase.queued)
+    assert placed(SimpleNamespace(last_inputs=(None, {"r-1": asked_now}, None, None, None)), fields)["since"] == \
+        asked_now.request.created
+    assert "since" not in placed(engine, {**fields, "owner_pid": 43})
