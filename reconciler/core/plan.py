@@ -91,12 +91,13 @@ def _lifecycle(rec: JobRecord, desired: Desired, wanted: set[str], world: World,
     tag = _tag(req)
     if rec.phase in TERMINAL:
         return _finished(rec, desired.queue_ok and not gone, now, tag)
-    if req.kind == "note":
-        return _note(rec, gone, world, now, tag) if rec.phase == Phase.running else []
     if rec.phase == Phase.queued:  # gone from queue.toml (one still in it returned above)
         if not rec.released:
             return [_restore(rec, tag)]
+        # (a queued note too: the gate's booking in place, withdrawn when the gate's wait ran out)
         return [Action(kind="cancel", id=rec.id, detail={"code": "cancelled"}, **tag)]
+    if req.kind == "note":
+        return _note(rec, gone, world, now, tag) if rec.phase == Phase.running else []
     # starting / running / exited: only what could be observed is acted on, and only by the
     # reconciler that holds the job's attachment (or may claim it: no live lease of another). A
     # cluster job while the cluster does not answer: nothing (local work goes on).
@@ -475,19 +476,22 @@ def queue_order(requests: list[Request], records: dict[str, JobRecord]) -> list[
 KEEP_PLACE_S = 60.0  # an ask refused unstarted and asked again this soon keeps its place
 
 
-def first_asked(owner_pid: int | None, project: str, cmd: list[str], records: dict[str, JobRecord],
+def first_asked(owner_pid: int | None, by: str | None, project: str, cmd: list[str], records: dict[str, JobRecord],
                 now: float) -> float | None:
-    """When the same agent (its CLI's process) first asked for the same command in the same project,
-    where an ask of it waits unstarted or was refused or withdrawn unstarted within KEEP_PLACE_S (the
-    gate's wait ran out: the agent was told busy, did other work, and asks again): the new ask keeps
-    that place in the queue (Request.since), so that an agent refused once is not sent to the back
-    each time it asks (two CLIs end a session refused five times running). None: no such ask."""
-    if not owner_pid or not cmd:
+    """When the same agent first asked for the same command in the same project, where an ask of it
+    waits unstarted or was refused or withdrawn unstarted within KEEP_PLACE_S (the gate's wait ran
+    out: the agent was told busy, did other work, and asks again): the new ask keeps that place in
+    the queue (Request.since), so that an agent refused once is not sent to the back each time it
+    asks (Gemini CLI ends a session refused five times running). The same agent: the same CLI process
+    (`owner_pid`, a booking in place's) or the same asker (`by`, a rewritten job's: "claude pid 4121
+    session 3f2a…"). None: no such ask."""
+    if not (owner_pid or by) or not cmd:
         return None
     found: float | None = None
     for rec in records.values():
         req = rec.request
-        if rec.started is not None or req.owner_pid != owner_pid or req.project != project or list(req.cmd) != list(cmd):
+        same = (owner_pid and req.owner_pid == owner_pid) or (by and req.by == by)
+        if rec.started is not None or not same or req.project != project or list(req.cmd) != list(cmd):
             continue
         if rec.phase in (Phase.refused, Phase.cancelled):
             if rec.ended is None or now - rec.ended > KEEP_PLACE_S:

@@ -161,10 +161,11 @@ def placed(engine: Engine, fields: dict) -> dict:
 
     out = {k: v for k, v in fields.items() if k != "since"}
     inputs = engine.last_inputs
-    owner, cmd = out.get("owner_pid"), out.get("cmd")
-    if inputs is None or type(owner) is not int or not isinstance(cmd, list):
+    owner, by, cmd = out.get("owner_pid"), out.get("by"), out.get("cmd")
+    owner, by = owner if type(owner) is int else None, by if isinstance(by, str) else None
+    if inputs is None or not isinstance(cmd, list):
         return out
-    since = first_asked(owner, str(out.get("project") or ""), cmd, inputs[1], time.time())
+    since = first_asked(owner, by, str(out.get("project") or ""), cmd, inputs[1], time.time())
     if since is not None:
         out["since"] = since
     return out

@@ -473,6 +473,10 @@ def test_the_gates_booking_in_place_waits_its_turn_in_the_queue_and_is_granted_i
     # the memory is back: the head starts; the booking, asked first of what is left, is granted
     alone = run_plan([booking], records=[], w=world(avail=30.0, pids=[42]))
     assert kinds(alone) == [("grant", "r-3")]
+    # withdrawn by its hook when the gate's wait ran out (released, gone from queue.toml): cancelled,
+    # not left queued for good (every pass would then come tick_s after the last)
+    waiting = JobRecord(request=booking, phase=Phase.queued)
+    assert kinds(run_plan([], records=[waiting], released=["r-3"])) == [("cancel", "r-3")]
 
 
 def test_an_ask_refused_for_room_and_asked_again_keeps_the_place_of_its_first_ask():
@@ -488,17 +492,22 @@ def test_an_ask_refused_for_room_and_asked_again_keeps_the_place_of_its_first_as
     withdrawn = JobRecord(request=req(2, queue=True, kind="note", gated=True, owner_pid=42, cmd=cmd, since=NOW - 150),
                           phase=Phase.cancelled, ended=NOW - 30)
     records = {r.id: r for r in (refused, withdrawn)}
-    assert first_asked(42, "proj-a", cmd, records, NOW) == NOW - 150  # the first of the chain
-    assert first_asked(42, "proj-a", cmd, {"r-1": refused}, NOW) == refused.request.created
+    assert first_asked(42, None, "proj-a", cmd, records, NOW) == NOW - 150  # the first of the chain
+    assert first_asked(42, None, "proj-a", cmd, {"r-1": refused}, NOW) == refused.request.created
     # another agent, another command, another project, or a refusal long ago: its own place
-    assert first_asked(43, "proj-a", cmd, records, NOW) is None
-    assert first_asked(42, "proj-a", ["bash", "-c", "make test"], records, NOW) is None
-    assert first_asked(42, "proj-b", cmd, records, NOW) is None
-    assert first_asked(42, "proj-a", cmd, records, NOW + KEEP_PLACE_S + 6) is None
+    assert first_asked(43, None, "proj-a", cmd, records, NOW) is None
+    assert first_asked(42, None, "proj-a", ["bash", "-c", "make test"], records, NOW) is None
+    assert first_asked(42, None, "proj-b", cmd, records, NOW) is None
+    assert first_asked(42, None, "proj-a", cmd, records, NOW + KEEP_PLACE_S + 6) is None
     # a run that started is no place kept: asking for it again is new work
     ran = JobRecord(request=req(3, owner_pid=42, cmd=cmd), phase=Phase.done, started=NOW - 20, ended=NOW - 2)
-    assert first_asked(42, "proj-a", cmd, {"r-3": ran}, NOW) is None
-    assert first_asked(None, "proj-a", cmd, records, NOW) is None
+    assert first_asked(42, None, "proj-a", cmd, {"r-3": ran}, NOW) is None
+    assert first_asked(None, None, "proj-a", cmd, records, NOW) is None
+    # a rewritten job (`res run` records who asked, not an owner): the same asker is the same agent
+    by = "claude pid 4121 session 3f2a9c1e"
+    job = JobRecord(request=req(6, queue=True, by=by, cmd=cmd), phase=Phase.cancelled, ended=NOW - 3)
+    assert first_asked(None, by, "proj-a", cmd, {"r-6": job}, NOW) == job.request.created
+    assert first_asked(None, "claude pid 4121 session 77aa0000", "proj-a", cmd, {"r-6": job}, NOW) is None
 
     big = running(1, mem=20.0)
     later = req(4, mem=10.0, queue=True)  # asked after the first ask, before the ask again
