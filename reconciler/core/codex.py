@@ -45,7 +45,7 @@ import math
 import re
 from typing import Any, Callable
 
-from reconciler.core.digest import CHARS_PER_TOKEN, TOKENS_PER_BLOCK, CallEstimating
+from reconciler.core.digestbase import CHARS_PER_TOKEN, TOKENS_PER_BLOCK, CallEstimating
 from reconciler.core.pricing import BadNumber, tokens
 
 # The largest input a single model call of a fresh `codex exec` showed in the real samples

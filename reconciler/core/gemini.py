@@ -49,7 +49,7 @@ import math
 import re
 from typing import Any
 
-from reconciler.core.digest import CHARS_PER_TOKEN, CallEstimating
+from reconciler.core.digestbase import CHARS_PER_TOKEN, CallEstimating
 from reconciler.core.pricing import BadNumber, tokens
 
 # The input of a one-call session in the real samples: 7,352 (0.11.0, "Say hello"), 10,564 over two

@@ -73,7 +73,7 @@ def guarded(commands: list[list[str]], rules: Rules) -> bool:
 def decide(cli: str, mode: str | None, line: str, commands: list[list[str]], rules: Rules) -> str | None:
     """GRANT, REWRITE, ADMIT (pass it unchanged, booked in place) or None (pass the line unchanged) for
     a heavy line the loop would start: see the module's table. `commands`: the line's simple commands
-    (core.gate.simple_commands)."""
+    (core.shellline.simple_commands)."""
     if cli == "shell":  # a PATH shim: the program was going to run; through res it asks nobody anything
         return REWRITE
     if guarded(commands, rules):

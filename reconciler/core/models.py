@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from reconciler.core.digest import DigestState
+from reconciler.core.digestbase import DigestState
 
 JobId = str  # "r-12"
 

@@ -3,7 +3,7 @@ books for a heavy line (core/gate.py). Pure.
 
 For each command a job runs (its argv; each command of a `bash -c LINE`), in this order:
 
-1. history: this project's finished runs of the same command fingerprint (core/gate.fingerprint),
+1. history: this project's finished runs of the same command fingerprint (core/shellline.fingerprint),
    as core/hist.learned sums them up: p95 peak × 1.15 (× 1.5 over a limit a run was killed at), p90
    duration × 1.5, the CPUs the runs kept busy (p90);
 2. the gate's table (policies/heavy.toml and the policy's gate_heavy_add): that tool's default;
@@ -12,14 +12,14 @@ For each command a job runs (its argv; each command of a `bash -c LINE`), in thi
 A line of several commands gets the most memory and CPUs any of them needs and their durations one
 after the other. Every size says where it came from (`source`), and `res run` prints it.
 
-Import-light (the gate's hot path): the gate's own text reading, nothing else.
+Import-light (the gate's hot path): the shell line's reading (core/shellline.py), nothing else.
 """
 from __future__ import annotations
 
 import posixpath
 from collections import namedtuple
 
-from reconciler.core.gate import SHELLS, Tool, Unreadable, fingerprint, match_tool, program_of, simple_commands
+from reconciler.core.shellline import SHELLS, Tool, Unreadable, fingerprint, match_tool, program_of, simple_commands
 
 TYPE_CHECKING = False  # typing's flag without typing (`res hook` imports this module; typing costs it ~3 ms)
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def seen_entry(value: object) -> Seen | None:
 
 def commands_of(cmd: list[str]) -> list[list[str]]:
     """What a job's argv runs: the commands of a `bash -c LINE` (less `cd`, `echo` and the like), else
-    the argv itself; wrappers taken off (core/gate.program_of). Unreadable when it cannot be told."""
+    the argv itself; wrappers taken off (core/shellline.program_of). Unreadable when it cannot be told."""
     if len(cmd) >= 3 and posixpath.basename(cmd[0]) in SHELLS and cmd[1] == "-c":
         found = [program_of(w) for w in simple_commands(cmd[2])]
         return [c for c in found if c and posixpath.basename(c[0]) not in _NOT_WORK]

@@ -30,7 +30,8 @@ BUDGET: dict[str, set[str]] = {
         "json.scanner", "keyword", "operator", "re", "re._casefix", "re._compiler", "re._constants",
         "re._parser", "reconciler", "reconciler.commands", "reconciler.commands.hook", "reconciler.config",
         "reconciler.config.gatefile", "reconciler.config.gitrepo", "reconciler.config.stateroot",
-        "reconciler.core", "reconciler.core.gate", "reconciler.core.hooks", "reconciler.core.sizing", "reconciler.entry",
+        "reconciler.core", "reconciler.core.gate", "reconciler.core.hooks", "reconciler.core.shellline",
+        "reconciler.core.sizing", "reconciler.entry",
         "reprlib", "select", "shlex", "types"
     },
     "hook, a heavy command the loop is asked about": {
@@ -41,7 +42,7 @@ BUDGET: dict[str, set[str]] = {
         "reconciler.config.agentsettings", "reconciler.config.files", "reconciler.config.gatefile",
         "reconciler.config.gitrepo", "reconciler.config.stateroot", "reconciler.core", "reconciler.core.gate",
         "reconciler.core.hookrules",
-        "reconciler.core.hooks", "reconciler.core.sizing", "reconciler.entry", "reconciler.loop",
+        "reconciler.core.hooks", "reconciler.core.shellline", "reconciler.core.sizing", "reconciler.entry", "reconciler.loop",
         "reconciler.loop.client", "reprlib", "select", "selectors", "shlex", "socket", "types", "typing",
         "warnings"
     },

@@ -1,4 +1,4 @@
-"""The gate's pure core (core/gate.py, core/hooks.py, core/whatif.py's mapping): which lines are
+"""The gate's pure core (core/gate.py, core/shellline.py, core/hooks.py, core/whatif.py's mapping): which lines are
 heavy, what they book, what the hook prints for each CLI (DESIGN §5.8)."""
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from reconciler.core import gate, hooks
-from reconciler.core.gate import Heavy, TableError, fingerprint, judge, line_fingerprint, make_table, program_of, rewritten, verdict
+from reconciler.core.gate import Heavy, TableError, judge, line_fingerprint, make_table, rewritten, verdict
+from reconciler.core.shellline import fingerprint, program_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = tomllib.loads((ROOT / "policies" / "heavy.toml").read_text())["heavy"]
@@ -256,7 +257,7 @@ def test_deny_outputs():
 from reconciler.config import agentsettings  # noqa: E402
 from reconciler.core.hookrules import (ADMIT, ALL, GRANT, REWRITE, Rules, claude_covered, claude_pattern_covers,  # noqa: E402
                                        codex_guarded, decide, gemini_covered, gemini_guarded)
-from reconciler.core.gate import simple_commands  # noqa: E402
+from reconciler.core.shellline import simple_commands  # noqa: E402
 
 
 def decided(cli: str, mode: str | None, line: str, rules: Rules):

@@ -395,7 +395,8 @@ def test_print_config_is_the_settings_snippet():
 
 
 HOT = ("json", "json.decoder", "json.scanner", "json.encoder", "shlex", "reconciler.commands", "reconciler.commands.hook",
-       "reconciler.core", "reconciler.core.hooks", "reconciler.core.gate", "reconciler.core.sizing", "reconciler.config", "reconciler.config.gatefile",
+       "reconciler.core", "reconciler.core.hooks", "reconciler.core.gate", "reconciler.core.shellline",
+       "reconciler.core.sizing", "reconciler.config", "reconciler.config.gatefile",
        "reconciler.config.gitrepo", "reconciler.config.stateroot")
 
 

@@ -54,15 +54,30 @@ def _callee(func: ast.expr) -> str:
     return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
 
 
-def imports(path: Path, root: Path) -> list[tuple[int, str]]:
+def _type_checking(test: ast.expr) -> bool:
+    """`if TYPE_CHECKING:` or `if typing.TYPE_CHECKING:` (the flag may be typing's or a module's own
+    `TYPE_CHECKING = False`): what its body imports is only ever read by a type checker."""
+    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def imports(path: Path, root: Path, *, type_checking: bool = True) -> list[tuple[int, str]]:
     """(line, module) of every import of the package in `path`, wherever it stands: `import a.b`,
     `from a import b` (as a.b when b is a module), relative imports, and importlib.import_module with
-    a literal name (or an f-string's literal start)."""
+    a literal name (or an f-string's literal start). `type_checking=False` leaves out what an `if
+    TYPE_CHECKING:` block imports (never at run time: no part of an import cycle); the floors count it."""
     top = root.name
     name = _module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = set()
+    if not type_checking:
+        typing_only = {id(node) for block in ast.walk(tree) if isinstance(block, ast.If) and _type_checking(block.test)
+                       for stmt in block.body for node in ast.walk(stmt)}
     out = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             out += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -1,5 +1,5 @@
 """Sizes res chooses (DESIGN §5.9, core/sizing.py) and the command fingerprint history files them under
-(core/gate.py), on real command lines from public projects' CI files (tests/fixtures/ci_commands:
+(core/shellline.py), on real command lines from public projects' CI files (tests/fixtures/ci_commands:
 lines.toml, SOURCES.md), and the numbers history learns (core/hist.learned). Pure tier.
 
 A fixture line marked `wrong` is one whose fingerprint the spec (program + target words; paths, files,
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from reconciler.core import hist
-from reconciler.core.gate import Unreadable, fingerprint, judge, line_fingerprint, make_table
+from reconciler.core.gate import judge, line_fingerprint, make_table
 from reconciler.core.models import JobRecord, Phase, Request
+from reconciler.core.shellline import Unreadable, fingerprint
 from reconciler.core.sizing import (
     MAX_EST_S,
     Seen,
