@@ -19,7 +19,7 @@ def test_a_request_not_decided_in_answer_timeout_s_is_answered_with_its_id():
         policy=SimpleNamespace(answer_timeout_s=0.2, lock_title_words=[]),
         writer=SimpleNamespace(who=None, add=lambda fields, kind: SimpleNamespace(id="r-7", queue=False),
                                remove=lambda ids: removed.extend(ids) or list(ids)),
-        store=SimpleNamespace(get=lambda job_id: None), blocked=[], adder=None)
+        store=SimpleNamespace(get=lambda job_id: None), blocked=[], adder=None, last_inputs=None)
 
     async def never(held=False):  # a pass that does not end (the manager hangs, say)
         await asyncio.sleep(3600)

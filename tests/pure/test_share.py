@@ -50,7 +50,7 @@ def test_values_parse_as_the_tools_expect(cpus, mem_gb):
     m = re.fullmatch(r"([1-9]\d*)MiB", env["GOMEMLIMIT"])  # Go: bytes with an IEC suffix
     assert m
     mb = int(env["RES_MEM_MB"])
-    # under the unit's MemoryHigh (0.9 x MemoryMax), so that Go collects before the kernel throttles
+    # well under the unit's MemoryMax, so that Go collects before the kernel kills
     assert int(m.group(1)) < 0.9 * mb or mb == 1
     assert re.fullmatch(r"--max-old-space-size=[1-9]\d*", env["NODE_OPTIONS"])  # node: MiB
     assert re.fullmatch(rf"-Dorg\.gradle\.workers\.max={n}", env["GRADLE_OPTS"])

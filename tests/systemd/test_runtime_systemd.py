@@ -188,7 +188,7 @@ def test_unit_properties_read_back(ctx):
     spec, p, menv, mgr_cgroup, took = asyncio.run(go())
     assert p["ActiveState"] == "active" and p["SubState"] == "running"
     assert p["MemoryMax"] == GB // 2
-    assert p["MemoryHigh"] == int(GB // 2 * 0.9)
+    assert p["MemoryHigh"] == 2**64 - 1  # none (infinity): on cgroup v2 it would only slow the job (docs/guest.md)
     assert p["MemorySwapMax"] == 0
     assert p["Nice"] == 10
     assert p["Slice"] == ctx.jobs_slice
