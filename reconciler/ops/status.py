@@ -245,8 +245,7 @@ def overview(paths: Paths, policy, records: dict[str, JobRecord], snap: dict, ga
     warn = notices(paths, snap)
     world = snap.get("world") or {}
     nproc = int(world.get("nproc") or 1)
-    total = world.get("mem_total_gb")
-    reserve_gb, reserve_cpus, _ = reserves(policy.rules(), game, now, nproc, total if isinstance(total, (int, float)) else None)
+    reserve_gb, reserve_cpus, _ = reserves(policy.rules(), game, now, nproc)
     spent = spent_today(records, now, zone)
     budget = {"mem_gb": snap.get("budget_mem_gb"), "cpus": snap.get("budget_cpus"),
               "reserve_gb": reserve_gb, "reserve_cpus": reserve_cpus, "as_of": snap.get("at"),

@@ -16,7 +16,7 @@ made from (PACKAGES, the wheelhouse's file names, the build's steps and unit), a
 changes (~1 min here). Each boot starts clean (`snapshot=on`).
 
 A boot: QEMU with TCG (this machine's /dev/kvm is not usable by QEMU: its `-cpu host` aborts on an MSR),
-2 CPUs, 8 GB, `systemd.unified_cgroup_hierarchy=1`. The checkout (as a wheel of res, and a copy of it
+2 CPUs, 16 GB, `systemd.unified_cgroup_hierarchy=1`. The checkout (as a wheel of res, and a copy of it
 for the tests) reaches the guest over a 9p share (`job`, mounted at /mnt/job), with tests/guest/inside.sh,
 which a oneshot unit runs at boot: it installs the wheel into the venv, runs the README's first
 command's loop as `tester` (`res serve` on that user's real manager) and then pytest as `tester` with
@@ -44,10 +44,10 @@ PACKAGES = ("systemd", "systemd-sysv", "dbus", "dbus-user-session", "libpam-syst
 INITRD_MODULES = ("virtio_pci", "virtio_blk", "ext4")
 USER, UID = "tester", 1000
 IMAGE_GB = 3
-# A laptop's memory, not the 2 GB a VM is often given: the default policy keeps 6 GB for the person
-# (user_reserve_gb), so a 2 GB guest gives agents nothing ("can never fit (max 0 GB)"; docs/guest.md).
-# QEMU allocates the guest's memory as it is touched.
-GUEST_MB = 8192
+# A desktop's memory: the default policy keeps 6 GB for the person and 2 GB of headroom, so an 8 GB
+# (or 2 GB) guest gives agents nothing ("can never fit (max 0 GB)"; docs/guest.md, open). QEMU
+# allocates the guest's memory as it is touched.
+GUEST_MB = 16384
 BOOT_TIMEOUT_S = int(os.environ.get("RES_GUEST_TIMEOUT_S", "1500"))
 
 
