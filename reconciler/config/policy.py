@@ -11,7 +11,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from reconciler.config.memo import ByIdentity
@@ -194,6 +194,14 @@ class Policy(BaseSettings):
         """What the core reads of this policy (core/rules.py), made once per policy object."""
         return _RULES.get(self, rules_of)
 
+    # Whether the user's file, a RES_ variable or the caller set the memory reserve or headroom
+    # (load_policy): a reserve set stands as set; the shipped one is scaled down on a small machine.
+    _reserve_as_set: bool = PrivateAttr(default=False)
+
+    @property
+    def reserve_as_set(self) -> bool:
+        return self._reserve_as_set
+
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
         # The files as load_policy read them (checked: regular, bounded, UTF-8), the user's over the
@@ -252,7 +260,12 @@ def load_policy(**overrides: Any) -> Policy:
         said = allowed(Policy.model_fields.get(key), key)
         raise PolicyError(f"{var}={quoted(os.environ.get(var, ''))[:60]}: not JSON; allowed: "
                           f"{said or 'a value'}, written as JSON (e.g. [\"gate\"] or {{}})") from None
+    variables = {k.lower() for k in os.environ}
+    loaded._reserve_as_set = any(k in user or k in overrides or f"res_{k}" in variables for k in RESERVE_KEYS)
     return loaded
+
+
+RESERVE_KEYS = ("user_reserve_gb", "small_headroom_gb", "game_reserve_gb")  # core/capacity.mem_reserve
 
 
 def policy_problem(err: dict, user: dict[str, Any], user_path: Path) -> str:

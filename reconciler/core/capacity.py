@@ -117,15 +117,50 @@ def cpu_reserve(configured: float, nproc: int, share: float = USER_CPU_SHARE) ->
     return max(0.0, min(configured, nproc * share))
 
 
-def reserves(policy: Rules, game: Game, now: float, nproc: int) -> tuple[float, float, bool]:
-    """(GB, CPUs, game on) kept for the user now. Game mode only ever adds to the user's reserve: a
-    policy whose game reserve is the smaller one must not let agents take more while the user plays."""
+# The most of the machine's memory the shipped reserve and headroom take together (and in game mode,
+# the game reserve and the headroom): the defaults (6 + 2, game 12 + 2 GB) stand from 11 GB (game:
+# 16 GB) up. A reserve someone set stands as set (Rules.reserve_as_set).
+USER_MEM_SHARE = 0.75
+GAME_MEM_SHARE = 0.9
+
+
+def mem_reserve(reserve_gb: float, headroom_gb: float, total_gb: float | None,
+                share: float = USER_MEM_SHARE, as_set: bool = False) -> tuple[float, float]:
+    """(reserve, headroom) in GB: the shipped ones scaled down together on a small machine so that
+    they take at most `share` of its memory. They (6 GB kept for the person, 2 GB of headroom) took
+    all of an 8 GB laptop: every job "can never fit (max 0 GB)" (found by the guest tier, docs/guest.md).
+    `as_set`: someone set them (a file, a RES_ variable): as set. `total_gb` None or 0: not known, as
+    they are."""
+    want = reserve_gb + headroom_gb
+    if as_set or not total_gb or total_gb <= 0 or want <= share * total_gb:
+        return reserve_gb, headroom_gb
+    k = share * total_gb / want
+    return reserve_gb * k, headroom_gb * k
+
+
+def headroom(policy: Rules, total_gb: float | None) -> float:
+    """The small headroom in force on a machine of `total_gb` (mem_reserve)."""
+    return mem_reserve(policy.user_reserve_gb, policy.small_headroom_gb, total_gb, as_set=policy.reserve_as_set)[1]
+
+
+def user_reserve(policy: Rules, total_gb: float | None) -> float:
+    """The user's own memory reserve in force on a machine of `total_gb` (mem_reserve), game mode aside."""
+    return mem_reserve(policy.user_reserve_gb, policy.small_headroom_gb, total_gb, as_set=policy.reserve_as_set)[0]
+
+
+def reserves(policy: Rules, game: Game, now: float, nproc: int, total_gb: float | None = None) -> tuple[float, float, bool]:
+    """(GB, CPUs, game on) kept for the user now, on a machine of `nproc` CPUs and `total_gb` of
+    memory (each scaled down on a small machine: cpu_reserve, mem_reserve). Game mode only ever adds
+    to the user's reserve: a policy whose game reserve is the smaller one must not let agents take
+    more while the user plays."""
     on = game.active(now)
     user_cpus = cpu_reserve(policy.user_reserve_cpus, nproc)
+    user_gb = user_reserve(policy, total_gb)
     if not on:
-        return policy.user_reserve_gb, user_cpus, on
-    gb = max(policy.game_reserve_gb, policy.user_reserve_gb)
-    return gb, max(cpu_reserve(policy.game_reserve_cpus, nproc, GAME_CPU_SHARE), user_cpus), on
+        return user_gb, user_cpus, on
+    game_gb = mem_reserve(policy.game_reserve_gb, policy.small_headroom_gb, total_gb, GAME_MEM_SHARE,
+                          as_set=policy.reserve_as_set)[0]
+    return max(game_gb, user_gb), max(cpu_reserve(policy.game_reserve_cpus, nproc, GAME_CPU_SHARE), user_cpus), on
 
 
 def reserve_warnings(policy: Rules) -> list[str]:
@@ -198,9 +233,9 @@ def capacity(policy: Rules, game: Game, world: World, holding: list[JobRecord], 
     bookings in place, measured by their processes) booked and do not use yet (max(0, book − in use):
     what they use is already gone from MemAvailable), less the other notes.
     CPUs are compressible: `cpu_overcommit` × the CPUs agents may use, less the running jobs' --cpus."""
-    reserve_gb, reserve_cpus, on = reserves(policy, game, now, world.nproc)
-    headroom = policy.small_headroom_gb
-    mem = world.mem_available_gb - reserve_gb - headroom
+    reserve_gb, reserve_cpus, on = reserves(policy, game, now, world.nproc, world.mem_total_gb)
+    headroom_gb = headroom(policy, world.mem_total_gb)
+    mem = world.mem_available_gb - reserve_gb - headroom_gb
     force_mem = mem
     over = policy.cpu_overcommit
     cpus = over * (world.nproc - reserve_cpus)
@@ -221,14 +256,14 @@ def capacity(policy: Rules, game: Game, world: World, holding: list[JobRecord], 
         holders.append(holder_of(rec, used, now))
     # The largest request that could ever fit uses the user's (not the game) reserve: a job that
     # only fits once game mode ends may still wait for it in the queue.
-    max_mem = world.mem_total_gb - policy.user_reserve_gb - headroom
+    max_mem = world.mem_total_gb - user_reserve(policy, world.mem_total_gb) - headroom_gb
     max_cpus = over * (world.nproc - cpu_reserve(policy.user_reserve_cpus, world.nproc))
     return Capacity(
         mem_gb=mem,
         cpus=cpus,
         reserve_gb=reserve_gb,
         reserve_cpus=reserve_cpus,
-        headroom_gb=headroom,
+        headroom_gb=headroom_gb,
         max_mem_gb=max_mem,
         max_cpus=max_cpus,
         force_mem_gb=force_mem,

@@ -17,7 +17,7 @@ UNSET = 1 << 63  # systemd reports an unset weight or limit as UINT64_MAX; anyth
 def slice_target(policy: Rules, game: Game, now: float, ram_gb: float, slice_used_gb: float) -> dict[str, int]:
     """What the agents slice should be set to: game on yields CPU/IO and keeps memory for the user
     without squeezing what agents already use; off (or expired) gives the normal share back."""
-    reserve_gb, _, on = reserves(policy, game, now, 1)
+    reserve_gb, _, on = reserves(policy, game, now, 1, ram_gb)
     if on:
         high = max(ram_gb - reserve_gb, slice_used_gb)
         weight = GAME_WEIGHT

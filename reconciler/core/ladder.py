@@ -30,7 +30,7 @@ The kernel's OOM killer (a job at its cap, or the whole machine) stays the last 
 """
 from __future__ import annotations
 
-from reconciler.core.capacity import Capacity
+from reconciler.core.capacity import Capacity, headroom, user_reserve
 from reconciler.core.models import Action, JobRecord, Phase, World
 from reconciler.core.rules import Rules
 
@@ -68,7 +68,7 @@ def rung(policy: Rules, world: World, cap: Capacity) -> tuple[str, dict]:
     room = cap.force_mem_gb
     why: dict = {"room_gb": round(room, 3), "guard_gb": policy.guard_gb}
     held = held_pressure(policy, world)
-    short = world.mem_available_gb - policy.user_reserve_gb - policy.small_headroom_gb
+    short = world.mem_available_gb - user_reserve(policy, world.mem_total_gb) - headroom(policy, world.mem_total_gb)
     if policy.guard_gb > 0 and short < policy.guard_gb / 2:
         return "red", {**why, "room_gb": round(short, 3), "because": "room"}
     if held is not None:

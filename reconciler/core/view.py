@@ -186,7 +186,7 @@ def escaped(world: dict, records: dict[str, JobRecord]) -> list[dict]:
 
 def memory(now: Readings, snap: dict, rules: Rules, game: Game) -> dict:
     world = snap.get("world") or {}
-    reserve_gb = reserves(rules, game, now.at, now.nproc)[0]
+    reserve_gb = reserves(rules, game, now.at, now.nproc, now.total_gb)[0]
     budget = snap.get("budget_mem_gb")
     return {"total_gb": _gb(now.total_gb), "available_gb": _gb(now.available_gb), "free_gb": _gb(now.free_gb),
             "cache_gb": _gb(now.available_gb - now.free_gb),

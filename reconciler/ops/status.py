@@ -216,11 +216,11 @@ class Overview:
         if self.hidden:
             lines.append(f"({self.hidden} finished entr{'y' if self.hidden == 1 else 'ies'} not shown: res status --all, res hist)")
         if budget["mem_gb"] is None:
-            lines.append(f"agents may use ? GB, ? cpus now (no pass has run yet); reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}")
+            lines.append(f"agents may use ? GB, ? cpus now (no pass has run yet); reserve {round(reserve_gb, 1):g} GB/{fmt_cpus(reserve_cpus)}")
         else:
             age = f" (as of {fmt_span(now - budget['as_of'])} ago)" if budget["as_of"] and now - budget["as_of"] > 10 else ""
             lines.append(f"agents may use {fmt_gb(max(budget['mem_gb'], 0))}, {fmt_cpus(max(budget['cpus'], 0))} now; "
-                         f"reserve {reserve_gb:g} GB/{fmt_cpus(reserve_cpus)}{age}")
+                         f"reserve {round(reserve_gb, 1):g} GB/{fmt_cpus(reserve_cpus)}{age}")
         cap = f" of ${budget['daily_cost_usd']:.2f}" if budget["daily_cost_usd"] else ""
         lines[-1] += f"; sessions spent ${self.spent:.2f} today{cap}"  # the totals line
         if side["game"]["on"]:
@@ -245,7 +245,8 @@ def overview(paths: Paths, policy, records: dict[str, JobRecord], snap: dict, ga
     warn = notices(paths, snap)
     world = snap.get("world") or {}
     nproc = int(world.get("nproc") or 1)
-    reserve_gb, reserve_cpus, _ = reserves(policy.rules(), game, now, nproc)
+    total = world.get("mem_total_gb")
+    reserve_gb, reserve_cpus, _ = reserves(policy.rules(), game, now, nproc, total if isinstance(total, (int, float)) else None)
     spent = spent_today(records, now, zone)
     budget = {"mem_gb": snap.get("budget_mem_gb"), "cpus": snap.get("budget_cpus"),
               "reserve_gb": reserve_gb, "reserve_cpus": reserve_cpus, "as_of": snap.get("at"),

@@ -24,8 +24,9 @@ cp -r "$job/src" /home/tester/res && chown -R tester: /home/tester/res
 # default policy, then one job through it (its exit code is the job's).
 as_tester bash -c 'cd ~ && { res serve > ~/serve.log 2>&1 & echo $! > ~/serve.pid; }
   for _ in $(seq 1 300); do [ -S ~/.local/state/res/serve.sock ] && break; sleep 0.2; done
-  res run --wait --mem 256M --for 1m -- python3 -c "print(\"hello from a res job\")"; echo "guest: res run rc $?"
-  res run --wait --mem 256M --for 1m -- sh -c "exit 7"; echo "guest: res run rc $? (the job exited 7)"
+  res run --wait --mem 256M --for 1m -- python3 -c "print(\"hello from a res job\")"; a=$?; echo "guest: res run rc $a"
+  res run --wait --mem 256M --for 1m -- sh -c "exit 7"; b=$?; echo "guest: res run rc $b (the job exited 7)"
+  echo "$a $b" > /mnt/job/out/readme.rc
   res status | head -5
   kill "$(cat ~/serve.pid)"; cat ~/serve.log | tail -5'
 

@@ -132,6 +132,43 @@ def test_cpu_reserve_scales_down_on_a_small_machine():
     assert kinds(p) == [("start", "r-1"), ("start", "r-2"), ("start", "r-3")]
 
 
+def test_the_memory_reserve_and_headroom_scale_down_on_a_small_machine():
+    """The defaults keep 6 GB for the person and 2 GB of headroom: on an 8 GB laptop (and in the guest
+    tier's 8 GB guest) agents got nothing, every job "can never fit (max 0 GB)". Together they take at
+    most 3/4 of the machine (game mode: 9/10); from 11 GB up (game: 16 GB) they stand as set."""
+    from reconciler.core.capacity import mem_reserve
+
+    shipped = dataclasses.replace(POLICY, user_reserve_gb=6, small_headroom_gb=2, game_reserve_gb=12)
+    laptop = capacity(shipped, Game(), world(avail=7.0, total=8.0, nproc=4), [], NOW)
+    assert (laptop.reserve_gb, laptop.headroom_gb) == (pytest.approx(4.5), pytest.approx(1.5))
+    assert laptop.max_mem_gb == pytest.approx(2.0) and laptop.mem_gb == pytest.approx(1.0)
+    assert mem_reserve(6, 2, 2.0) == (pytest.approx(1.125), pytest.approx(0.375))  # a 2 GB VM: 0.5 GB for agents
+    assert mem_reserve(6, 2, 16.0) == (6, 2) and mem_reserve(6, 2, None) == (6, 2)  # as set: room enough, or not known
+    playing = capacity(shipped, Game(on=True, until=NOW + 3600), world(avail=7.0, total=8.0, nproc=4), [], NOW)
+    assert playing.reserve_gb == pytest.approx(12 * 7.2 / 14) and playing.reserve_gb > laptop.reserve_gb
+    desktop = capacity(shipped, Game(on=True, until=NOW + 3600), world(avail=15.0, total=16.0, nproc=8), [], NOW)
+    assert (desktop.reserve_gb, desktop.headroom_gb) == (12, 2)
+    # set by the person (their file, a RES_ variable): it stands as set, whatever the machine
+    theirs = dataclasses.replace(shipped, reserve_as_set=True)
+    assert capacity(theirs, Game(), world(avail=7.0, total=8.0, nproc=4), [], NOW).max_mem_gb == pytest.approx(0.0)
+
+
+def test_a_reserve_is_as_set_when_a_file_or_variable_sets_it(monkeypatch, tmp_path):
+    """load_policy knows whether the reserve or headroom came from the shipped file or was set."""
+    from reconciler.config.policy import load_policy
+
+    monkeypatch.setenv("RES_POLICY_FILE", str(tmp_path / "policy.toml"))
+    for key in ("RES_USER_RESERVE_GB", "RES_SMALL_HEADROOM_GB", "RES_GAME_RESERVE_GB"):
+        monkeypatch.delenv(key, raising=False)
+    assert load_policy().rules().reserve_as_set is False
+    (tmp_path / "policy.toml").write_text("small_headroom_gb = 1\n")
+    assert load_policy().rules().reserve_as_set is True
+    (tmp_path / "policy.toml").write_text("tick_s = 2\n")
+    assert load_policy().rules().reserve_as_set is False
+    monkeypatch.setenv("RES_USER_RESERVE_GB", "3")
+    assert load_policy().rules().reserve_as_set is True
+
+
 def test_game_reserve_below_the_user_reserve_never_loosens_admission():
     from reconciler.core.capacity import reserve_warnings
     from reconciler.core.game import slice_target
