@@ -456,7 +456,7 @@ class SystemdRuntime:
         # A gated job's guessed size is booked, not enforced: the slices' own limits hold it, as they
         # would have held the command without the gate. No MemoryHigh under the cap: with no swap
         # (MemorySwapMax=0) the kernel cannot take a job's own memory back, so on cgroup v2 a job past
-        # it is only slowed on its way to the cap (measured in the guest tier: 39-97 s to be killed at
+        # it is only slowed on its way to the cap (measured in the guest tier: 10-97 s to be killed at
         # 64 MB with MemoryHigh at 90 %, under 1 s without; docs/guest.md). An agent waits
         # on that past its tool's timeout; the kill at the cap is a clear exit record at once.
         memory = [["MemoryMax", Variant("t", mem)]] if spec.enforce_mem else []
