@@ -159,9 +159,10 @@ def in_place_use(bookings: dict[str, tuple[int, float]]) -> dict[str, float]:
     by_owner: dict[int, list[tuple[float, str]]] = {}
     for job_id, (owner, since) in bookings.items():
         by_owner.setdefault(owner, []).append((since, job_id))
+    table = processes() if by_owner else {}
     for owner, marks in by_owner.items():
         marks.sort()
-        for pid in _subtree(owner):
+        for pid in descendants(table, owner):
             try:
                 with open(f"/proc/{pid}/stat") as f:
                     text = f.read()
@@ -185,27 +186,3 @@ def _boot_epoch() -> float:
 
     with open("/proc/uptime") as f:
         return time.time() - float(f.read().split()[0])
-
-
-def _subtree(pid: int) -> list[int]:
-    """`pid`'s descendants, from each thread's `children` list (the whole table only where the
-    kernel has no such lists)."""
-    if not os.path.exists(f"/proc/self/task/{os.getpid()}/children"):
-        return descendants(processes(), pid)
-    out, todo = [], [pid]
-    while todo:
-        cur = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{cur}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{cur}/task/{tid}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except (OSError, ValueError):
-                continue
-            out.extend(kids)
-            todo.extend(kids)
-    return out
-

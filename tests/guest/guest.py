@@ -69,19 +69,14 @@ def wheelhouse(dest: Path) -> list[str]:
     """res's dependencies and test dependencies as wheels (not res itself: that is built at each
     boot from the checkout), for this interpreter (bookworm's python3 is 3.11, as is CI's)."""
     dest.mkdir(parents=True, exist_ok=True)
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    deps = project.get("dependencies", []) + project.get("optional-dependencies", {}).get("test", [])
     reqs = dest / "requirements.txt"
-    deps = subprocess.run([sys.executable, "-c", _DEPS, str(REPO / "pyproject.toml")], check=True,
-                          capture_output=True, text=True).stdout.split()
     reqs.write_text("\n".join(deps) + "\n")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(dest), "-r", str(reqs)], check=True)
     return sorted(p.name for p in dest.glob("*.whl"))
-
-
-_DEPS = """
-import sys, tomllib
-p = tomllib.load(open(sys.argv[1], 'rb'))['project']
-print(' '.join(p.get('dependencies', []) + p.get('optional-dependencies', {}).get('test', [])))
-"""
 
 
 def image_key(wheels: list[str]) -> str:
