@@ -23,26 +23,25 @@ over the old one). A file that already runs `res hook` from an entry of its own 
 hooks would gate every command twice. An install over one that has only some of the entries adds the
 others ("updated").
 
-The settings files are edited as text, not re-serialized: each new entry goes in at the end of its list
-(or its object) laid out as the file lays out what is around it (its indentation and newlines; its
-neighbour's levels on one line or one item a line, its separators; a block written on one line in a
-laid-out file gets the new entries each on a line below it), one event after the other, and
-uninstall cuts out the same bytes in the reverse order, so a file that had no entry of ours comes back byte for byte and
-comments are never touched. Each edit is checked: the edited text, parsed again, must be the old data
-with exactly that change, else nothing is written.
+The settings files are edited as text, not re-serialized (config/jsonedit.py): each new entry goes
+in at the end of its list (or its object) laid out as the file lays out what is around it, one event
+after the other, and uninstall cuts out the same bytes in the reverse order, so a file that had no
+entry of ours comes back byte for byte and comments are never touched. Each edit is checked: the
+edited text, parsed again, must be the old data with exactly that change, else nothing is written.
 
-Pure parts (text in, text out): `edit_settings`, `codex_trust`, `hook_hash`. The I/O around them:
-`install`, `installed` (for `res doctor`). Import-light: json, os and re (which json loads anyway);
-shlex, tomllib and tomlkit only where used. Formats and sources: docs/agent-hooks.md.
+Pure parts (text in, text out): `edit_settings` (on config/jsonedit.py) and Codex's trust entries
+(config/codextrust.py). The I/O around them: `install`, `installed` (for `res doctor`). Import-light:
+json and os; shlex, tomllib and tomlkit only where used. Formats and sources: docs/agent-hooks.md.
 """
 from __future__ import annotations
 
 import json
 import os
-import re  # json imports it already: free
 from typing import NamedTuple
 
-from reconciler.config.jsonc import blanked, comment_spans
+from reconciler.config import jsonedit
+from reconciler.config.codextrust import CODEX_EVENT, codex_trust, hook_hash, project_trusted, trust_key
+from reconciler.config.jsonedit import SettingsError
 from reconciler.core.hooks import GATE_HOOK_TIMEOUT_S
 
 AGENTS = ("claude", "codex", "gemini")
@@ -50,11 +49,6 @@ TIMEOUT_S = GATE_HOOK_TIMEOUT_S  # the gate's: a shell command waits for it
 SESSION_TIMEOUT_S = 10  # SessionStart's: one note to the loop (a 1 s wait at most, commands/hook.py)
 POST_TIMEOUT_S = 10  # a post-tool event's: one release to the loop (a 1 s wait at most, commands/hook.py)
 MAX_FILE = 4 << 20  # a settings file bigger than this is not one
-CODEX_EVENT = "pre_tool_use"  # Codex's label for PreToolUse in a trust key
-
-
-class SettingsError(Exception):
-    """One line, naming the file; nothing was written."""
 
 
 class Spec(NamedTuple):
@@ -152,319 +146,6 @@ def _runs_res_hook(handler: object) -> bool:
     return bool(words) and os.path.basename(words[0]) == "res" and words[1:2] == ["hook"]
 
 
-# ---------------------------------------------------------------- JSON (and JSONC) as text
-
-
-class _Node:
-    """A value in the text: `kind` "{", "[" or "" (a scalar); [start, end) its span; `items` of a container."""
-
-    __slots__ = ("kind", "start", "end", "items")
-
-    def __init__(self, kind: str, start: int):
-        self.kind, self.start, self.end, self.items = kind, start, start, []
-
-
-class _Item:
-    """A member (key set) or element of a container: [start, value.end) its span; `comma` the index of
-    the comma after it, or -1."""
-
-    __slots__ = ("key", "start", "value", "comma")
-
-    def __init__(self, key: str | None, start: int, value: _Node):
-        self.key, self.start, self.value, self.comma = key, start, value, -1
-
-
-class _Doc(NamedTuple):
-    text: str
-    data: dict
-    root: _Node
-    comments: list  # [(start, end)] of every comment
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
-
-
-_WS = " \t\n\r"
-
-
-def _skip(s: str, i: int) -> int:
-    while i < len(s) and s[i] in _WS:
-        i += 1
-    return i
-
-
-def _tree(s: str, i: int) -> _Node:
-    """The spans of the JSON value at `i` of `s` (valid JSON: json.loads has already read it)."""
-    c = s[i]
-    if c in "{[":
-        node, close = _Node(c, i), "}" if c == "{" else "]"
-        i = _skip(s, i + 1)
-        if s[i] == close:
-            node.end = i + 1
-            return node
-        while True:
-            key, start = None, i
-            if c == "{":
-                end = _STRING.match(s, i).end()
-                key = json.loads(s[i:end])
-                i = _skip(s, _skip(s, end) + 1)  # past the colon
-            value = _tree(s, i)
-            item = _Item(key, start, value)
-            node.items.append(item)
-            i = _skip(s, value.end)
-            if s[i] == ",":
-                item.comma = i
-                i = _skip(s, i + 1)
-                continue
-            node.end = i + 1
-            return node
-    node = _Node("", i)
-    node.end = (_STRING if c == '"' else _SCALAR).match(s, i).end()
-    return node
-
-
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_SCALAR = re.compile(r"[-+0-9.eEa-z]+")  # a number, true, false, null
-
-
-def _parse(text: str, comments_ok: bool, name: str) -> _Doc:
-    """The document, or SettingsError: not JSON (with comments where the CLI allows them), not an object."""
-    try:
-        comments = comment_spans(text) if comments_ok else []
-        plain = blanked(text, comments)
-        data = json.loads(plain, parse_constant=_no_constant)
-    except json.JSONDecodeError as e:
-        raise SettingsError(f"{name}: not valid JSON (line {e.lineno} column {e.colno}: {e.msg}); "
-                            "nothing written") from None
-    except (ValueError, RecursionError) as e:
-        raise SettingsError(f"{name}: not valid JSON ({e}); nothing written") from None
-    if not isinstance(data, dict):
-        raise SettingsError(f"{name}: not a JSON object; nothing written")
-    try:
-        root = _tree(plain, _skip(plain, 0))
-    except RecursionError:
-        raise SettingsError(f"{name}: nested too deeply; nothing written") from None
-    return _Doc(text, data, root, comments)
-
-
-def _member(node: _Node, key: str, name: str, where: str) -> _Item | None:
-    found = [it for it in node.items if it.key == key]
-    if len(found) > 1:
-        raise SettingsError(f"{name}: {where} has the key {key!r} twice; nothing written")
-    return found[0] if found else None
-
-
-def _has_comment(doc: _Doc, start: int, end: int) -> bool:
-    return any(start <= s and e <= end for s, e in doc.comments)
-
-
-def _line_indent(text: str, pos: int) -> str:
-    """The leading whitespace of the line `pos` is on."""
-    start = text.rfind("\n", 0, pos) + 1
-    end = start
-    while end < len(text) and text[end] in " \t":
-        end += 1
-    return text[start:end]
-
-
-def _starts_line(text: str, pos: int) -> bool:
-    return text[text.rfind("\n", 0, pos) + 1:pos].strip(" \t") == ""
-
-
-class _Style(NamedTuple):
-    unit: str  # one level of indentation
-    compact: bool  # the whole document on one line
-    comma: str  # "," or ", " between items on one line
-    colon: str  # ":" or ": "
-    newline: str  # "\n" or "\r\n"
-    inline_at: float  # how deep below a new value its containers go on one line (0: all of it; inf: none)
-    pad_object: str = ""  # " " inside the braces of an object on one line, as `{ "a": 1 }`
-    pad_list: str = ""  # likewise for a list's brackets
-
-
-_NEVER = float("inf")  # no level of a value on one line: one item a line all the way down
-
-
-def _separators(text: str, node: _Node) -> dict:
-    """How the file writes things on one line under `node`, breadth first: the first comma between
-    items on a line (with or without a space after), the first colon, and whether a non-empty object
-    and a list written on one line have a space inside their brackets (`{ "a": 1 }`). Only what is
-    found is in the answer."""
-    found: dict = {}
-    todo = [node]
-    while todo and len(found) < 4:
-        node = todo.pop(0)
-        if node.kind and node.items and "\n" not in text[node.start:node.end]:
-            found.setdefault(node.kind, " " if text[node.start + 1] in " \t" else "")
-        for it in node.items:
-            if it.key is not None:
-                found.setdefault(":", ": " if text[it.start:it.value.start].endswith((" ", "\t")) else ":")
-            after = text[it.comma + 1:it.comma + 2] if it.comma >= 0 else "\n"
-            if after not in ("\n", "\r"):  # a comma that ends a line says nothing
-                found.setdefault(",", ", " if after in (" ", "\t") else ",")
-            todo.append(it.value)
-    return found
-
-
-def _inline_depth(text: str, node: _Node) -> float:
-    """How deep below `node` (0: `node` itself) the file first writes a non-empty container on one line."""
-    if not node.kind or not node.items:
-        return _NEVER
-    if "\n" not in text[node.start:node.end]:
-        return 0
-    return 1 + min(_inline_depth(text, it.value) for it in node.items)
-
-
-def _style(doc: _Doc, node: _Node) -> _Style:
-    """How the file lays out what goes into `node`: its indentation unit and newline, and the layout of
-    `node`'s last item that holds something (its neighbour): which of its levels are on one line, and
-    its separators there (else the file's, else ", " and ": ")."""
-    text, root = doc.text, doc.root
-    unit = "  "
-    for line in text[root.start:root.end].split("\n")[1:]:
-        lead = line[: len(line) - len(line.lstrip(" \t"))]
-        if lead and line.strip():
-            unit = "\t" if lead[0] == "\t" else " " * min(len(lead), 8)
-            break
-    model = next((it.value for it in reversed(node.items) if it.value.kind and it.value.items), None)
-    seps = {",": ", ", ":": ": ", "{": "", "[": ""} | _separators(text, root) | (_separators(text, model) if model else {})
-    inline_at = _inline_depth(text, model) if model else _NEVER
-    newline = "\r\n" if "\r\n" in text else "\n"
-    return _Style(unit, "\n" not in text[root.start:root.end], seps[","], seps[":"], newline, inline_at,
-                  seps["{"], seps["["])
-
-
-def _render(value: object, indent: str, style: _Style, depth: float = 0) -> str:
-    """`value` as JSON laid out as its neighbour is: a container `style.inline_at` levels down (or
-    deeper) on one line, those above one item a line, indented by the file's unit, every line after
-    the first starting at `indent`."""
-    if not isinstance(value, (dict, list)) or not value:
-        return json.dumps(value, ensure_ascii=False)
-    if depth >= style.inline_at:
-        return _dump_one_line(value, style)
-    inner = indent + style.unit
-    if isinstance(value, dict):
-        items = [json.dumps(k, ensure_ascii=False) + style.colon + _render(v, inner, style, depth + 1)
-                 for k, v in value.items()]
-    else:
-        items = [_render(v, inner, style, depth + 1) for v in value]
-    brackets = "{}" if isinstance(value, dict) else "[]"
-    between = "," + style.newline + inner
-    return brackets[0] + style.newline + inner + between.join(items) + style.newline + indent + brackets[1]
-
-
-def _dump_one_line(value: object, style: _Style) -> str:
-    if not isinstance(value, (dict, list)) or not value:
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, dict):
-        body = style.comma.join(json.dumps(k, ensure_ascii=False) + style.colon + _dump_one_line(v, style)
-                                for k, v in value.items())
-        return "{" + style.pad_object + body + style.pad_object + "}"
-    body = style.comma.join(_dump_one_line(v, style) for v in value)
-    return "[" + style.pad_list + body + style.pad_list + "]"
-
-
-def _item(key: str | None, value: object, indent: str, style: _Style) -> str:
-    body = _render(value, indent, style)
-    return body if key is None else json.dumps(key, ensure_ascii=False) + style.colon + body
-
-
-def _parent(doc: _Doc, node: _Node) -> _Node | None:
-    """The container that holds `node` (None: the root)."""
-    todo = [doc.root]
-    while todo:
-        parent = todo.pop()
-        for it in parent.items:
-            if it.value is node:
-                return parent
-            if it.value.start <= node.start < it.value.end:
-                todo.append(it.value)
-    return None
-
-
-def _on_one_line(doc: _Doc, node: _Node) -> bool:
-    return "\n" not in doc.text[node.start:node.end]
-
-
-def _stays_on_its_line(doc: _Doc, node: _Node) -> bool:
-    """Whether what goes into `node`, a block written on one line, stays on that line: the block is
-    inside another one-line block, or its neighbours that hold something are one-line blocks too (the
-    file writes them one a line). Else the block is the odd one out in a laid-out file, and what goes
-    into it goes on lines of its own below it."""
-    parent = _parent(doc, node)
-    if parent is None:
-        return False
-    if _on_one_line(doc, parent):
-        return True
-    others = [it.value for it in parent.items if it.value is not node and it.value.kind and it.value.items]
-    return bool(others) and all(_on_one_line(doc, o) for o in others)
-
-
-def _append(doc: _Doc, node: _Node, key: str | None, value: object) -> str:
-    """The text with `value` (a member `key` of an object node, else an element) added at the end of
-    `node`, after any comment there, laid out as the items around it (_style): on a line of its own
-    unless the whole document is one line; a block written on one line inside a laid-out file gets
-    its new items each on a line below it (inside such a block, they stay on its line). A comma goes
-    right after the last item (never after a comment). Only bytes are added, so uninstall can take
-    out exactly them."""
-    text, style = doc.text, _style(doc, node)
-    nl = style.newline
-    inline = style._replace(inline_at=0)  # a one-line document: all of it on one line
-    if node.items:
-        after_last = node.items[-1].value.end
-        tail = [c for c in doc.comments if after_last <= c[0] and c[1] <= node.end]
-        anchor = tail[-1][1] if tail else after_last
-        last_line_comment = bool(tail) and text.startswith("//", tail[-1][0])
-        if not style.compact and (_starts_line(text, node.items[-1].start) or last_line_comment):
-            indent = _line_indent(text, node.items[-1].start)
-            item = nl + indent + _item(key, value, indent, style)
-        elif not style.compact and not _stays_on_its_line(doc, node):  # a block on one line: below it
-            indent = _line_indent(text, node.start) + style.unit
-            item = nl + indent + _item(key, value, indent, style)
-        elif last_line_comment:  # a one-line document ending in a // comment: the item goes on a new line
-            item = nl + _item(key, value, "", inline)
-        else:
-            item = style.comma[1:] + _item(key, value, "", inline)
-        return text[:after_last] + "," + text[after_last:anchor] + item + text[anchor:]
-    inside = [c for c in doc.comments if node.start < c[0] and c[1] <= node.end]
-    if (style.compact or _stays_on_its_line(doc, node)) and not inside:
-        return text[:node.start + 1] + _item(key, value, "", inline) + text[node.end - 1:]
-    outer = _line_indent(text, node.start)
-    indent = outer + style.unit
-    item = _item(key, value, indent, style)
-    if not inside:
-        return text[:node.start + 1] + nl + indent + item + nl + outer + text[node.end - 1:]
-    anchor = inside[-1][1]
-    return text[:anchor] + nl + indent + item + text[anchor:]
-
-
-def _remove(doc: _Doc, node: _Node, index: int) -> str:
-    """The text without item `index` of `node` and its comma; the comments around it stay."""
-    text, items = doc.text, node.items
-    it = items[index]
-    start, end = it.start, it.value.end
-    if len(items) == 1:
-        if not _has_comment(doc, node.start, node.end):
-            return text[:node.start + 1] + text[node.end - 1:]
-        before = [c[1] for c in doc.comments if node.start < c[0] and c[1] <= start]
-        cut = max(before, default=node.start + 1)
-        return text[:cut] + text[end:]
-    if index > 0:
-        comma = items[index - 1].comma
-        before = [c[1] for c in doc.comments if comma < c[0] and c[1] <= start]
-        cut = max(before, default=comma + 1)
-        return text[:comma] + text[comma + 1:cut] + text[end:]
-    comma = it.comma
-    if not _has_comment(doc, end, comma):
-        return text[:start] + text[_skip(text, comma + 1):]
-    return text[:start] + text[end:comma] + text[comma + 1:]
-
-
-def _replace(doc: _Doc, node: _Node, value: object) -> str:
-    return doc.text[:node.start] + json.dumps(value, ensure_ascii=False) + doc.text[node.end:]
-
-
 # ---------------------------------------------------------------- the edit of one settings file
 
 
@@ -478,15 +159,15 @@ class Change(NamedTuple):
     note: str = ""  # something the user should know about this file
 
 
-def _groups(doc: _Doc, spec: Spec, name: str) -> tuple[_Item | None, _Item | None, list]:
+def _groups(doc: jsonedit.Doc, spec: Spec, name: str) -> tuple[jsonedit.Item | None, jsonedit.Item | None, list]:
     """(the "hooks" member, its event member, the event's list) of a document; SettingsError where
     they are not an object and a list, or a key is there twice (which one the CLI reads is its call)."""
-    hooks = _member(doc.root, "hooks", name, "the file")
+    hooks = jsonedit.member(doc.root, "hooks", name, "the file")
     if hooks is None:
         return None, None, []
     if hooks.value.kind != "{":
         raise SettingsError(f'{name}: "hooks" is not an object; nothing written')
-    event = _member(hooks.value, spec.event, name, '"hooks"')
+    event = jsonedit.member(hooks.value, spec.event, name, '"hooks"')
     if event is None:
         return hooks, None, []
     if event.value.kind != "[":
@@ -511,7 +192,7 @@ def edit_settings(cli: str, text: str | None, command: str, uninstall: bool = Fa
             return Change(text or "", "absent")
         data = {"hooks": {s.event: [entry(cli, command, s.event)] for s in specs}}
         return Change(json.dumps(data, ensure_ascii=False, indent=2) + "\n", "installed", {s.event: (0,) for s in specs})
-    doc = _parse(text, specs[0].comments, name)
+    doc = jsonedit.parse(text, specs[0].comments, name)
     ours, theirs = {}, {}
     for spec in specs:
         groups = _groups(doc, spec, name)[2]
@@ -546,14 +227,15 @@ def edit_settings(cli: str, text: str | None, command: str, uninstall: bool = Fa
         if kind == "installed":
             added.append(spec.event)
         if new != doc.text:
-            doc = _parse(new, spec.comments, name)
+            doc = jsonedit.parse(new, spec.comments, name)
     outcome = kinds[0] if len(set(kinds)) == 1 else "updated"
     if outcome != "updated":
         added = []
     return Change(doc.text, outcome, positions, before=before, added=tuple(added), note=note)
 
 
-def _add(cli: str, spec: Spec, doc: _Doc, command: str, name: str) -> tuple[str, str, tuple[int, ...], str | None]:
+def _add(cli: str, spec: Spec, doc: jsonedit.Doc, command: str,
+         name: str) -> tuple[str, str, tuple[int, ...], str | None]:
     """(the text with our group for `spec.event` in it, "installed" | "updated" | "already", the
     positions of ours with `command` in the event's list, the command an updated group had)."""
     hooks, event, groups = _groups(doc, spec, name)
@@ -564,58 +246,53 @@ def _add(cli: str, spec: Spec, doc: _Doc, command: str, name: str) -> tuple[str,
     want = json.loads(json.dumps(doc.data))
     if ours:  # ours, from a res at another path: the new command is written over the old one
         i = ours[0]
-        node = _path(_path(event.value.items[i].value, "hooks").items[0].value, "command")
-        new = _replace(doc, node, command)
+        node = jsonedit.value_of(jsonedit.value_of(event.value.items[i].value, "hooks").items[0].value, "command")
+        new = jsonedit.replace(doc, node, command)
         want["hooks"][spec.event][i]["hooks"][0]["command"] = command
         _check(new, want, cli, spec, name, command)
         return new, "updated", (i,), groups[i]["hooks"][0]["command"]
     group = entry(cli, command, spec.event)
     if hooks is None:
-        new = _append(doc, doc.root, "hooks", {spec.event: [group]})
+        new = jsonedit.append(doc, doc.root, "hooks", {spec.event: [group]})
         want["hooks"] = {spec.event: [group]}
     elif event is None:
-        new = _append(doc, hooks.value, spec.event, [group])
+        new = jsonedit.append(doc, hooks.value, spec.event, [group])
         want["hooks"][spec.event] = [group]
     else:
-        new = _append(doc, event.value, None, group)
+        new = jsonedit.append(doc, event.value, None, group)
         want["hooks"][spec.event].append(group)
     _check(new, want, cli, spec, name, command)
     return new, "installed", (len(groups),), None
 
 
-def _path(node: _Node, key: str) -> _Node:
-    """The value of the last member `key` of an object node (the one JSON readers keep)."""
-    return [it for it in node.items if it.key == key][-1].value
-
-
-def _take_out(cli: str, spec: Spec, doc: _Doc, ours: list[int], name: str) -> _Doc:
+def _take_out(cli: str, spec: Spec, doc: jsonedit.Doc, ours: list[int], name: str) -> jsonedit.Doc:
     """Our groups out of the event's list, highest first (the lower positions stay put); then the list,
     and "hooks", if that left them empty with no comment inside (install added them so)."""
     want = json.loads(json.dumps(doc.data))
     for i in sorted(ours, reverse=True):
         _, event, _ = _groups(doc, spec, name)
         group = event.value.items[i]
-        if _has_comment(doc, group.start, group.value.end):
+        if jsonedit.has_comment(doc, group.start, group.value.end):
             raise SettingsError(f"{name}: res's entry in hooks.{spec.event} has a comment inside; remove it by hand; "
                                 "nothing written")
-        doc = _reparse(_remove(doc, event.value, i), cli, spec, name)
+        doc = _reparse(jsonedit.remove(doc, event.value, i), cli, spec, name)
         del want["hooks"][spec.event][i]
     hooks, event, groups = _groups(doc, spec, name)
-    if not groups and not _has_comment(doc, event.start, event.value.end):
-        doc = _reparse(_remove(doc, hooks.value, hooks.value.items.index(event)), cli, spec, name)
+    if not groups and not jsonedit.has_comment(doc, event.start, event.value.end):
+        doc = _reparse(jsonedit.remove(doc, hooks.value, hooks.value.items.index(event)), cli, spec, name)
         del want["hooks"][spec.event]
         hooks, _, _ = _groups(doc, spec, name)
-        if not hooks.value.items and not _has_comment(doc, hooks.start, hooks.value.end):
-            doc = _reparse(_remove(doc, doc.root, doc.root.items.index(hooks)), cli, spec, name)
+        if not hooks.value.items and not jsonedit.has_comment(doc, hooks.start, hooks.value.end):
+            doc = _reparse(jsonedit.remove(doc, doc.root, doc.root.items.index(hooks)), cli, spec, name)
             del want["hooks"]
     _check(doc.text, want, cli, spec, name)
     return doc
 
 
-def _reparse(text: str, cli: str, spec: Spec, name: str) -> _Doc:
+def _reparse(text: str, cli: str, spec: Spec, name: str) -> jsonedit.Doc:
     """A step of an edit read back; one that does not read is refused as in _check."""
     try:
-        return _parse(text, spec.comments, name)
+        return jsonedit.parse(text, spec.comments, name)
     except SettingsError:
         _check(text, {}, cli, spec, name)
         raise
@@ -625,7 +302,7 @@ def _check(text: str, want: dict, cli: str, spec: Spec, name: str, command: str 
     """The edited text must read back as exactly the intended data (in a file whose CLI allows no
     comments, as plain JSON), else nothing is written and the user is told what to do by hand."""
     try:
-        got = _parse(text, spec.comments, name).data
+        got = jsonedit.parse(text, spec.comments, name).data
     except SettingsError:
         got = None
     if got != want:
@@ -650,155 +327,10 @@ def _disabled_note(cli: str, data: dict) -> str:
 # ---------------------------------------------------------------- Codex: hook trust
 
 
-def hook_hash(event_label: str, matcher: str | None, command: str, timeout: int | None = 600,
-              is_async: bool = False, status_message: str | None = None) -> str:
-    """The `trusted_hash` Codex 0.171.0 keeps for one command handler: sha256 of the key-sorted compact
-    JSON of {event_name, matcher, hooks: [the handler with its effective timeout and async]}."""
-    import hashlib
-
-    handler = {"type": "command", "command": command, "timeout": max(1, timeout or 600), "async": is_async}
-    if status_message is not None:
-        handler["statusMessage"] = status_message
-    ident: dict = {"event_name": event_label, "hooks": [handler]}
-    if matcher is not None:
-        ident["matcher"] = matcher
-    data = json.dumps(ident, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def trust_key(hooks_path: str, group: int, handler: int = 0, label: str = CODEX_EVENT) -> str:
-    return f"{hooks_path}:{label}:{group}:{handler}"
-
-
 def codex_hash(spec: Spec, command: str) -> str:
     """The trusted_hash of our handler for `spec` (one of SPECS["codex"]) running `command`. Only
     session_end has a timeout of its own (at most 3 s); session_start takes the handler's as it is."""
     return hook_hash(spec.label, spec.matcher, command, dict(spec.handler)["timeout"])
-
-
-def _key_position(key: str, hooks_path: str, label: str = CODEX_EVENT) -> tuple[int, int] | None:
-    path, sep, rest = key.rpartition(f":{label}:")
-    group, _, handler = rest.partition(":")
-    if not sep or path != hooks_path or not group.isdigit() or not handler.isdigit():
-        return None
-    return int(group), int(handler)
-
-
-def codex_trust(config_text: str | None, hooks_path: str, trusted: dict[int, str], removed: tuple[int, ...] = (),
-                name: str = "config.toml", label: str = CODEX_EVENT) -> str:
-    """Codex's user config.toml with the trust entries of `hooks_path`'s groups of one event (its
-    trust-key `label`: pre_tool_use, session_start) brought in line. The key is positional, so for each position in `removed` (highest first, as Change.removed)
-    its entries go and those of the groups after it move down one; then `trusted` {group: hash} is
-    written for handler 0. Everything else in the file stays, comments included (tomlkit); an edit
-    that does not read back as intended is refused (SettingsError, one line)."""
-    import tomllib
-
-    text = config_text or ""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SettingsError(f"{name}: not valid TOML ({e}); nothing written") from None
-    hooks = data.get("hooks", {})
-    state = hooks.get("state", {}) if isinstance(hooks, dict) else None
-    if not isinstance(state, dict):
-        raise SettingsError(f"{name}: hooks.state is not a table; nothing written")
-    keys = dict(state)
-    steps: list[tuple[str, object]] = []  # (key, None: delete it | the value to set)
-    for r in removed:
-        moved = {}
-        for key in list(keys):
-            pos = _key_position(key, hooks_path, label)
-            if pos is not None and pos[0] >= r:
-                value = keys.pop(key)
-                steps.append((key, None))
-                if pos[0] > r:
-                    moved[trust_key(hooks_path, pos[0] - 1, pos[1], label)] = value
-        keys.update(moved)
-        steps += list(moved.items())
-    for group, digest in trusted.items():
-        key = trust_key(hooks_path, group, 0, label)
-        old = keys.get(key) if isinstance(keys.get(key), dict) else {}
-        if old.get("trusted_hash") != digest:
-            keys[key] = {**old, "trusted_hash": digest}
-            steps.append((key, keys[key]))
-    if keys == state:
-        return text
-    new = _toml_steps(text, steps)
-    want = dict(data)
-    want["hooks"] = {**(hooks if isinstance(hooks, dict) else {}), "state": keys}
-    try:
-        got = tomllib.loads(new)
-    except tomllib.TOMLDecodeError:
-        got = None
-    if got is None or _no_empty_hooks(got) != _no_empty_hooks(want):
-        by_hand = "; ".join(f'[hooks.state."{trust_key(hooks_path, g, 0, label)}"] trusted_hash = "{h}"'
-                            for g, h in trusted.items())
-        raise SettingsError(f"{name}: could not edit it safely; nothing written"
-                            + (f"; add by hand: {by_hand}" if by_hand else ""))
-    return new
-
-
-def _no_empty_hooks(data: dict) -> dict:
-    """An empty hooks.state, and then an empty hooks, are as good as none to Codex."""
-    hooks = data.get("hooks")
-    if not isinstance(hooks, dict):
-        return data
-    hooks = {k: v for k, v in hooks.items() if not (k == "state" and v == {})}
-    return {**{k: v for k, v in data.items() if k != "hooks"}, **({"hooks": hooks} if hooks else {})}
-
-
-def _toml_steps(text: str, steps: list[tuple[str, object]]) -> str:
-    """`steps` done on the document with tomlkit: a key of hooks.state deleted (value None) or set (a
-    table, written as `[hooks.state."KEY"]`, or its keys updated where it is already there). Tables
-    that only held what was taken out (no header of their own) go too."""
-    import tomlkit
-    from tomlkit.items import Table
-
-    doc = tomlkit.parse(text)
-    for key, value in steps:
-        if value is None:
-            del doc["hooks"]["state"][key]
-            continue
-        if "hooks" not in doc:
-            doc.append("hooks", tomlkit.table(is_super_table=True))
-        if "state" not in doc["hooks"]:
-            doc["hooks"].append("state", tomlkit.table(is_super_table=True))
-        state = doc["hooks"]["state"]
-        if key in state and isinstance(state[key], dict):
-            for k, v in value.items():
-                if state[key].get(k) != v:
-                    state[key][k] = v
-            continue
-        if isinstance(state, Table):
-            table = tomlkit.table()
-            table.update(value)
-            table.add(tomlkit.nl())  # a blank line before whatever table follows
-        else:
-            table = tomlkit.inline_table()
-            table.update(value)
-        state[key] = table
-    hooks = doc.get("hooks")
-    if isinstance(hooks, Table):
-        state = hooks.get("state")
-        if isinstance(state, Table) and len(state) == 0 and state.is_super_table():
-            del hooks["state"]
-        if len(hooks) == 0 and hooks.is_super_table():
-            del doc["hooks"]
-    new = tomlkit.dumps(doc)
-    if new.endswith("\n\n") and not text.endswith("\n\n"):  # a blank line before or after a table, at the end
-        new = new.rstrip("\n") + "\n"
-    return new
-
-
-def _project_trusted(config_text: str | None, root: str) -> bool:
-    import tomllib
-
-    try:
-        data = tomllib.loads(config_text or "")
-    except tomllib.TOMLDecodeError:
-        return False
-    project = data.get("projects", {}).get(root) if isinstance(data.get("projects"), dict) else None
-    return isinstance(project, dict) and project.get("trust_level") == "trusted"
 
 
 # ---------------------------------------------------------------- where the files are
@@ -976,7 +508,7 @@ def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: s
     lines = [line]
     if not uninstall and scope == "project":
         root = project_root(cwd)
-        if cli == "codex" and not _project_trusted(config_text, root):
+        if cli == "codex" and not project_trusted(config_text, root):
             lines.append(f"codex: note: Codex reads {path} only in a trusted project (say yes when codex asks, or set "
                          f'[projects."{root}"] trust_level = "trusted" in {config})')
         if cli == "gemini":
@@ -1017,7 +549,7 @@ def installed(agent: str, scope: str = "user", home_env=None, cwd: str | None = 
         text, _ = _read(path)
         if text is None or not text.strip():
             return False
-        doc = _parse(text, specs[0].comments, path)
+        doc = jsonedit.parse(text, specs[0].comments, path)
         found = []
         for spec in specs:
             groups = _groups(doc, spec, path)[2]

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.commands.hookinstall import (SPECS, SettingsError, codex_hash, codex_trust, edit_settings, entry,
-                                             hook_command, hook_hash, install, installed, is_ours, settings_path,
-                                             trust_key)
+from reconciler.commands.hookinstall import (SPECS, codex_hash, edit_settings, entry, hook_command, install, installed,
+                                             is_ours, settings_path)
+from reconciler.config.codextrust import codex_trust, hook_hash, trust_key
+from reconciler.config.jsonedit import SettingsError
 
 RES = "/opt/res/bin/res"
 CMD = {cli: f"{RES} hook --agent {cli}" for cli in ("claude", "codex", "gemini")}
