@@ -6,6 +6,10 @@ import posixpath
 from dataclasses import dataclass
 
 WANTED = ("memory", "cpu", "io")  # the controllers res sets limits and weights with
+# Without memory or cpu res's limits and shares are not applied: a gap. systemd delegates only
+# `pids memory cpu` to a user manager by default (user@.service, every distribution): without io the
+# agents slice's IOWeight does nothing, which is worth knowing, not a gap (docs/service.md).
+NEEDED = ("memory", "cpu")
 V1_NAMES = {"memory": "memory", "cpu": "cpu", "io": "blkio"}  # cgroup v1 hierarchy of each
 DELEGATE_FIX = ("sudo mkdir -p /etc/systemd/system/user@.service.d && printf '[Service]\\nDelegate=cpu cpuset io "
                 "memory pids\\n' | sudo tee /etc/systemd/system/user@.service.d/delegate.conf && sudo systemctl "
@@ -93,24 +97,33 @@ def decide(f: Facts) -> tuple[int, list[str]]:
         missing = [c for c in WANTED if c not in f.controllers]
         if not missing:
             good(f"controllers {', '.join(WANTED)} delegated to the user manager ({f.controllers_dir})")
-        else:
+        elif any(c in NEEDED for c in missing):
             what = f"controllers {', '.join(missing)} not delegated to the user manager ({f.controllers_dir})"
             fix(what, DELEGATE_FIX if f.cgroup_version == 2 else V2_FIX)
+        else:
+            note(f"controllers {', '.join(NEEDED)} delegated to the user manager ({f.controllers_dir}); "
+                 f"{', '.join(missing)} not (systemd's default): the agents slice's IOWeight does nothing, agents' "
+                 "disk I/O competes evenly with yours", "to weigh it: " + DELEGATE_FIX)
 
+    # Lingering and systemd-oomd are off on a stock Debian 12 (the guest tier, docs/guest.md) and res
+    # works without either: what they change is said, and the exit code stays 0.
     if f.linger:
         good(f"lingering enabled for {f.user}: jobs survive logout")
     else:
-        fix(f"lingering off for {f.user} (jobs and the loop end at logout)", f"loginctl enable-linger {f.user}")
+        note(f"lingering off for {f.user} (the distribution's default): the loop and its jobs end when you log out "
+             "and start again at your next login", f"to keep them running: loginctl enable-linger {f.user}")
 
+    without = "res's pressure ladder and each job's MemoryMax act without it; the kernel's OOM killer is the last line"
     if f.oomd_running:
-        good("systemd-oomd running: memory pressure ends an agent job, not your session")
+        good("systemd-oomd running: memory pressure held in the jobs slice ends a job, not your session")
     elif f.cgroup_version != 2:
-        fix("systemd-oomd unusable without cgroup v2 (the kernel OOM killer picks the victim)", V2_FIX)
+        note(f"systemd-oomd cannot run without cgroup v2: {without}", V2_FIX)
     elif f.oomd_binary is None:
-        fix("systemd-oomd not installed", "sudo apt install systemd-oomd (or your distribution's package), "
-                                          "then sudo systemctl enable --now systemd-oomd")
+        note(f"systemd-oomd not installed: {without}", "for a second line: sudo apt install systemd-oomd (or your "
+                                                       "distribution's package), then sudo systemctl enable --now systemd-oomd")
     else:
-        fix(f"systemd-oomd installed ({f.oomd_binary}) but not running", "sudo systemctl enable --now systemd-oomd")
+        note(f"systemd-oomd installed ({f.oomd_binary}) but not running: {without}",
+             "for a second line: sudo systemctl enable --now systemd-oomd")
 
     if f.tmp_fstype == "tmpfs":
         good("/tmp is tmpfs: files there use RAM (res status warns above 25% of it; res clean frees stale scratch)")

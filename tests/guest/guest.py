@@ -190,6 +190,12 @@ def run(tests: list[str]) -> int:
         say(f"the README's first command did not run its jobs as it should (res run rc, want 0 then 7: "
             f"{readme.read_text().split() if readme.is_file() else 'none'}); {out / 'inside.txt'}")
         return 1
+    for who in ("tester", "stock"):  # `res doctor` on this desktop: clean (inside.sh)
+        rc = out / f"doctor-{who}.rc"
+        if not rc.is_file() or rc.read_text().strip() != "0":
+            say(f"res doctor as {who} was not clean (rc {rc.read_text().strip() if rc.is_file() else 'none'}): "
+                f"{out / f'doctor-{who}.txt'}")
+            return 1
     status = out / "pytest.rc"
     if not status.is_file():
         say(f"no pytest result came back; the console: {out / 'console.txt'}")

@@ -190,6 +190,7 @@ def test_unit_properties_read_back(ctx):
     assert p["MemoryMax"] == GB // 2
     assert p["MemoryHigh"] == 2**64 - 1  # none (infinity): on cgroup v2 it would only slow the job (docs/guest.md)
     assert p["MemorySwapMax"] == 0
+    assert p["OOMPolicy"] == "continue"  # one process killed at the cap is the job's to handle (v2; docs/guest.md)
     assert p["Nice"] == 10
     assert p["Slice"] == ctx.jobs_slice
     assert p["WorkingDirectory"] == str(ctx.tmp)
