@@ -40,7 +40,9 @@ import os
 from typing import NamedTuple
 
 from reconciler.config import jsonedit
+from reconciler.config.agenthome import named_config_dir, settings_path
 from reconciler.config.codextrust import CODEX_EVENT, codex_trust, hook_hash, project_trusted, trust_key
+from reconciler.config.gitrepo import project_root
 from reconciler.config.jsonedit import SettingsError
 from reconciler.core.hooks import GATE_HOOK_TIMEOUT_S
 
@@ -334,38 +336,7 @@ def codex_hash(spec: Spec, command: str) -> str:
 
 
 # ---------------------------------------------------------------- where the files are
-
-
-def _home(environ) -> str:
-    return environ.get("HOME") or os.path.expanduser("~")
-
-
-def codex_home(environ) -> str:
-    """$CODEX_HOME as Codex resolves it (canonical: the trust keys name files by it), else ~/.codex."""
-    if environ.get("CODEX_HOME"):
-        return os.path.realpath(environ["CODEX_HOME"])
-    return os.path.join(_home(environ), ".codex")
-
-
-def project_root(cwd: str) -> str:
-    """The checkout root of `cwd`, else `cwd`."""
-    from reconciler.config.gitrepo import checkout
-
-    found = checkout(cwd)
-    return found[0] if found else os.path.abspath(cwd)
-
-
-def settings_path(cli: str, scope: str, environ, cwd: str | None = None) -> str:
-    if scope == "project":
-        root = project_root(cwd or os.getcwd())
-        return os.path.join(root, {"claude": ".claude/settings.json", "codex": ".codex/hooks.json",
-                                   "gemini": ".gemini/settings.json"}[cli])
-    if cli == "claude":
-        base = environ.get("CLAUDE_CONFIG_DIR") or os.path.join(_home(environ), ".claude")
-        return os.path.join(os.path.abspath(base), "settings.json")
-    if cli == "codex":
-        return os.path.join(codex_home(environ), "hooks.json")
-    return os.path.join(os.path.abspath(environ.get("GEMINI_CLI_HOME") or _home(environ)), ".gemini", "settings.json")
+# (config/agenthome.py: settings_path, and named_config_dir for Codex's config.toml beside its hooks.json)
 
 
 def res_program() -> str:
@@ -480,7 +451,7 @@ def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: s
     change = edit_settings(cli, text, command, uninstall, name=path)
     config = config_text = new_config = None
     if cli == "codex":  # read and edited before anything is written: a broken config.toml stops both files
-        config = os.path.join(codex_home(environ), "config.toml")
+        config = os.path.join(named_config_dir("codex", environ), "config.toml")
         config_text, config_mode = _read(config)
         new_config = config_text or ""
         for spec in SPECS[cli]:  # each event's keys on their own: positions count within one event's list
@@ -561,7 +532,7 @@ def installed(agent: str, scope: str = "user", home_env=None, cwd: str | None = 
             return True
         import tomllib
 
-        config, _ = _read(os.path.join(codex_home(environ), "config.toml"))
+        config, _ = _read(os.path.join(named_config_dir("codex", environ), "config.toml"))
         hooks = tomllib.loads(config or "").get("hooks")
         state = hooks.get("state") if isinstance(hooks, dict) else None
         state = state if isinstance(state, dict) else {}

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from reconciler.config.agenthome import config_dir
 from reconciler.config.files import FileProblem, read_regular
 from reconciler.core.agents import MODEL_ID, VERSION, CodexCall, codex_call, codex_model
 
@@ -41,7 +42,7 @@ def codex_session(cmd: list[str], cwd: str, env: dict[str, str]) -> dict[str, An
     call = codex_call(cmd)
     if call is None:
         return {}
-    home = codex_home(env)
+    home = Path(config_dir("codex", env))
     version = codex_version(cmd[call.index], cwd, env)
     user = None if call.ignore_user_config else _toml(home / "config.toml")
     profile = None
@@ -64,12 +65,6 @@ def codex_session(cmd: list[str], cwd: str, env: dict[str, str]) -> dict[str, An
                 if call.subcommand == "resume":
                     out["resumes"] = thread
     return out
-
-
-def codex_home(env: dict[str, str]) -> Path:
-    if env.get("CODEX_HOME"):
-        return Path(env["CODEX_HOME"])
-    return Path(env.get("HOME") or os.path.expanduser("~")) / ".codex"
 
 
 def codex_version(program: str, cwd: str, env: dict[str, str]) -> str | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 
+from reconciler.config.agenthome import config_dir, user_home
 from reconciler.core.hookrules import ALL, Rules, codex_guarded, gemini_guarded, guarded_by, tool_pattern
 
 MAX_FILE = 1 << 20
@@ -181,7 +182,7 @@ def _claude_trusted(home: str, environ, root: str) -> bool:
     """Has the user accepted Claude Code's workspace trust dialog for `root`? (`projects[root]
     .hasTrustDialogAccepted` in its .claude.json). Project allow rules count only then."""
     for path in (os.path.join(home, ".claude.json"),
-                 os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".claude.json")):
+                 os.path.join(user_home(environ), ".claude.json")):
         try:
             data = _json(path)
         except _Unreadable:
@@ -231,7 +232,7 @@ def claude_rules(mode: str | None, cwd: str | None, environ, argvs: list[list[st
     allowManagedPermissionRulesOnly); deny and ask rules from everywhere they might be (more guards
     only pass more lines unchanged). Any settings file with a sandbox on: sandboxed."""
     try:
-        home = environ.get("CLAUDE_CONFIG_DIR") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".claude")
+        home = config_dir("claude", environ)
         managed_dir = "/etc/claude-code"
         managed = [_json(os.path.join(managed_dir, "managed-settings.json"))]
         try:
@@ -293,7 +294,7 @@ def _codex_unsandboxed(home: str, argvs: list[list[str]]) -> bool:
 
 
 def codex_rules(mode: str | None, cwd: str | None, environ, argvs: list[list[str]] | None = None) -> Rules:
-    home = environ.get("CODEX_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".codex")
+    home = config_dir("codex", environ)
     texts = []
     try:
         for d in [os.path.join(home, "rules"), *(os.path.join(r, ".codex", "rules") for r in _roots(cwd)), "/etc/codex/rules"]:
@@ -342,8 +343,7 @@ def gemini_rules(cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
     sandbox (--sandbox, GEMINI_SANDBOX, tools.sandbox): sandboxed."""
     import tomllib
 
-    home = environ.get("GEMINI_CLI_HOME") or environ.get("HOME") or os.path.expanduser("~")
-    gem = os.path.join(home, ".gemini")
+    gem = config_dir("gemini", environ)
     dirs = list(dict.fromkeys([gem, *(os.path.join(r, ".gemini") for r in _roots(cwd))]))
     settings, exclude, policies, outranked, sandboxed, no_yolo = [], [], [], False, False, False
     allow_lists: list[list[str]] = []  # each file's run_shell_command(…) entries in tools.allowed

@@ -84,6 +84,12 @@ def checkout(cwd: str) -> tuple[str, str] | None:
         d = parent
 
 
+def project_root(cwd: str) -> str:
+    """The checkout root of `cwd`, else `cwd` made absolute (where a project's own files are)."""
+    found = checkout(cwd)
+    return found[0] if found else os.path.abspath(cwd)
+
+
 def main_tree(cwd: str) -> str:
     """The repository's main tree for `cwd` (all its worktrees share it); outside git, `cwd`."""
     found = checkout(cwd)

@@ -39,9 +39,10 @@ BUDGET: dict[str, set[str]] = {
         "functools", "itertools", "json", "json.decoder", "json.encoder", "json.scanner",
         "keyword", "math", "operator", "re", "re._casefix", "re._compiler", "re._constants",
         "re._parser", "reconciler", "reconciler.commands", "reconciler.commands.hook", "reconciler.config",
-        "reconciler.config.agentsettings", "reconciler.config.files", "reconciler.config.gatefile",
-        "reconciler.config.gitrepo", "reconciler.config.stateroot", "reconciler.core", "reconciler.core.gate",
-        "reconciler.core.hookrules",
+        "reconciler.config.agenthome", "reconciler.config.agentsettings", "reconciler.config.files",
+        "reconciler.config.gatefile",
+        "reconciler.config.gitrepo", "reconciler.config.stateroot", "reconciler.core", "reconciler.core.agentclis",
+        "reconciler.core.gate", "reconciler.core.hookrules",
         "reconciler.core.hooks", "reconciler.core.shellline", "reconciler.core.sizing", "reconciler.entry", "reconciler.loop",
         "reconciler.loop.client", "reprlib", "select", "selectors", "shlex", "socket", "types", "typing",
         "warnings"

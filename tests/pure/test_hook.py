@@ -424,7 +424,8 @@ def test_the_hot_path_imports_almost_nothing(state):
     assert p.returncode == 0, p.stderr
     on, new = p.stdout.strip().split(" ", 1)
     # game mode's prefix reads the session's rules (core/hookrules.py: an allowed line stays allowed)
-    game_on = HOT + ("reconciler.config.agentsettings", "reconciler.config.files", "reconciler.core.hookrules")
+    game_on = HOT + ("reconciler.config.agenthome", "reconciler.config.agentsettings", "reconciler.config.files",
+                     "reconciler.core.agentclis", "reconciler.core.hookrules")
     assert on == "True" and all(m in game_on for m in ast.literal_eval(new)), new
     game(state, "on = false\n")
     p = run()

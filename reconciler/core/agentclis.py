@@ -1,0 +1,97 @@
+"""The agent CLIs res gates and reads, one record each, and the one list of them (CLIS, in the order
+lists show them). Everything that names the CLIs reads it: the command line's `--agent` choices
+(`res hook`, `res run`, entry.py's dispatch of `res hook`), the gate's hook input (core/hooks.py),
+`res hook install` and `res doctor`'s gates (where each one's files are, what is written in them),
+the processes a note may be owned by (core/agents.agent_name), the session id in a caller's
+environment (observed/asker.py), the digest of `res run --agent` (core/digest.py) and where a
+session's model is read (commands/run.py). Where a CLI's files are on this machine is resolved in
+config/agenthome.py, from the fields here.
+
+What differs between the CLIs beyond these facts (the hook output each understands, what its rules
+allow, its digest's format, Codex's hook trust) is code, branched on the CLI's name where it is used:
+core/hooks.py, core/hookrules.py, config/agentsettings.py, core/codex.py and core/gemini.py,
+commands/hookinstall.py. Sources: docs/agent-hooks.md, docs/agent-output.md.
+
+Pure and import-light: collections only (`res hook` imports it before every agent shell command;
+namedtuple, not dataclasses or typing: those cost the hook ~3-7 ms).
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+# What `res hook install` gives each entry it writes (a shell command waits for the gate's; past it the
+# CLI runs the command unbooked): a wait in the hook ends well before it.
+GATE_HOOK_TIMEOUT_S = 30
+SESSION_HOOK_TIMEOUT_S = 10  # SessionStart's: one note to the loop (a 1 s wait at most, commands/hook.py)
+POST_HOOK_TIMEOUT_S = 10  # a post-tool event's: one release to the loop (a 1 s wait at most, commands/hook.py)
+
+# One entry `res hook install` writes under "hooks" in a CLI's settings file: event (the key under
+# "hooks"), matcher (None: the group has none: every tool, every source), handler (the handler's fields
+# in order, ("command", None) standing for the command), comments (the CLI reads the file with // and
+# /* */ comments), label (Codex: the event's label in a trust key and its hash).
+HookEntry = namedtuple("HookEntry", "event matcher handler comments label", defaults=("",))
+
+# One agent CLI:
+#   name           its `--agent` name, and the name its process goes by (comm, or the script a runtime runs)
+#   programs       the names its program has on a command line (is a `res run --agent` command the CLI itself?)
+#   package        a path inside its npm package, as its process's command line may show it
+#   home_var       the variable that moves its user directory
+#   home_default   its user directory under $HOME where home_var is unset or empty
+#   home_sub       its user directory under $home_var ("": home_var names that directory itself)
+#   home_realpath  True: the CLI resolves $home_var's links (Codex canonicalizes CODEX_HOME), and `res hook
+#                  install` names files under it so (Codex's trust keys must be the paths Codex computes);
+#                  False: the path is only made absolute
+#   project_dir    its folder in a project (a checkout's root)
+#   hooks_file     the file its hooks are in, in its user directory and in its project folder
+#   shell_tools    hook input: the names of its shell tool
+#   pre_event      hook input: the event before a tool runs
+#   post_events    hook input: the events after a tool ran (admission in place releases on them)
+#   entries        what `res hook install` writes, in the order it adds them (uninstall: the reverse);
+#                  the first is the gate's
+#   session_var    the variable its shell commands find its session's id in (None: it gives them none)
+#   digest         its output digest for `res run --agent`: the class's name in core/digest.py's kinds
+#   model_source   None: its output names the model; else the function of config/agentmodel.py that reads
+#                  it from the CLI's own files at submit time
+AgentCli = namedtuple("AgentCli", "name programs package home_var home_default home_sub home_realpath project_dir "
+                                  "hooks_file shell_tools pre_event post_events entries session_var digest model_source")
+
+
+def _plain(timeout_s: int) -> tuple:
+    return ("type", "command"), ("command", None), ("timeout", timeout_s)
+
+
+def _named(timeout_ms: int) -> tuple:
+    return ("type", "command"), ("name", "res gate"), ("command", None), ("timeout", timeout_ms)
+
+
+CLAUDE = AgentCli(
+    "claude", ("claude",), "/claude-code/", "CLAUDE_CONFIG_DIR", ".claude", "", False, ".claude", "settings.json",
+    ("Bash",), "PreToolUse", ("PostToolUse", "PostToolUseFailure"),
+    (HookEntry("PreToolUse", "Bash", _plain(GATE_HOOK_TIMEOUT_S), False),
+     HookEntry("SessionStart", None, _plain(SESSION_HOOK_TIMEOUT_S), False),
+     HookEntry("PostToolUse", "Bash", _plain(POST_HOOK_TIMEOUT_S), False),
+     HookEntry("PostToolUseFailure", "Bash", _plain(POST_HOOK_TIMEOUT_S), False)),
+    "CLAUDE_CODE_SESSION_ID",  # from 2.1.132 (CHANGELOG)
+    "ClaudeDigest", None)
+
+CODEX = AgentCli(
+    "codex", ("codex", "codex.js", "codex.exe"), "/@openai/codex", "CODEX_HOME", ".codex", "", True, ".codex",
+    "hooks.json", ("Bash",), "PreToolUse", ("PostToolUse",),
+    (HookEntry("PreToolUse", "Bash", _plain(GATE_HOOK_TIMEOUT_S), False, "pre_tool_use"),
+     HookEntry("SessionStart", None, _plain(SESSION_HOOK_TIMEOUT_S), False, "session_start"),
+     HookEntry("PostToolUse", "Bash", _plain(POST_HOOK_TIMEOUT_S), False, "post_tool_use")),
+    "CODEX_THREAD_ID",  # codex-rs/protocol/src/shell_environment.rs
+    "CodexDigest", "codex_session")
+
+GEMINI = AgentCli(
+    "gemini", ("gemini",), "/gemini-cli/", "GEMINI_CLI_HOME", ".gemini", ".gemini", False, ".gemini",
+    "settings.json", ("run_shell_command",), "BeforeTool", ("AfterTool",),
+    (HookEntry("BeforeTool", "^run_shell_command$", _named(GATE_HOOK_TIMEOUT_S * 1000), True),  # milliseconds
+     HookEntry("SessionStart", None, _named(SESSION_HOOK_TIMEOUT_S * 1000), True),
+     HookEntry("AfterTool", "^run_shell_command$", _named(POST_HOOK_TIMEOUT_S * 1000), True)),
+    None,  # Gemini CLI gives its shell commands no session id
+    "GeminiDigest", None)
+
+# The registry: name -> record. Read it when it is needed, never copied at import time (a test plants
+# a CLI in it for the length of the test).
+CLIS: dict[str, AgentCli] = {cli.name: cli for cli in (CLAUDE, CODEX, GEMINI)}
