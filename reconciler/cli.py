@@ -13,7 +13,7 @@ import sys
 
 from reconciler.commands.base import Fail, print_lines, quiet_logs, the_policy
 from reconciler.config.paths import Paths
-from reconciler.core.agents import AGENTS
+from reconciler.core import agentclis, agents
 from reconciler.core.quantities import BadValue, parse_count, parse_cpus, parse_duration_s, parse_pid, parse_size_gb, parse_usd
 
 
@@ -177,7 +177,7 @@ def _run_args(run: argparse.ArgumentParser) -> None:
     run.add_argument("--on", choices=("local", "cluster"), default=None,
                      help="cluster: submit to Slurm; local: never leaves this machine (default: here, or the "
                           "cluster when the policy's overflow says so and it does not fit here now)")
-    run.add_argument("--agent", default="none", choices=AGENTS,
+    run.add_argument("--agent", default="none", choices=agents.agent_kinds(),
                      help="digest the output of this agent kind (claude: stream-json); none: a plain command")
     run.add_argument("--max-cost-usd", type=_arg(parse_usd, "--max-cost-usd"), default=None,
                      help="stop the job once its spend passes this (agent sessions: policy default)")
@@ -259,7 +259,7 @@ def _game_args(gm: argparse.ArgumentParser) -> None:
 def _hook_args(hk: argparse.ArgumentParser) -> None:
     hk.add_argument("action", nargs="?", choices=("install",),
                     help="install: write the hook into the agent CLIs' own settings (--uninstall: take it out)")
-    hk.add_argument("--agent", choices=("claude", "codex", "gemini", "all"), default=None,
+    hk.add_argument("--agent", choices=(*agentclis.CLIS, "all"), default=None,
                     help="the CLI whose hook input comes on stdin (default: told by its shape); with install, "
                          "which CLIs (default all)")
     where = hk.add_mutually_exclusive_group()

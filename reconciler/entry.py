@@ -7,9 +7,6 @@ import os
 import sys
 
 
-_AGENTS = ("claude", "codex", "gemini")
-
-
 def _hook_agent(args: list[str]) -> tuple[bool, str | None]:
     """(`res hook` as an agent CLI calls it, the --agent it names): `hook`, `hook --agent X`, `hook --agent=X`."""
     if args[:1] != ["hook"]:
@@ -17,9 +14,11 @@ def _hook_agent(args: list[str]) -> tuple[bool, str | None]:
     rest = args[1:]
     if not rest:
         return True, None
-    if len(rest) == 2 and rest[0] == "--agent" and rest[1] in _AGENTS:
+    from reconciler.core.agentclis import CLIS  # the CLIs whose hooks res serves (`res hook` imports it anyway)
+
+    if len(rest) == 2 and rest[0] == "--agent" and rest[1] in CLIS:
         return True, rest[1]
-    if len(rest) == 1 and rest[0].startswith("--agent=") and rest[0][8:] in _AGENTS:
+    if len(rest) == 1 and rest[0].startswith("--agent=") and rest[0][8:] in CLIS:
         return True, rest[0][8:]
     return False, None
 

@@ -259,14 +259,16 @@ def cmd_doctor(paths: Paths, policy) -> tuple[int, list[str]]:
 
 
 def gather_gates(environ) -> tuple[tuple[str, bool | None, str], ...]:
-    """Each agent CLI installed here (on PATH, or its settings directory exists) and whether the gate
-    is in its user settings (commands/hookinstall.py)."""
+    """Each agent CLI (core/agentclis.py) installed here (on PATH, or its settings directory exists)
+    and whether the gate is in its user settings (commands/hookinstall.py)."""
     import shutil
 
-    from reconciler.commands.hookinstall import installed, settings_path
+    from reconciler.commands.hookinstall import installed
+    from reconciler.config.agenthome import settings_path
+    from reconciler.core.agentclis import CLIS
 
     out = []
-    for cli in ("claude", "codex", "gemini"):
+    for cli in CLIS:
         where = settings_path(cli, "user", environ)
         if shutil.which(cli) is None and not os.path.isdir(os.path.dirname(where)):
             continue

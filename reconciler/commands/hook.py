@@ -224,10 +224,11 @@ def gate(call, environ, now: float, ask=None, res_path: str | None = None, rules
     if environ.get("RES_ID"):
         return None  # the agent itself runs inside a res job: its commands are that job's work
     from reconciler.config import gatefile
+    from reconciler.config.gitrepo import checkout, project_name
     from reconciler.core.gate import judge, make_table, rewritten, verdict
 
     view = gatefile.load(state_dir(environ))
-    project = _project(call.cwd) if call.cwd else ""
+    project = project_name(call.cwd, checkout(call.cwd)) if call.cwd else ""  # learned sizes are filed by it
     learned = view["learned"].get(project) if project else None
     heavy = judge(call.command, make_table(view["table"]), learned if isinstance(learned, dict) else None)
     if heavy is None:
@@ -289,15 +290,6 @@ def _game_rewrite(call, rules) -> str | None:
 def _short(command: str) -> str:
     text = " ".join(command.split())
     return text if len(text) <= 80 else text[:79] + "…"
-
-
-def _project(cwd: str) -> str:
-    """The project a command in `cwd` counts under: `res run`'s rule (its checkout's root, else cwd)."""
-    from reconciler.config.gitrepo import checkout
-
-    repo = checkout(cwd)
-    root = repo[0] if repo else cwd
-    return os.path.basename(root) or root
 
 
 def res_program() -> list[str]:
@@ -367,7 +359,8 @@ def _admit(call, environ, heavy, project: str, wait_s: float, answer: dict | Non
     then, it is withdrawn and the busy line comes back as a deny (its start_by keeps a pass from
     granting it later, whatever becomes of this hook). ("admit", context), ("deny", reason), or None
     (nothing to book it under, or no loop to book it with: it runs as it is)."""
-    from reconciler.core.hooks import GATE_HOOK_TIMEOUT_S, hold_id
+    from reconciler.core.agentclis import GATE_HOOK_TIMEOUT_S
+    from reconciler.core.hooks import hold_id
 
     held = hold_id(call)
     if held is None or not isinstance(answer, dict):

@@ -1,8 +1,9 @@
 """`res hook install`: the gate's hook written into each agent CLI's own settings file (DESIGN §5.8),
-and `--uninstall` taking out exactly what it wrote. These entries per file, all running C (and after
-them each CLI's post-tool events: Claude Code PostToolUse and PostToolUseFailure, Codex PostToolUse
-with its trust entry post_tool_use, Gemini CLI AfterTool, matched as the gate's, 10 s; they release
-what a command admitted in place booked, docs/agent-hooks.md):
+and `--uninstall` taking out exactly what it wrote, for every CLI of core/agentclis.py (its record
+holds its entries; config/agenthome.py says where its file is). These entries per file, all running
+C (and after them each CLI's post-tool events: Claude Code PostToolUse and PostToolUseFailure, Codex
+PostToolUse with its trust entry post_tool_use, Gemini CLI AfterTool, matched as the gate's, 10 s;
+they release what a command admitted in place booked, docs/agent-hooks.md):
 
     claude  $CLAUDE_CONFIG_DIR/settings.json, else ~/.claude/settings.json; project .claude/settings.json
             hooks.PreToolUse += {"matcher": "Bash", "hooks": [{"type": "command", "command": C, "timeout": 30}]}
@@ -41,48 +42,19 @@ from typing import NamedTuple
 
 from reconciler.config import jsonedit
 from reconciler.config.agenthome import named_config_dir, settings_path
-from reconciler.config.codextrust import CODEX_EVENT, codex_trust, hook_hash, project_trusted, trust_key
+from reconciler.config.codextrust import codex_trust, hook_hash, project_trusted, trust_key
 from reconciler.config.gitrepo import project_root
 from reconciler.config.jsonedit import SettingsError
-from reconciler.core.hooks import GATE_HOOK_TIMEOUT_S
+from reconciler.core.agentclis import CLIS, HookEntry
 
-AGENTS = ("claude", "codex", "gemini")
-TIMEOUT_S = GATE_HOOK_TIMEOUT_S  # the gate's: a shell command waits for it
-SESSION_TIMEOUT_S = 10  # SessionStart's: one note to the loop (a 1 s wait at most, commands/hook.py)
-POST_TIMEOUT_S = 10  # a post-tool event's: one release to the loop (a 1 s wait at most, commands/hook.py)
 MAX_FILE = 4 << 20  # a settings file bigger than this is not one
 
 
-class Spec(NamedTuple):
-    event: str  # the key under "hooks"
-    matcher: str | None  # None: the group has no "matcher" (every tool, every source)
-    handler: tuple  # the handler's fields in order, "command" standing for the command
-    comments: bool  # the CLI reads the file with // and /* */ comments
-    label: str = ""  # Codex: the event's label in a trust key and its hash
-
-
-def _plain(timeout: int) -> tuple:
-    return ("type", "command"), ("command", None), ("timeout", timeout)
-
-
-def _named(timeout_ms: int) -> tuple:
-    return ("type", "command"), ("name", "res gate"), ("command", None), ("timeout", timeout_ms)
-
-
-# Per CLI its entries, in the order install adds them (uninstall takes them out in the reverse order).
-# The post-tool events release what a command admitted in place booked (docs/agent-hooks.md).
-SPECS = {
-    "claude": (Spec("PreToolUse", "Bash", _plain(TIMEOUT_S), False),
-               Spec("SessionStart", None, _plain(SESSION_TIMEOUT_S), False),
-               Spec("PostToolUse", "Bash", _plain(POST_TIMEOUT_S), False),
-               Spec("PostToolUseFailure", "Bash", _plain(POST_TIMEOUT_S), False)),
-    "codex": (Spec("PreToolUse", "Bash", _plain(TIMEOUT_S), False, CODEX_EVENT),
-              Spec("SessionStart", None, _plain(SESSION_TIMEOUT_S), False, "session_start"),
-              Spec("PostToolUse", "Bash", _plain(POST_TIMEOUT_S), False, "post_tool_use")),
-    "gemini": (Spec("BeforeTool", "^run_shell_command$", _named(TIMEOUT_S * 1000), True),
-               Spec("SessionStart", None, _named(SESSION_TIMEOUT_S * 1000), True),
-               Spec("AfterTool", "^run_shell_command$", _named(POST_TIMEOUT_S * 1000), True)),
-}
+def _entries(cli: str) -> tuple[HookEntry, ...]:
+    """`cli`'s entries (its record in core/agentclis.py), in the order install adds them (uninstall
+    takes them out in the reverse order); the first is the gate's. The post-tool events release what a
+    command admitted in place booked (docs/agent-hooks.md)."""
+    return CLIS[cli].entries
 
 
 def hook_command(res: str, cli: str) -> str:
@@ -92,9 +64,9 @@ def hook_command(res: str, cli: str) -> str:
     return f"{shlex.quote(res)} hook --agent {cli}"
 
 
-def _event_spec(cli: str, event: str | None) -> Spec:
+def _event_spec(cli: str, event: str | None) -> HookEntry:
     """`cli`'s entry for `event` (a key under "hooks"); None: the gate's (its first)."""
-    specs = SPECS[cli]
+    specs = _entries(cli)
     if event is None:
         return specs[0]
     found = [s for s in specs if s.event == event]
@@ -161,7 +133,7 @@ class Change(NamedTuple):
     note: str = ""  # something the user should know about this file
 
 
-def _groups(doc: jsonedit.Doc, spec: Spec, name: str) -> tuple[jsonedit.Item | None, jsonedit.Item | None, list]:
+def _groups(doc: jsonedit.Doc, spec: HookEntry, name: str) -> tuple[jsonedit.Item | None, jsonedit.Item | None, list]:
     """(the "hooks" member, its event member, the event's list) of a document; SettingsError where
     they are not an object and a list, or a key is there twice (which one the CLI reads is its call)."""
     hooks = jsonedit.member(doc.root, "hooks", name, "the file")
@@ -177,7 +149,7 @@ def _groups(doc: jsonedit.Doc, spec: Spec, name: str) -> tuple[jsonedit.Item | N
     return hooks, event, doc.data["hooks"][spec.event]
 
 
-def _ours(cli: str, spec: Spec, groups: list) -> list[int]:
+def _ours(cli: str, spec: HookEntry, groups: list) -> list[int]:
     return [i for i, g in enumerate(groups) if is_ours(cli, g, spec.event)]
 
 
@@ -185,7 +157,7 @@ def edit_settings(cli: str, text: str | None, command: str, uninstall: bool = Fa
     """The settings file's new text with res's entries added (or taken out). `text` None: no file yet.
     `name` names the file in errors. SettingsError: the file is not what the CLI would read, has its
     own `res hook` entry (install), or the edit could not be made safely."""
-    specs = SPECS[cli]
+    specs = _entries(cli)
     if cli == "gemini" and "$" in command:  # Gemini CLI expands $VAR in every settings string
         raise SettingsError(f"{name}: the res path in {command!r} has a '$', which Gemini CLI would expand; "
                             "nothing written")
@@ -236,7 +208,7 @@ def edit_settings(cli: str, text: str | None, command: str, uninstall: bool = Fa
     return Change(doc.text, outcome, positions, before=before, added=tuple(added), note=note)
 
 
-def _add(cli: str, spec: Spec, doc: jsonedit.Doc, command: str,
+def _add(cli: str, spec: HookEntry, doc: jsonedit.Doc, command: str,
          name: str) -> tuple[str, str, tuple[int, ...], str | None]:
     """(the text with our group for `spec.event` in it, "installed" | "updated" | "already", the
     positions of ours with `command` in the event's list, the command an updated group had)."""
@@ -267,7 +239,7 @@ def _add(cli: str, spec: Spec, doc: jsonedit.Doc, command: str,
     return new, "installed", (len(groups),), None
 
 
-def _take_out(cli: str, spec: Spec, doc: jsonedit.Doc, ours: list[int], name: str) -> jsonedit.Doc:
+def _take_out(cli: str, spec: HookEntry, doc: jsonedit.Doc, ours: list[int], name: str) -> jsonedit.Doc:
     """Our groups out of the event's list, highest first (the lower positions stay put); then the list,
     and "hooks", if that left them empty with no comment inside (install added them so)."""
     want = json.loads(json.dumps(doc.data))
@@ -291,7 +263,7 @@ def _take_out(cli: str, spec: Spec, doc: jsonedit.Doc, ours: list[int], name: st
     return doc
 
 
-def _reparse(text: str, cli: str, spec: Spec, name: str) -> jsonedit.Doc:
+def _reparse(text: str, cli: str, spec: HookEntry, name: str) -> jsonedit.Doc:
     """A step of an edit read back; one that does not read is refused as in _check."""
     try:
         return jsonedit.parse(text, spec.comments, name)
@@ -300,7 +272,7 @@ def _reparse(text: str, cli: str, spec: Spec, name: str) -> jsonedit.Doc:
         raise
 
 
-def _check(text: str, want: dict, cli: str, spec: Spec, name: str, command: str | None = None) -> None:
+def _check(text: str, want: dict, cli: str, spec: HookEntry, name: str, command: str | None = None) -> None:
     """The edited text must read back as exactly the intended data (in a file whose CLI allows no
     comments, as plain JSON), else nothing is written and the user is told what to do by hand."""
     try:
@@ -329,8 +301,8 @@ def _disabled_note(cli: str, data: dict) -> str:
 # ---------------------------------------------------------------- Codex: hook trust
 
 
-def codex_hash(spec: Spec, command: str) -> str:
-    """The trusted_hash of our handler for `spec` (one of SPECS["codex"]) running `command`. Only
+def codex_hash(spec: HookEntry, command: str) -> str:
+    """The trusted_hash of our handler for `spec` (one of Codex's entries) running `command`. Only
     session_end has a timeout of its own (at most 3 s); session_start takes the handler's as it is."""
     return hook_hash(spec.label, spec.matcher, command, dict(spec.handler)["timeout"])
 
@@ -439,7 +411,7 @@ def _write(path: str, text: str, mode: int | None) -> None:
 
 def _what(cli: str, command: str) -> str:
     """`PreToolUse Bash, SessionStart -> C`: each event (with its matcher) and the command."""
-    return ", ".join(f"{s.event} {s.matcher}" if s.matcher else s.event for s in SPECS[cli]) + f" -> {command}"
+    return ", ".join(f"{s.event} {s.matcher}" if s.matcher else s.event for s in _entries(cli)) + f" -> {command}"
 
 
 def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: str) -> list[str]:
@@ -454,7 +426,7 @@ def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: s
         config = os.path.join(named_config_dir("codex", environ), "config.toml")
         config_text, config_mode = _read(config)
         new_config = config_text or ""
-        for spec in SPECS[cli]:  # each event's keys on their own: positions count within one event's list
+        for spec in _entries(cli):  # each event's keys on their own: positions count within one event's list
             digest = codex_hash(spec, command)
             new_config = codex_trust(new_config, path, {i: digest for i in (change.ours or {}).get(spec.event, ())},
                                      (change.removed or {}).get(spec.event, ()), name=config, label=spec.label)
@@ -496,7 +468,7 @@ def install(agent: str = "all", scope: str = "user", uninstall: bool = False, en
     cwd = cwd or os.getcwd()
     res = os.path.abspath(res or res_program())  # `ours` is an absolute path
     code, lines = 0, []
-    for cli in AGENTS if agent == "all" else (agent,):
+    for cli in CLIS if agent == "all" else (agent,):
         try:
             lines += install_one(cli, scope, uninstall, environ, cwd, res)
         except SettingsError as e:
@@ -514,7 +486,7 @@ def installed(agent: str, scope: str = "user", home_env=None, cwd: str | None = 
     SessionStart's) and, for Codex, the trust entry of each in config.toml (an untrusted hook never
     runs): True or False; None when a file cannot be read."""
     environ = os.environ if home_env is None else home_env
-    specs = SPECS[agent]
+    specs = _entries(agent)
     try:
         path = settings_path(agent, scope, environ, cwd)
         text, _ = _read(path)
@@ -537,7 +509,7 @@ def installed(agent: str, scope: str = "user", home_env=None, cwd: str | None = 
         state = hooks.get("state") if isinstance(hooks, dict) else None
         state = state if isinstance(state, dict) else {}
 
-        def trusted(spec: Spec, command: str, i: int) -> bool:
+        def trusted(spec: HookEntry, command: str, i: int) -> bool:
             got = state.get(trust_key(path, i, 0, spec.label))
             return isinstance(got, dict) and got.get("trusted_hash") == codex_hash(spec, command)
 

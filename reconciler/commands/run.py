@@ -13,7 +13,7 @@ from pathlib import Path
 
 from reconciler.commands.base import Fail, decide, quiet_logs, say, the_policy
 from reconciler.config.environ import public_env, resolve_program
-from reconciler.config.gitrepo import checkout
+from reconciler.config.gitrepo import checkout, project_name
 from reconciler.config.paths import Paths
 
 
@@ -53,7 +53,7 @@ def cmd_run(a, paths: Paths) -> int:
         raise Fail("res: an agent session is not sized automatically: give --mem, --cpus and --for", 2)
     sizes = _given(mem_gb=a.mem, cpus=a.cpus, est_s=a.est)
     fields = dict(title=title,
-                  project=a.project or _project(cwd, repo), **{k: v for k, v in sizes.items() if v != "auto"},
+                  project=a.project or project_name(cwd, repo), **{k: v for k, v in sizes.items() if v != "auto"},
                   created=time.time(), queue=a.queue, lock=a.lock, force=a.force, cmd=cmd, cwd=cwd, env=env,
                   agent=a.agent, max_cost_usd=a.max_cost_usd, max_duration_s=a.max_duration,
                   max_iterations=a.max_iterations, **_given(on="local" if a.gated else a.on),
@@ -224,7 +224,7 @@ def cmd_note(a, paths: Paths) -> int:
         owner, name = note_owner(os.getppid())
     cwd = os.getcwd()
     repo = checkout(cwd)
-    fields = dict(title=_check_title(a.title), project=a.project or _project(cwd, repo), mem_gb=a.mem,
+    fields = dict(title=_check_title(a.title), project=a.project or project_name(cwd, repo), mem_gb=a.mem,
                   est_s=a.est, created=time.time(), force=a.force, owner_pid=owner, owner_name=name,
                   **_given(cpus=a.cpus), **_asker(a, _caller_env(), repo), request_id=_request_id(a))
     return _submit(paths, "note", fields, a.json)
@@ -308,12 +308,6 @@ def cmd_wait(a, paths: Paths) -> int:
     return code
 
 
-def _project(cwd: str, repo: tuple[str, str] | None) -> str:
-    """The default project: the name of the checkout's root (config/gitrepo.checkout), else of the cwd."""
-    root = repo[0] if repo else cwd
-    return os.path.basename(root) or root
-
-
 def _caller_env() -> dict[str, str]:
     """Our environment as the calling shell had it (environ.caller_environment: what pyenv added on
     its way to us taken back, judged against our parent's own environment)."""
@@ -333,13 +327,17 @@ def _caller_env() -> dict[str, str]:
 def _agent_session(agent: str, cmd: list[str], cwd: str, env: dict[str, str]) -> dict:
     """What the agent's own configuration says of the session (the model it runs, the CLI's version,
     a resumed thread's usage so far: config/agentmodel.py), for the agents whose output does not say
-    it. Never fails a submit: what cannot be read is left unknown."""
-    if agent != "codex":
+    it (its record's model_source, core/agentclis.py). Never fails a submit: what cannot be read is left
+    unknown."""
+    from reconciler.core.agentclis import CLIS
+
+    source = CLIS[agent].model_source if agent in CLIS else None
+    if source is None:
         return {}
-    from reconciler.config.agentmodel import codex_session
+    from reconciler.config import agentmodel
 
     try:
-        return codex_session(cmd, cwd, env)
+        return getattr(agentmodel, source)(cmd, cwd, env)
     except (OSError, ValueError, RecursionError):
         return {}
 

@@ -23,6 +23,7 @@ import json
 import os
 
 from reconciler.config.agenthome import config_dir, user_home
+from reconciler.core.agentclis import CLIS
 from reconciler.core.hookrules import ALL, Rules, codex_guarded, gemini_guarded, guarded_by, tool_pattern
 
 MAX_FILE = 1 << 20
@@ -90,16 +91,14 @@ def ancestors_argv(limit: int = 12) -> list[list[str]]:
 
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish"})
 _RUNTIMES = frozenset({"node", "nodejs", "bun", "deno"})
-# How each CLI's own process shows on its command line: the program (or the script a runtime runs) by
-# name, or a path inside its npm package (Claude Code's older `…/claude-code/cli.js`).
-_CLI_NAMES = {"claude": ("claude", "/claude-code/"), "codex": ("codex", "/@openai/codex"),
-              "gemini": ("gemini", "/gemini-cli/")}
 
 
 def _is_cli(argv: list[str], cli: str) -> bool:
-    if cli not in _CLI_NAMES or not argv:
+    """Is this command line the CLI's own process: the program (or the script a runtime runs) by its
+    name, or a path inside its npm package (Claude Code's older `…/claude-code/cli.js`)."""
+    if cli not in CLIS or not argv:
         return False
-    name, package = _CLI_NAMES[cli]
+    name, package = cli, CLIS[cli].package
     words = argv[:1]
     if os.path.basename(argv[0]) in _RUNTIMES:  # node [its options] SCRIPT …
         words = [next((a for a in argv[1:] if not a.startswith("-")), "")]

@@ -1,5 +1,6 @@
 """What a directory's git checkout says, read from its files (no `git` process: `res run` is a hot
-path): the checkout's root, the repository's main tree (the scope of a `--lock`), the branch.
+path): the checkout's root, the project's name, the repository's main tree (the scope of a `--lock`), the
+branch.
 
 A worktree made by `git worktree add` has a `.git` file (`gitdir: <main>/.git/worktrees/<name>`)
 whose git directory holds `commondir` (`../..`): the repository's own git directory, whose parent
@@ -88,6 +89,14 @@ def project_root(cwd: str) -> str:
     """The checkout root of `cwd`, else `cwd` made absolute (where a project's own files are)."""
     found = checkout(cwd)
     return found[0] if found else os.path.abspath(cwd)
+
+
+def project_name(cwd: str, found: tuple[str, str] | None) -> str:
+    """The project work in `cwd` counts under, the one rule (`res run`'s default --project, the gate's
+    booking and the learned sizes it reads, filed by it): the name of the checkout's root (`found`:
+    checkout(cwd)), else of `cwd` itself."""
+    root = found[0] if found else cwd
+    return os.path.basename(root) or root
 
 
 def main_tree(cwd: str) -> str:

@@ -45,7 +45,8 @@ HookEntry = namedtuple("HookEntry", "event matcher handler comments label", defa
 #   hooks_file     the file its hooks are in, in its user directory and in its project folder
 #   shell_tools    hook input: the names of its shell tool
 #   pre_event      hook input: the event before a tool runs
-#   post_events    hook input: the events after a tool ran (admission in place releases on them)
+#   post_events    hook input: the events after a tool ran: each releases what its pre-tool event booked
+#                  (admission in place, docs/agent-hooks.md; Claude Code says a failed command apart)
 #   entries        what `res hook install` writes, in the order it adds them (uninstall: the reverse);
 #                  the first is the gate's
 #   session_var    the variable its shell commands find its session's id in (None: it gives them none)

@@ -1,7 +1,8 @@
-"""The agent kinds whose output res reads (`res run --agent KIND`), and what an agent's command line
-says about the session: the model it runs, for the agents whose output does not name it. Pure and
-import-light (tomllib only): the command line checks `--agent` against it, and `res run` reads a
-Codex session's configuration with it (config/agentmodel.py), without loading the digests.
+"""The agent kinds whose output res reads (`res run --agent KIND`: none, and each CLI of
+core/agentclis.py), what an agent process is, and what an agent's command line says about the
+session: the model it runs, for the agents whose output does not name it. Pure and import-light
+(tomllib only): the command line checks `--agent` against it, and `res run` reads a Codex session's
+configuration with it (config/agentmodel.py), without loading the digests.
 
 Codex (measured with the real CLIs, 0.120.0 … 0.171.0, against a Responses API on loopback:
 tests/agentcli/test_codex_cli.py; docs/codex-gemini-formats.md §1.5): the model a `codex exec` asks
@@ -24,7 +25,13 @@ import posixpath
 import re
 from typing import Any, NamedTuple
 
-AGENTS = ("none", "claude", "codex", "gemini")  # none: a plain command, the exit code decides
+from reconciler.core.agentclis import CLIS
+
+
+def agent_kinds() -> tuple[str, ...]:
+    """`res run --agent`'s kinds: none (a plain command, the exit code decides) and every agent CLI."""
+    return ("none", *CLIS)
+
 
 MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]+-]{0,199}$")  # what res records as a model id
 VERSION = re.compile(r"^(\d{1,6})\.(\d{1,6})\.(\d{1,6})(?:[-+][0-9A-Za-z.-]{1,40})?$")
@@ -47,7 +54,7 @@ def unread_output(agent: str, cmd: list[str]) -> str | None:
     stop it mid-run), if it does: the format res reads is not the one asked for. Only where the
     program is the agent's own CLI: a wrapper's arguments say nothing of what it runs."""
     program = cmd[0].rsplit("/", 1)[-1] if cmd else ""
-    if program not in {"claude": ("claude",), "gemini": ("gemini",), "codex": _CODEX_PROGRAMS}.get(agent, ()):
+    if agent not in CLIS or program not in CLIS[agent].programs:
         return None
     if agent == "gemini" and _flag_value(cmd, ("--output-format", "-o")) == "json":
         return "gemini --output-format json reports its usage only at its end (--output-format stream-json streams it)"
@@ -75,9 +82,10 @@ def model_from_command(cmd: list[str]) -> str | None:
 # What an agent process is, the one rule: /proc (observed/procs.py), the loop's look, the sessions it
 # adopts and `res clean` all ask here.
 
-# Agent command-line programs: a `res note` made under one of them lives as long as that session.
-AGENT_NAMES = frozenset({"claude", "codex", "gemini", "cursor-agent", "aider", "opencode", "goose", "amp",
-                         "qwen", "crush", "copilot", "cline", "kiro-cli", "droid"})
+# Agent command-line programs: a `res note` made under one of them lives as long as that session. The
+# CLIs of core/agentclis.py, and these, whose hooks res does not serve:
+OTHER_AGENTS = frozenset({"cursor-agent", "aider", "opencode", "goose", "amp", "qwen", "crush", "copilot", "cline",
+                          "kiro-cli", "droid"})
 # Interpreters an agent CLI may run under (`node …/gemini`): its name is then its script's.
 INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})
 # The agent whose sessions res keeps in the agents slice (adopts, sizes, starts by the shell-init
@@ -87,7 +95,7 @@ SESSION_NAME = "claude"
 
 def agent_name(comm: str, cmdline: list[str] | tuple[str, ...] = ()) -> str | None:
     """The agent CLI a process is, from its name (comm) and argv, or None."""
-    if comm in AGENT_NAMES:
+    if comm in CLIS or comm in OTHER_AGENTS:
         return comm
     if comm in INTERPRETERS or comm.startswith("python3."):
         for arg in cmdline[1:3]:
@@ -96,7 +104,7 @@ def agent_name(comm: str, cmdline: list[str] | tuple[str, ...] = ()) -> str | No
             base = posixpath.basename(arg)
             for suffix in (".js", ".mjs", ".cjs", ".py"):
                 base = base.removesuffix(suffix)
-            return base if base in AGENT_NAMES else None
+            return base if base in CLIS or base in OTHER_AGENTS else None
     return None
 
 
@@ -165,7 +173,7 @@ class CodexCall(NamedTuple):
     oss: bool = False  # --oss: a local model provider
 
 
-_CODEX_PROGRAMS = ("codex", "codex.js", "codex.exe")
+_CODEX_PROGRAMS = CLIS["codex"].programs
 # Options of `codex` / `codex exec` that take a value (the next argument, or joined with `=`).
 _CODEX_VALUED = {"-c", "--config", "-m", "--model", "-p", "--profile", "-s", "--sandbox", "-a",
                  "--ask-for-approval", "-C", "--cd", "-i", "--image", "--add-dir", "--output-schema",

@@ -62,7 +62,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from reconciler.core.agents import AGENTS
+from reconciler.core.agentclis import CLIS
 from reconciler.core.digestbase import (CHARS_PER_TOKEN, TOKENS_PER_BLOCK, Counted, Digest, DigestError, DigestState,
                                         NullDigest, parse_line)
 from reconciler.core.pricing import MAX_TOKENS, BadNumber, PricingTable, tokens, usage_tokens, usd
@@ -563,7 +563,8 @@ def _kinds() -> dict[str, type[Digest]]:
     from reconciler.core.codex import CodexDigest
     from reconciler.core.gemini import GeminiDigest
 
-    return {"none": NullDigest, "claude": ClaudeDigest, "codex": CodexDigest, "gemini": GeminiDigest}
+    named = {d.__name__: d for d in (ClaudeDigest, CodexDigest, GeminiDigest)}  # what a CLI's record calls its digest
+    return {"none": NullDigest, **{name: named[cli.digest] for name, cli in CLIS.items()}}
 
 
 def make_digest(agent: str, pricing: PricingTable | None,
@@ -574,7 +575,7 @@ def make_digest(agent: str, pricing: PricingTable | None,
     kind = (agent or "none").strip().lower()
     cls = _kinds().get(kind)
     if cls is None:
-        raise DigestError(f"unknown agent {agent!r} (known: {', '.join(AGENTS)})")
+        raise DigestError(f"unknown agent {agent!r} (known: {', '.join(_kinds())})")
     st: DigestState | None
     try:
         if state is None or isinstance(state, DigestState):
@@ -587,10 +588,8 @@ def make_digest(agent: str, pricing: PricingTable | None,
         from reconciler.core.invalid import first
 
         raise DigestError(f"digest state: {first(e.errors(), DigestState)[1]}") from None
-    if cls is NullDigest:
-        return cls(pricing, st)
-    if cls is ClaudeDigest:
-        return ClaudeDigest(pricing, st)  # type: ignore[arg-type]
+    if cls in (NullDigest, ClaudeDigest):
+        return cls(pricing, st)  # type: ignore[arg-type]
     return cls(pricing, st, model=model)  # type: ignore[call-arg]
 
 

@@ -1,7 +1,8 @@
 """The hook protocols of the agent CLIs `res hook` serves (DESIGN §5.8): how each one says "a shell
 command is about to run" and how a hook rewrites or refuses it. Pure: a hook input (parsed JSON) in,
-a `Call` out; a decision in, the JSON to print out. Which CLI sent an input: `--agent`, else its
-shape. Sources, versions and what each field does: docs/agent-hooks.md.
+a `Call` out; a decision in, the JSON to print out. Which CLI sent an input: `--agent` (any CLI of
+core/agentclis.py), else its shape. Each CLI's events and shell tool are its record there. Sources,
+versions and what each field does: docs/agent-hooks.md.
 
     Claude Code  PreToolUse, tool Bash        updatedInput, with permissionDecision "allow" where the
                                               session would have run the line unasked (core/hookrules.py)
@@ -11,21 +12,14 @@ shape. Sources, versions and what each field does: docs/agent-hooks.md.
 
 A refusal is a deny with its reason, which each CLI hands the model as the tool's result.
 
-Import-light: nothing but built-ins (the hook runs before every agent shell command).
+Import-light: nothing but built-ins and the registry (the hook runs before every agent shell command).
 """
 from __future__ import annotations
 
 from collections import namedtuple
 
-CLIS = ("claude", "codex", "gemini")
-SHELL_TOOLS = {"claude": ("Bash",), "codex": ("Bash",), "gemini": ("run_shell_command",)}
-EVENTS = {"claude": "PreToolUse", "codex": "PreToolUse", "gemini": "BeforeTool"}
-# The events after a shell command ran (admission in place, docs/agent-hooks.md): each releases what
-# its pre-tool event booked. Claude Code says a failed command apart; Codex and Gemini do not.
-POST_EVENTS = {"claude": ("PostToolUse", "PostToolUseFailure"), "codex": ("PostToolUse",), "gemini": ("AfterTool",)}
-# What `res hook install` gives the gate in each CLI's settings (a shell command waits for it; past it
-# the CLI runs the command unbooked): a wait in the hook ends well before it.
-GATE_HOOK_TIMEOUT_S = 30
+from reconciler.core.agentclis import CLIS
+
 CLAUDE_BASH_TIMEOUT_S = 120  # the Bash tool's default timeout (tools reference); its input may say other
 
 
@@ -55,17 +49,18 @@ def cli_of(event: dict, told: str | None = None) -> str | None:
 
 def read_call(event: object, told: str | None = None, post: bool = False) -> Call | None:
     """The shell command a hook input is about, or None (another tool or event, or not read).
-    `post`: the event after it ran (POST_EVENTS), not the one before."""
+    `post`: the event after it ran (its CLI's post_events), not the one before."""
     if not isinstance(event, dict):
         return None
     cli = cli_of(event, told)
     if cli is None:
         return None
-    if post and event.get("hook_event_name") not in POST_EVENTS[cli]:
+    spec = CLIS[cli]
+    if post and event.get("hook_event_name") not in spec.post_events:
         return None
-    if not post and event.get("hook_event_name", EVENTS[cli]) != EVENTS[cli]:
+    if not post and event.get("hook_event_name", spec.pre_event) != spec.pre_event:
         return None
-    if event.get("tool_name") not in SHELL_TOOLS[cli]:
+    if event.get("tool_name") not in spec.shell_tools:
         return None
     tool_input = event.get("tool_input")
     if not isinstance(tool_input, dict):

@@ -10,6 +10,7 @@ import os
 import re
 
 from reconciler.config.environ import is_secret
+from reconciler.core.agentclis import CLIS
 
 JOB_ID = re.compile(r"^r-[1-9][0-9]{0,9}$")
 MAX_TEXT = 200
@@ -41,23 +42,20 @@ def user_name(env: dict[str, str]) -> str | None:
         return None
 
 
-# Where an agent CLI puts its session's id in the environment of the commands it runs: Claude Code
-# from 2.1.132 (CHANGELOG), Codex (codex-rs/protocol/src/shell_environment.rs). Gemini CLI gives its
-# shell commands none.
-SESSION_VARS = {"claude": "CLAUDE_CODE_SESSION_ID", "codex": "CODEX_THREAD_ID"}
 SESSION_ID = re.compile(r"^[A-Za-z0-9-]{8,64}$")
 
 
 def agent_of(pid: int, env: dict[str, str]) -> str | None:
     """`claude pid 4121 session 0f3c2a1b`: the nearest agent CLI among `pid` and its ancestors (its
-    session's id, shortened, when the environment has that agent's), or None."""
+    session's id, shortened, when the environment has that agent's: its session_var), or None."""
     from reconciler.observed.procs import nearest_agent
 
     found = nearest_agent(pid)
     if found is None:
         return None
     agent_pid, agent = found
-    session = env.get(SESSION_VARS.get(agent, ""), "")
+    var = CLIS[agent].session_var if agent in CLIS else None
+    session = env.get(var, "") if var else ""
     return f"{agent} pid {agent_pid}" + (f" session {session[:8]}" if SESSION_ID.match(session) else "")
 
 

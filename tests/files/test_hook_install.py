@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.commands.hookinstall import (SPECS, codex_hash, edit_settings, entry, hook_command, install, installed,
-                                             is_ours, settings_path)
+from reconciler.commands.hookinstall import (codex_hash, edit_settings, entry, hook_command, install, installed, is_ours,
+                                             settings_path)
 from reconciler.config.codextrust import codex_trust, hook_hash, trust_key
 from reconciler.config.jsonedit import SettingsError
+from reconciler.core.agentclis import CLIS
 
 RES = "/opt/res/bin/res"
 CMD = {cli: f"{RES} hook --agent {cli}" for cli in ("claude", "codex", "gemini")}
@@ -113,7 +114,7 @@ def test_the_session_start_trust_hash_has_no_matcher_and_the_handlers_own_timeou
     field); only session_end clamps the timeout, session_start hashes the handler's own."""
     assert hook_hash("session_start", None, "res hook", 10) == \
         "sha256:925b4fb4d468562f38a8c6d66e59a91dab2b5f897af35fa8d1b97c8f5877c912"
-    gate, session, _post = SPECS["codex"]
+    gate, session, _post = CLIS["codex"].entries
     assert (gate.label, session.label) == ("pre_tool_use", "session_start")
     assert codex_hash(gate, CMD["codex"]) == GATE_HASH
     assert codex_hash(session, CMD["codex"]) == SESSION_HASH != hook_hash("session_start", None, CMD["codex"], 600)
@@ -497,12 +498,12 @@ def test_a_new_res_path_is_written_over_the_old_one():
 @contextlib.contextmanager
 def older_res():
     """res as it was before its SessionStart entry: the gate's entry only (and, for Codex, its trust)."""
-    saved = dict(SPECS)
-    SPECS.update({cli: specs[:1] for cli, specs in saved.items()})
+    saved = dict(CLIS)
+    CLIS.update({name: cli._replace(entries=cli.entries[:1]) for name, cli in saved.items()})
     try:
         yield
     finally:
-        SPECS.update(saved)
+        CLIS.update(saved)
 
 
 def test_an_older_install_gets_the_session_start_entry_added(home):

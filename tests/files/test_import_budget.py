@@ -30,8 +30,8 @@ BUDGET: dict[str, set[str]] = {
         "json.scanner", "keyword", "operator", "re", "re._casefix", "re._compiler", "re._constants",
         "re._parser", "reconciler", "reconciler.commands", "reconciler.commands.hook", "reconciler.config",
         "reconciler.config.gatefile", "reconciler.config.gitrepo", "reconciler.config.stateroot",
-        "reconciler.core", "reconciler.core.gate", "reconciler.core.hooks", "reconciler.core.shellline",
-        "reconciler.core.sizing", "reconciler.entry",
+        "reconciler.core", "reconciler.core.agentclis", "reconciler.core.gate", "reconciler.core.hooks",
+        "reconciler.core.shellline", "reconciler.core.sizing", "reconciler.entry",
         "reprlib", "select", "shlex", "types"
     },
     "hook, a heavy command the loop is asked about": {
@@ -61,8 +61,8 @@ BUDGET: dict[str, set[str]] = {
         "re._casefix", "re._compiler", "re._constants", "re._parser", "reconciler", "reconciler.cli",
         "reconciler.commands", "reconciler.commands.base", "reconciler.config",
         "reconciler.config.deadline", "reconciler.config.environ", "reconciler.config.gitrepo",
-        "reconciler.config.paths", "reconciler.config.stateroot", "reconciler.core", "reconciler.core.agents",
-        "reconciler.core.quantities", "reconciler.entry", "reconciler.loop", "reconciler.loop.client",
+        "reconciler.config.paths", "reconciler.config.stateroot", "reconciler.core", "reconciler.core.agentclis",
+        "reconciler.core.agents", "reconciler.core.quantities", "reconciler.entry", "reconciler.loop", "reconciler.loop.client",
         "reconciler.observed", "reconciler.observed.asker", "reconciler.observed.procs", "reprlib",
         "select", "selectors", "socket", "types", "typing", "urllib", "urllib.parse", "warnings"
     },
