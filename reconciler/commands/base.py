@@ -10,6 +10,7 @@ from reconciler.config.paths import Paths
 if TYPE_CHECKING:
     from typing import TypeVar
 
+    from reconciler.loop.protocol import Release, Submit
     from reconciler.ops.engine import Engine
 
     T = TypeVar("T")
@@ -47,15 +48,17 @@ async def with_engine(paths: Paths, fn: Callable[[Engine], Awaitable[T]]) -> T:
     return await run_with_engine(paths, the_policy(), fn)
 
 
-def decide(paths: Paths, request: dict, local: Callable[[Engine], Awaitable[tuple[int, str, dict | None]]],
+def decide(paths: Paths, request: Submit | Release, local: Callable[[Engine], Awaitable[tuple[int, str, dict | None]]],
            resume: Callable[[Engine], Awaitable[tuple[int, str, dict | None]]] | None = None,
            wait_s: float | None = None) -> tuple[int, str, dict | None]:
-    """Ask the running loop; without one, run the passes here under the same lock. `resume`: what
-    to run here instead of `local` when the loop took the request and ended before answering (it may
-    have acted on it already). `wait_s`: a shorter wait than the caller's answer wait, if given."""
+    """Ask the running loop `request` (a record of loop/protocol.py); without one, run the passes here
+    under the same lock. `resume`: what to run here instead of `local` when the loop took the request
+    and ended before answering (it may have acted on it already). `wait_s`: a shorter wait than the
+    caller's answer wait, if given."""
     import time
 
     from reconciler.loop.client import NoAnswer, NoDaemon, Unanswered, answer_wait_s, ask, grace_s
+    from reconciler.loop.protocol import Submit
     from reconciler.config.deadline import clear_deadline, wait_limits
 
     fn = local
@@ -67,15 +70,15 @@ def decide(paths: Paths, request: dict, local: Callable[[Engine], Awaitable[tupl
     # becomes of the request. A request carries when its caller stops waiting (a little before this
     # call gives up: the loop's answer has time to arrive), and no pass starts it after that.
     gives_up = time.monotonic() + wait_s
-    if request.get("op") == "submit":
-        request["fields"].setdefault("answer_by", time.time() + wait_s - grace_s(wait_s))
+    if isinstance(request, Submit):
+        request.fields.setdefault("answer_by", time.time() + wait_s - grace_s(wait_s))
     wait_limits(deadline=gives_up)  # every wait of this process for state.db (a pass here) ends by then
     try:
         try:
             answer = ask(paths.socket, request, timeout=wait_s)
             if _older_loop(answer, request):  # a loop from before request ids refused them: as before
-                fields = request["fields"]
-                request = {**request, "fields": {k: v for k, v in fields.items() if k not in NEW_FIELDS}}
+                fields = {k: v for k, v in request.fields.items() if k not in NEW_FIELDS}
+                request = Submit(request.kind, fields, who=request.who)
                 answer = ask(paths.socket, request, timeout=max(gives_up - time.monotonic(), 0.001))
             if answer.get("hint"):
                 print(answer["hint"], file=sys.stderr)
@@ -96,26 +99,26 @@ def decide(paths: Paths, request: dict, local: Callable[[Engine], Awaitable[tupl
 NEW_FIELDS = ("request_id", "answer_by", "start_by")  # what a loop from before issue 40 refuses in a request
 
 
-def _older_loop(answer: dict, request: dict) -> bool:
+def _older_loop(answer: dict, request: Submit | Release) -> bool:
     """A loop still running code from before request ids (an upgrade it has not been restarted
     for) refuses a request that carries one, writing nothing: it is asked again without."""
     line = str(answer.get("line") or "")
     # (its words are pydantic's: an older res said them as they were)
-    return (request.get("op") == "submit" and answer.get("code") == 1 and "Extra inputs are not permitted" in line
+    return (request.op == "submit" and answer.get("code") == 1 and "Extra inputs are not permitted" in line
             and any(f"{name}:" in line for name in NEW_FIELDS))
 
 
-def gave_up_line(request: dict, wait_s: float, accepted: str | None) -> str:
+def gave_up_line(request: Submit | Release, wait_s: float, accepted: str | None) -> str:
     """What a caller that stops waiting for the loop is told (issue 40): which request it leaves
     behind, and what becomes of it: asked for now, it never starts unless it already did; with
     --queue, it waits in the queue if the loop took it. Asking again with the same request id is the
     same request, so the caller learns which, and never gets a second job."""
     waited = f"no answer from the reconciler loop in {wait_s:g} s (stopped or stuck?)"
-    if request.get("op") != "submit":
-        job = request.get("id", "the entry")
-        return (f"res: {waited}: the {request.get('op', 'request')} of {job} is carried out if the loop took it; "
+    if request.op != "submit":
+        job = getattr(request, "id", "the entry")
+        return (f"res: {waited}: the {request.op} of {job} is carried out if the loop took it; "
                 f"see res status {job}")
-    fields = request.get("fields") or {}
+    fields = request.fields or {}
     rid = fields.get("request_id")
     name = f"request {rid}" + (f" ({accepted})" if accepted else "")
     again = (f"ask again with --request-id {rid} to learn which (the same request: never a second job)" if rid

@@ -366,6 +366,7 @@ def _admit(call, environ, heavy, project: str, wait_s: float, answer: dict | Non
     if held is None or not isinstance(answer, dict):
         return None
     from reconciler.loop.client import ask
+    from reconciler.loop.protocol import Submit
     from reconciler.observed.procs import note_owner
 
     owner, name = note_owner(os.getppid())
@@ -381,7 +382,7 @@ def _admit(call, environ, heavy, project: str, wait_s: float, answer: dict | Non
               "created": now, "start_by": now + within, "owner_pid": owner, "owner_name": name, "request_id": held,
               "cmd": ["bash", "-c", call.command]}
     try:
-        got = ask(sock, {"op": "submit", "kind": "note", "fields": fields}, timeout=ADMIT_ASK_S + 0.5)
+        got = ask(sock, Submit("note", fields), timeout=ADMIT_ASK_S + 0.5)
     except Exception:  # noqa: BLE001 - no loop, or none that answers: the command runs as it is
         return None
     if not isinstance(got, dict):
@@ -413,9 +414,10 @@ def _entry_state(sock: str, entry: str) -> str | None:
     import json
 
     from reconciler.loop.client import ask
+    from reconciler.loop.protocol import Status
 
     try:
-        got = ask(sock, {"op": "status", "id": entry, "json": True}, timeout=ADMIT_ASK_S)
+        got = ask(sock, Status(entry, json=True), timeout=ADMIT_ASK_S)
         return json.loads(got["line"]).get("state") if isinstance(got, dict) and got.get("code") == 0 else None
     except Exception:  # noqa: BLE001 - asked again a moment later, or given up on at the deadline
         return None
@@ -425,11 +427,12 @@ def _withdraw_booking(sock: str, entry: str) -> str | None:
     """A booking not granted within the wait is withdrawn (its start_by ends it even if this is not
     heard): None; "running" if it was granted by now (it stays, and the line runs)."""
     from reconciler.loop.client import ask
+    from reconciler.loop.protocol import Release
 
     if _entry_state(sock, entry) == "running":
         return "running"
     try:  # (a grant in the moment between: released with it, and refused; the agent asks again)
-        ask(sock, {"op": "release", "id": entry, "stop": False}, timeout=ADMIT_ASK_S)
+        ask(sock, Release(entry, stop=False), timeout=ADMIT_ASK_S)
     except Exception:  # noqa: BLE001
         pass
     return None
@@ -457,6 +460,7 @@ def _release_booking(environ, ran) -> None:
     if not os.path.isdir(os.path.join(state_dir(environ), "hook-held")):
         return  # nothing was ever booked in place here (no hashing, no question to the loop)
     from reconciler.core.hooks import hold_id
+    from reconciler.loop.protocol import ReleaseRequest
 
     held = hold_id(ran)
     if held is None:
@@ -465,7 +469,7 @@ def _release_booking(environ, ran) -> None:
         os.unlink(_held_marker(environ, held))
     except OSError:
         return  # not booked by this hook (a light command), or released already
-    _ask_loop(environ, {"op": "release_request", "request_id": held}, ANNOUNCE_TIMEOUT_S)
+    _ask_loop(environ, ReleaseRequest(held).to_wire(), ANNOUNCE_TIMEOUT_S)
 
 
 def _would_fit(environ, size: dict):
@@ -473,9 +477,10 @@ def _would_fit(environ, size: dict):
     None when no loop listens (or an old or broken one answered nothing usable); STUCK when one took
     the question and did not answer within ASK_TIMEOUT_S."""
     from reconciler.loop.client import NoDaemon, Unanswered, ask
+    from reconciler.loop.protocol import Gate
 
     try:
-        answer = ask(os.path.join(state_dir(environ), "serve.sock"), {"op": "gate", "size": size}, timeout=ASK_TIMEOUT_S)
+        answer = ask(os.path.join(state_dir(environ), "serve.sock"), Gate(size), timeout=ASK_TIMEOUT_S)
     except (Unanswered, TimeoutError):
         return STUCK
     except NoDaemon:
@@ -505,7 +510,9 @@ def main(stdin_text: str, environ, now: float | None = None, told: str | None = 
 
         if isinstance(event, dict) and event.get("hook_event_name") == "SessionStart":
             # a new agent session: the loop adopts it in a pass now (its own look runs once a minute)
-            _ask_loop(environ, {"op": "session"}, ANNOUNCE_TIMEOUT_S)
+            from reconciler.loop.protocol import Session
+
+            _ask_loop(environ, Session().to_wire(), ANNOUNCE_TIMEOUT_S)
             return "", 0
         call = read_call(event, told)
         if call is None:

@@ -159,6 +159,7 @@ def _start_deadline(state: str, start_by: float | None) -> float | None:
 def _withdraw(paths: Paths, job_id: str, data: dict, within: int) -> str | None:
     """Withdraw a job that did not start in time: its busy line, or None if it started meanwhile
     (release leaves a running job alone)."""
+    from reconciler.loop.protocol import Release
     from reconciler.observed.procs import process_chain
 
     def local(engine):
@@ -168,8 +169,8 @@ def _withdraw(paths: Paths, job_id: str, data: dict, within: int) -> str | None:
 
     unsure = ""
     try:  # a moment at most: its start_by keeps it from starting from now on whether or not this lands
-        code, _, now = decide(paths, {"op": "release", "id": job_id, "stop": False, "who": process_chain(os.getpid())},
-                              local, wait_s=WITHDRAW_WAIT_S)
+        code, _, now = decide(paths, Release(job_id, stop=False, who=process_chain(os.getpid())), local,
+                              wait_s=WITHDRAW_WAIT_S)
     except Fail:  # the loop did not answer by then (stopped, or state.db held)
         code, now, unsure = 1, None, f" (res status {job_id} says if it started just before)"
     if code != 0 and (now or {}).get("state") in ("running", "starting", "exited"):
@@ -274,10 +275,11 @@ def _submit_answer(paths: Paths, kind: str, fields: dict, within: float | None =
             print(hint, file=sys.stderr)
         return decided
 
+    from reconciler.loop.protocol import Submit
     from reconciler.observed.procs import process_chain
 
     paths.ensure()
-    return decide(paths, {"op": "submit", "kind": kind, "fields": fields, "who": process_chain(os.getpid())}, local,
+    return decide(paths, Submit(kind, fields, who=process_chain(os.getpid())), local,
                    resume=lambda engine: local(engine, resume=True), wait_s=within)
 
 
@@ -287,10 +289,10 @@ def cmd_release(a, paths: Paths) -> int:
 
         return ops.release(engine, engine.tick, a.id, a.stop)
 
+    from reconciler.loop.protocol import Release
     from reconciler.observed.procs import process_chain
 
-    code, line, data = decide(paths, {"op": "release", "id": a.id, "stop": a.stop, "who": process_chain(os.getpid())},
-                               local)
+    code, line, data = decide(paths, Release(a.id, stop=a.stop, who=process_chain(os.getpid())), local)
     _print_answer(code, line, data, a.json)
     return code
 

@@ -280,6 +280,7 @@ def _journal_hint(name: str) -> str:
 async def _wait_ready(rt, name: str, paths: Paths) -> tuple[int | None, str]:
     """(MainPID, "") once the service's loop answers a ping on its socket, else (None, why)."""
     from reconciler.loop.client import NoDaemon, ask
+    from reconciler.loop.protocol import Ping
 
     deadline = time.monotonic() + READY_S
     why = f"its loop did not answer on {paths.socket} in {READY_S:g} s"
@@ -289,7 +290,7 @@ async def _wait_ready(rt, name: str, paths: Paths) -> tuple[int | None, str]:
             return None, f"it exited ({st.result or st.sub}, status {st.status})"
         if st.running:
             try:
-                answer = await asyncio.to_thread(ask, paths.socket, {"op": "ping"}, 2)
+                answer = await asyncio.to_thread(ask, paths.socket, Ping(), 2)
             except (NoDaemon, OSError, ValueError):
                 answer = None
             except Exception:  # noqa: BLE001 - NoAnswer: the loop is still coming up
@@ -307,9 +308,10 @@ def _runs_older_code(paths: Paths) -> bool:
     an edited checkout); a loop too old to say counts as older."""
     from reconciler import code_fingerprint
     from reconciler.loop.client import NoDaemon, ask
+    from reconciler.loop.protocol import Ping
 
     try:
-        answer = ask(paths.socket, {"op": "ping"}, 5)
+        answer = ask(paths.socket, Ping(), 5)
     except (NoDaemon, OSError, ValueError):
         return False  # nobody answers: the start below is what helps, not a restart
     return answer.get("code_id") != code_fingerprint()

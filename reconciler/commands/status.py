@@ -19,9 +19,10 @@ def ask_loop(sock_path, entry_id: str | None, as_json: bool, all_: bool, timeout
     """(line, exit code, problem) as the loop answers, or None when no loop listens. Unanswered when
     one listens and says nothing usable in `timeout`."""
     from reconciler.loop.client import NoDaemon, ask
+    from reconciler.loop.protocol import Status
 
     try:
-        answer = ask(sock_path, {"op": "status", "id": entry_id, "json": as_json, "all": all_}, timeout=timeout)
+        answer = ask(sock_path, Status(entry_id, json=as_json, all=all_), timeout=timeout)
     except NoDaemon:
         return None
     except (TimeoutError, OSError, ValueError) as e:

@@ -1,6 +1,6 @@
 """`res top`: the live terminal view (Textual) of the machine view the loop streams (docs/watching.md).
 
-It asks the loop's socket for `{"op": "watch"}` and draws every view it pushes. With no loop it
+It asks the loop's socket for `watch` (loop/protocol.Watch) and draws every view it pushes. With no loop it
 draws the view made here from state.db and the machine (ops.view.build_view_here) every HERE_EVERY_S under
 a banner that says so, and goes back to the loop's views as soon as one listens. The keys act on the
 selected row by running the command line itself (`res release`, `res release --stop`, `res game`),
@@ -25,6 +25,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Label, Log, Static
 
 from reconciler.config.paths import Paths
+from reconciler.loop.protocol import Watch, request_line
 from reconciler.core.quantities import Zone
 from reconciler.render import top as draw
 
@@ -161,7 +162,7 @@ class TopApp(App):
             return False
         streamed = False
         try:
-            writer.write(b'{"op": "watch"}\n')
+            writer.write(request_line(Watch()))
             await writer.drain()
             while line := await reader.readline():
                 try:

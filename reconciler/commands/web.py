@@ -14,9 +14,10 @@ ASK_S = 10.0  # starting the listener is a token file and a bind: well under a s
 
 def cmd_web(a, paths: Paths) -> int:
     from reconciler.loop.client import NoDaemon, ask
+    from reconciler.loop.protocol import Web
 
     try:
-        answer = ask(paths.socket, {"op": "web"}, timeout=ASK_S)
+        answer = ask(paths.socket, Web(), timeout=ASK_S)
     except NoDaemon:
         raise Fail(f"res: no reconciler loop runs for {paths.root}; the page is served by it: start one with "
                    "`res serve` (or `res service install`), then run res web again") from None

@@ -1,10 +1,12 @@
-"""Talk to a running `res serve` over its unix socket. Import-light (json, socket; no pathlib): the hot
-path of `res run`, `res status` and the gate."""
+"""Talk to a running `res serve` over its unix socket (the protocol: loop/protocol.py). Import-light
+(json, socket; no pathlib): the hot path of `res run`, `res status` and the gate."""
 from __future__ import annotations
 
 import json
 import os
 import socket
+
+from reconciler.loop.protocol import request_line
 
 
 class NoDaemon(Exception):
@@ -55,11 +57,12 @@ def grace_s(wait_s: float) -> float:
     return min(5.0, wait_s / 4)
 
 
-def ask(sock_path: str | os.PathLike, request: dict, timeout: float | None, on_idle=None, idle_s: float = 0.1) -> dict:
-    """Send one JSON request, return the JSON answer. NoDaemon if nobody listens. `timeout`: for the
-    whole answer (None: no limit); Unanswered past it, whatever the loop said meanwhile. `on_idle()`
-    is called every `idle_s` while the answer is awaited (e.g. to print a job's log as it grows). A
-    line `{"accepted": id, ...}` before the answer says the request was written under that id (an
+def ask(sock_path: str | os.PathLike, request, timeout: float | None, on_idle=None, idle_s: float = 0.1) -> dict:
+    """Send one request (a record of loop/protocol.py, or its JSON object), return the JSON answer
+    (protocol.Answer's wire form). NoDaemon if nobody listens. `timeout`: for the whole answer (None:
+    no limit); Unanswered past it, whatever the loop said meanwhile. `on_idle()` is called every
+    `idle_s` while the answer is awaited (e.g. to print a job's log as it grows). A line `{"accepted":
+    id, ...}` before the answer (protocol.Accepted) says the request was written under that id (an
     Unanswered then carries it)."""
     import time
 
@@ -75,7 +78,7 @@ def ask(sock_path: str | os.PathLike, request: dict, timeout: float | None, on_i
             raise NoDaemon(str(e)) from None
         s.settimeout(timeout)  # sending: within the whole answer's time, not the idle step's
         try:
-            s.sendall(json.dumps(request, ensure_ascii=False).encode("utf-8", "surrogateescape") + b"\n")
+            s.sendall(request_line(request))
         except (BrokenPipeError, ConnectionResetError) as e:
             raise NoDaemon(str(e)) from None  # it never read the whole request: nothing was done
         except TimeoutError:  # a stopped loop whose socket buffer the request filled: not answered

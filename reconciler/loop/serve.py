@@ -1,25 +1,24 @@
 """`res serve`: the APScheduler loop and the single writer (DESIGN §2, §6).
 
 One asyncio loop holds the D-Bus connection, an AsyncIOScheduler that asks for a pass every `tick_s`,
-and a unix socket where CLI calls ask for a decision now. A request for a pass that arrives while one
-runs is never lost: it sets a dirty flag and the loop runs again (APScheduler's max_instances alone
-would drop it)."""
+and a unix socket where CLI calls ask for a decision now (its requests and answers: loop/protocol.py;
+each op's handler: loop/answers.py). A request for a pass that arrives while one runs is never lost:
+it sets a dirty flag and the loop runs again (APScheduler's max_instances alone would drop it)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 import os
 import signal
 import sqlite3
 import time
 from typing import TYPE_CHECKING
 
-from reconciler.ops import requests as ops
 from reconciler.config.locks import LockBusy, acquire, release
+from reconciler.loop.answers import answer_request
+from reconciler.loop.protocol import Answer, answer_line, read_request
 from reconciler.recorded.store import StoreReplaced
-from reconciler.core.models import REQUEST_ID_PATTERN, Plan
+from reconciler.core.models import Plan
 from reconciler.config.paths import Paths
 from reconciler.core.errors import HeldElsewhere, RetryLater, needs_a_person
 
@@ -396,12 +395,12 @@ class Requests:
         self.connections += 1
         try:
             if self.connections > MAX_CONNECTIONS:
-                answer = {"code": 1, "line": "res: the reconciler loop has too many requests open; try again"}
+                answer = Answer(1, "res: the reconciler loop has too many requests open; try again").to_wire()
             else:
                 answer = await self._answer(reader, writer)
             if answer is None:  # nothing was asked, or the caller went away (a wait it gave up)
                 return
-            writer.write(json.dumps(answer).encode() + b"\n")
+            writer.write(answer_line(answer))
             await writer.drain()
         except (ConnectionError, OSError):
             pass  # the caller hung up before its answer: nothing to tell, nothing to log
@@ -417,16 +416,11 @@ class Requests:
             req, problem = read_request(line)
             if problem is not None:  # not a request res sends: said to the caller, one line in the log
                 self._refused(problem)
-                return {"code": 2, "line": f"res: {problem}; nothing was done"}
-            if req.get("op") == "watch" and self.watchers is not None:
-                await self._watch(reader, writer)
-                return None
-            if req.get("op") == "web" and self.watchers is not None:
-                from reconciler.loop.web import web_answer  # the page's server (loop/web.py)
-
-                return await web_answer(self.engine, self.ticker, self.watchers)
+                return Answer(2, f"res: {problem}; nothing was done").to_wire()
+            # its handler (loop/answers.HANDLERS): `watch` streams on this connection, `web` starts the page
             return await answer_request(self.engine, self.ticker, req, reader,
-                                        say=lambda obj: writer.write(json.dumps(obj).encode() + b"\n"))
+                                        say=lambda obj: writer.write(answer_line(obj)), writer=writer,
+                                        watchers=self.watchers)
         except asyncio.TimeoutError:
             return None  # a client that stalls mid-request is dropped
         except (ConnectionError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):
@@ -437,12 +431,12 @@ class Requests:
             if not needs_a_person(e) and not isinstance(e, sqlite3.Error):
                 # The world's (state.db busy, a disk full, the manager away): said in its one line.
                 what = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-                return {"code": 1, "line": f"res: {' '.join(what.split())[:300]}"}
+                return Answer(1, f"res: {' '.join(what.split())[:300]}").to_wire()
             # A bug met on the way (what a request can carry is checked above): its traceback in the
             # log, once, and the caller told in one line that res failed, not why in Python's words.
             log.exception("answering a request")
-            return {"code": 1, "line": "res: the reconciler loop failed to answer this request (an error in res; "
-                                       "its log has the details); nothing more was done"}
+            return Answer(1, "res: the reconciler loop failed to answer this request (an error in res; "
+                             "its log has the details); nothing more was done").to_wire()
 
     def _refused(self, problem: str) -> None:
         """One line in the log per refused request, at most one every REFUSED_LOG_S (a flood of
@@ -453,26 +447,6 @@ class Requests:
             log.warning("refused %d request%s on the socket that res does not send (the last: %s)",
                         self.refused, "s" if self.refused != 1 else "", problem)
             self.refused, self.refused_logged_at = 0, now
-
-    async def _watch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """`watch`: one JSON line per view until the caller hangs up (its connection counts against
-        MAX_CONNECTIONS meanwhile). Anything the caller sends after its request ends the stream."""
-        q = self.watchers.subscribe()
-        gone = asyncio.ensure_future(reader.read(1))
-        got = None
-        try:
-            while True:
-                got = asyncio.ensure_future(q.get())
-                done, _ = await asyncio.wait({got, gone}, return_when=asyncio.FIRST_COMPLETED)
-                if got not in done or got.result() is None:
-                    return  # the caller hung up, or the loop is ending
-                writer.write(json.dumps(got.result()).encode() + b"\n")
-                await writer.drain()
-        finally:
-            for task in (got, gone):
-                if task is not None:
-                    task.cancel()
-            self.watchers.unsubscribe(q)
 
     async def _request_line(self, reader: asyncio.StreamReader) -> bytes | None:
         """The request's one line, or None if the caller hung up before its end or it is past
@@ -535,259 +509,3 @@ async def auto_clean(engine: Engine, roots, now: float) -> list[str] | None:
     for line in lines:
         log.info("clean: %s", line)
     return lines
-
-
-# What each op's fields must be (read_request): the key, the types it may have, whether it is required.
-_ID = "id"
-_NUM = (int, float)
-OPS: dict[str, dict[str, tuple[tuple, bool]]] = {
-    "submit": {"kind": ((str,), True), "fields": ((dict,), True), "who": ((str, type(None)), False)},
-    "release": {_ID: ((str,), True), "stop": ((bool, type(None)), False), "who": ((str, type(None)), False)},
-    "release_request": {"request_id": ((str,), True), "who": ((str, type(None)), False)},
-    "wait": {_ID: ((str,), True), "timeout": ((*_NUM, type(None)), False)},
-    "tick": {"adopt": ((bool, type(None)), False)},
-    "status": {_ID: ((str, type(None)), False), "json": ((bool, type(None)), False), "all": ((bool, type(None)), False)},
-    "gate": {"size": ((dict, type(None)), False)},
-    "session": {}, "watch": {}, "web": {}, "ping": {},
-}
-# What a submit's fields must be before anything reads them (the writer checks every value after).
-SUBMIT_FIELDS: dict[str, tuple] = {
-    "title": (str,), "project": (str,), "cwd": (str,), "cmd": (list,), "auto": (list,), "env": (dict,),
-    "lock": (str, type(None)), "gated": (bool,), "book_gb": (*_NUM, type(None)), "mem_gb": _NUM, "cpus": _NUM,
-    "est_s": _NUM, "created": _NUM, "queue": (bool,), "request_id": (str, type(None)),
-    "answer_by": (*_NUM, type(None)), "start_by": (*_NUM, type(None)),
-}
-_TYPE_WORDS = {str: "text", dict: "an object", list: "a list", bool: "true or false", int: "a number",
-               float: "a number", type(None): "null"}
-
-
-def _types(kinds: tuple) -> str:
-    return " or ".join(dict.fromkeys(_TYPE_WORDS.get(k, k.__name__) for k in kinds))
-
-
-def _what(value) -> str:
-    return _TYPE_WORDS.get(type(value), type(value).__name__) if not isinstance(value, bool) else "true or false"
-
-
-def read_request(line: bytes) -> tuple[dict, str | None]:
-    """(the request, None), or ({}, what is wrong with it in one line): not UTF-8, not JSON, nested
-    past any request res sends, not an object, an op res does not know, a field of the wrong type, an
-    id that is not an entry's. What a request may carry is checked here, before any of it is used."""
-    import re
-
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as e:
-        return {}, f"the request is not UTF-8 text (byte {e.start})"
-    try:
-        req = json.loads(text)
-    except RecursionError:
-        return {}, "the request is nested deeper than any request res sends"
-    except ValueError as e:
-        return {}, f"the request is not JSON (at character {getattr(e, 'pos', '?')})"
-    if not isinstance(req, dict):
-        return {}, f"the request is {_what(req)}, not a JSON object"
-    op = req.get("op")
-    if not isinstance(op, str):
-        return {}, "the request has no op" if op is None else f"the request's op is {_what(op)}, not text"
-    if op not in OPS:
-        from reconciler.core.invalid import quoted
-
-        return {}, f"unknown request {quoted(op)[:40]} (res sends {', '.join(OPS)})"
-    for key, (kinds, required) in OPS[op].items():
-        if key not in req:
-            if required:
-                return {}, f"a {op} request without {key}"
-            continue
-        value = req[key]
-        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
-            return {}, f"a {op} request's {key} is {_what(value)}, not {_types(kinds)}"
-        if key == _ID and isinstance(value, str) and not re.fullmatch(r"r-[1-9][0-9]{0,9}", value):
-            from reconciler.core.invalid import quoted
-
-            return {}, f"a {op} request's id {quoted(value)[:40]} is not an entry id (r-12)"
-        if key == "request_id" and op == "release_request" and not re.fullmatch(REQUEST_ID_PATTERN, value):
-            from reconciler.core.invalid import quoted
-
-            return {}, f"a {op} request's request_id {quoted(value)[:40]} is not a request id"
-        if key == "timeout" and value is not None and not (0 <= value < 10**9):
-            return {}, f"a {op} request's timeout is not a number of seconds from 0"
-    if op == "submit":
-        if req["kind"] not in ("job", "note"):
-            return {}, "a submit request's kind is neither job nor note"
-        for key, value in req["fields"].items():
-            kinds = SUBMIT_FIELDS.get(key)
-            if kinds is not None and (not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds)):
-                return {}, f"a submit request's {key} is {_what(value)}, not {_types(kinds)}"
-            if key in ("cmd", "auto") and not all(isinstance(v, str) for v in value):
-                return {}, f"a submit request's {key} holds something other than text"
-            if key == "env" and not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-                return {}, "a submit request's env holds something other than text"
-    return req, None
-
-
-def _who(req: dict) -> str | None:
-    """The caller's process chain as it says it (for the record of who changed queue.toml)."""
-    who = req.get("who")
-    return " ".join(who.split())[:300] if isinstance(who, str) and who.strip() else None
-
-
-async def wait_answer(engine: Engine, ticker: Ticker, job_id: str, timeout: float | None, reader=None) -> dict | None:
-    """Answer once the entry is finished (checked after every pass) or `timeout` passed; None if the
-    caller hung up meanwhile."""
-    from reconciler.loop.waiting import finished
-
-    loop = asyncio.get_running_loop()
-    deadline = None if timeout is None else loop.time() + timeout
-    gone = asyncio.ensure_future(reader.read(1)) if reader is not None else None
-    from reconciler.recorded.store import StoreBusy
-
-    try:
-        while True:
-            held = ticker.failure if isinstance(ticker.failure, HeldElsewhere) else None
-            try:
-                decided = finished(engine.store, engine.paths, job_id, deadline is not None and loop.time() >= deadline,
-                                   timeout, held=held)
-            except StoreBusy as e:  # not even readable (a holder in exclusive locking mode)
-                if deadline is None or loop.time() < deadline:
-                    decided = None
-                else:
-                    from reconciler.loop.waiting import _held_answer
-
-                    decided = _held_answer(job_id, timeout, e)
-            if decided is not None:
-                code, line, data = decided
-                return {"code": code, "line": line, "data": data}
-            if gone is not None and gone.done():
-                return None
-            wake = 30.0 if deadline is None else max(min(deadline - loop.time(), 30.0), 0.0)
-            async with ticker.done:
-                try:
-                    await asyncio.wait_for(ticker.done.wait(), wake)
-                except asyncio.TimeoutError:
-                    pass
-    finally:
-        if gone is not None:
-            gone.cancel()
-
-
-async def _submit_answer(engine: Engine, ticker: Ticker, req: dict, say=None) -> dict:
-    """`res run` / `res note`: answered by the caller's deadline (its fields' `answer_by`, and at most
-    the policy's answer_timeout_s from now): decided, or said not to start and never started (a
-    --queue request: said to be queued). A request that arrives past its deadline (the loop was
-    stopped while its caller waited) is not written at all."""
-    fields = dict(req["fields"])
-    rid = fields.get("request_id")
-    now = time.time()
-    by = fields.get("answer_by")
-    if isinstance(by, float) and not math.isfinite(by):
-        return {"code": 2, "line": "res: answer_by: not a finite time; allowed: seconds since the epoch, or none",
-                "data": None}
-    if isinstance(by, (int, float)) and now >= by:
-        return {"code": 1, "line": f"res: request {rid or '(no id)'} reached the reconciler loop after its caller "
-                                   "stopped waiting; not written, never started", "data": None}
-    deadline = min(by if isinstance(by, (int, float)) else now + engine.policy.answer_timeout_s,
-                   now + engine.policy.answer_timeout_s)
-    fields["answer_by"] = deadline  # on the entry: no pass starts it once its caller is gone
-
-    given: list[str] = []
-
-    def accepted(job_id: str) -> None:
-        given.append(job_id)
-        if say is not None:
-            say({"accepted": job_id, "answer_within": max(deadline - time.time(), 0.0)})
-
-    # (a pass another process's hold ended is raised: the answer names the holder, not "no pass decided it")
-    work = asyncio.ensure_future(ops.submit(engine, lambda: ticker.pass_after_now(held=True), req["kind"], fields,
-                                            on_accept=accepted, who=_who(req), deadline=deadline))
-    try:
-        # A moment past the deadline: the submit answers by it itself; this covers a pass that hangs.
-        code, line, data = await asyncio.wait_for(asyncio.shield(work), max(deadline - time.time(), 0.0) + 1.0)
-    except asyncio.TimeoutError:
-        if not given:  # (its write, on a worker thread, checks the deadline under the lock: not written after)
-            return {"code": 1, "line": f"res: request {rid or '(no id)'} was not written in time; it never starts",
-                    "data": None}
-        work.cancel()
-        code, line, data = await ops.undecided(engine, _Req(given[0], fields), req["kind"],
-                                               "a pass did not end in time")
-    hint = ops.request_hint(engine, req["kind"], req["fields"])
-    return {"code": code, "line": line, "data": data, **({"hint": hint} if hint else {})}
-
-
-class _Req:
-    """What ops.undecided needs of a request the submit wrote and did not decide in time."""
-
-    def __init__(self, job_id: str, fields: dict):
-        self.id, self.queue, self.answer_by = job_id, bool(fields.get("queue")), fields.get("answer_by")
-
-
-async def answer_request(engine: Engine, ticker: Ticker, req: dict, reader=None, say=None) -> dict | None:
-    """The answer to one request; `say(obj)` sends a line before it (the id a submit was given)."""
-    op = req.get("op")
-    data = None
-    if op == "submit":
-        return await _submit_answer(engine, ticker, req, say)
-    elif op == "release":
-        code, line, data = await ops.release(engine, ticker.pass_after_now, req["id"], bool(req.get("stop")),
-                                             who=_who(req))
-    elif op == "release_request":  # `res hook` after a command admitted in place ran
-        code, line, data = await ops.release_request(engine, ticker.pass_after_now, req["request_id"], who=_who(req))
-    elif op == "wait":
-        timeout = req.get("timeout")
-        return await wait_answer(engine, ticker, str(req["id"]), None if timeout is None else float(timeout), reader)
-    elif op == "tick":
-        # `res adopt`: the very pass that answers adopts (not one already under way, whose plan
-        # would not be the answer).
-        before = (lambda: setattr(engine, "adopt_once", True)) if req.get("adopt") else None
-        plan = await ticker.pass_after_now(before)
-        if plan is None:
-            why = " ".join(str(ticker.failure).split()) if isinstance(ticker.failure, RetryLater) else "see its log"
-            return {"code": 1, "line": f"res: the reconciler loop's pass failed: {why}"}
-        from reconciler.render.lines import render_plan
-
-        # The plan as data too, so `res reconcile [--json]` prints the same as without a loop.
-        return {"code": 1 if plan.notices else 0, "line": render_plan(plan), "plan": plan.as_data()}
-    elif op == "status":
-        # From the loop's own store, whose records are parsed already (a fresh read-only connection
-        # parsed every row again: 20 ms for 200 entries), on the loop's thread: the store is the
-        # loop's, and a pass reads it on this thread too.
-        from reconciler.ops.status import queue_problem, status
-
-        last = engine.last_pass_at
-        if last is None or time.time() - last > engine.policy.tick_s:
-            await ticker.pass_after_now()  # an idle loop's last pass may be a minute old: what is free now
-        job_id = req.get("id")
-        text, code = status(engine.paths, engine.policy, job_id, bool(req.get("json")), bool(req.get("all")),
-                            store=engine.store)
-        problem = await asyncio.to_thread(queue_problem, engine.paths) if job_id and code == 0 else None
-        return {"code": code, "line": text, "problem": problem}
-    elif op == "gate":
-        # `res hook`: would a heavy command of this size start now, or when? Against a pass that
-        # began after the question (a job that ended a moment ago holds nothing any more).
-        await ticker.pass_after_now()
-        size = req.get("size")
-        try:
-            answer = engine.would_fit(size if isinstance(size, dict) else {}, time.time())
-        except (KeyError, TypeError, ValueError) as e:  # pydantic's ValidationError is a ValueError
-            errors = getattr(e, "errors", None)
-            if callable(errors):
-                from reconciler.core.invalid import first
-                from reconciler.core.models import Request
-
-                said = first(errors(), Request)[1]
-            else:
-                said = "not a size (mem_gb, cpus, est_s)"
-            return {"code": 2, "line": f"res: gate: bad size: {said}"}
-        return {"code": 0, "line": answer.get("line") or "", "answer": answer}
-    elif op == "session":
-        # An agent session started (its CLI's SessionStart hook, through `res hook`): a pass now
-        # adopts it, instead of the next look finding it.
-        ticker.kick()
-        return {"code": 0, "line": "noted"}
-    elif op == "watch":  # streamed by Requests (it holds the connection); here there is no stream
-        return {"code": 2, "line": "res: watch is answered on the loop's socket only"}
-    elif op == "ping":
-        return {"code": 0, "line": f"pid {os.getpid()}", "code_id": engine.code_id}
-    else:
-        code, line = 2, f"res: unknown request {str(op)[:40]!r}"
-    return {"code": code, "line": line, "data": data}

@@ -505,13 +505,14 @@ def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float | None = 
     TimeoutError: the loop took the request and did not answer in time (`timeout`, else what is left
     of this call's deadline, else 60 s)."""
     from reconciler.loop.client import NoDaemon, ask
+    from reconciler.loop.protocol import Tick
     from reconciler.config.deadline import remaining
 
     if timeout is None:
         timeout = remaining()
         timeout = 60.0 if timeout is None else max(timeout, 0.001)
     try:
-        answer = ask(paths.socket, {"op": "tick", "adopt": adopt}, timeout=timeout)
+        answer = ask(paths.socket, Tick(adopt=adopt), timeout=timeout)
     except NoDaemon:
         return pass_here(paths, policy, adopt)
     if answer.get("plan") is None:

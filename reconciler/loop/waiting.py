@@ -45,13 +45,14 @@ def wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, on_idl
 def _wait_for(paths: Paths, policy_of, job_id: str, timeout: float | None, deadline: float | None,
               on_idle, look_by: float | None = None) -> tuple[int, str, dict | None]:
     from reconciler.loop.client import NoAnswer, NoDaemon, ask
+    from reconciler.loop.protocol import Wait
 
     started = False
     while True:
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
         try:
             # The loop answers by the deadline; the socket gets a moment longer so its answer arrives.
-            answer = ask(paths.socket, {"op": "wait", "id": job_id, "timeout": left},
+            answer = ask(paths.socket, Wait(job_id, timeout=left),
                          timeout=None if left is None else left + ANSWER_GRACE_S, on_idle=on_idle, idle_s=IDLE_S)
             if answer.get("code") == 2 and "unknown request" in answer.get("line", ""):
                 raise NoDaemon("an older loop")  # a loop from before the wait op: wait here

@@ -1,7 +1,7 @@
 """The page's server in the loop (docs/watching.md, "The page's server"): `res web` asks the loop to
 listen, and a browser on this machine, of this user, sees the machine view live.
 
-A minimal HTTP/1.1 server on asyncio streams, on 127.0.0.1 only, started by the first `{"op": "web"}`
+A minimal HTTP/1.1 server on asyncio streams, on 127.0.0.1 only, started by the first `web` request
 and then kept while the loop runs. What it lets in:
 
 - a request line and headers of at most HEAD_LIMIT, sent within HEAD_S; a body (POST /act only) of at
@@ -421,7 +421,7 @@ WHO = "res web (the page)"  # who asked, in the record of changes to queue.toml 
 
 
 async def release(engine: "Engine", ticker: "Ticker", job_id: str, stop: bool) -> tuple[int, str]:
-    """As the socket's `release` op (serve.py): a queued entry or a note withdrawn, a job stopped."""
+    """As the socket's `release` op (loop/answers.py): a queued entry or a note withdrawn, a job stopped."""
     from reconciler.ops import requests as ops
 
     code, line, _ = await ops.release(engine, ticker.pass_after_now, job_id, stop, who=WHO)
@@ -450,13 +450,15 @@ async def set_game(engine: "Engine", ticker: "Ticker", on: bool) -> tuple[int, s
     return 0, "game off; agents get their share back"
 
 
-async def web_answer(engine: "Engine", ticker: "Ticker", watchers) -> dict:
-    """The socket's `{"op": "web"}`: the listener started if it is not yet (kept with the watchers,
-    whose views it serves, and closed with them), and its URL."""
+async def web_answer(engine: "Engine", ticker: "Ticker", watchers):
+    """The socket's `web` (loop/protocol.Web): the listener started if it is not yet (kept with the
+    watchers, whose views it serves, and closed with them), and its URL."""
+    from reconciler.loop.protocol import Answer
+
     if watchers.web is None:
         watchers.web = WebServer(engine.paths, watchers, engine, ticker)
     try:
         url = await watchers.web.start()
     except WebRefused as e:
-        return {"code": 1, "line": f"res: {e}"}
-    return {"code": 0, "line": url, "url": url}
+        return Answer(1, f"res: {e}")
+    return Answer(0, url, url=url)

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fakeruntime import fake_engine  # noqa: E402
 
 from reconciler.desired.reader import DesiredError  # noqa: E402
-from reconciler.loop.serve import answer_request  # noqa: E402
+from reconciler.loop.answers import answer_request  # noqa: E402
 from reconciler.ops import requests as ops  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from reconciler.loop.client import Unanswered, ask
-from reconciler.loop.serve import answer_request
+from reconciler.loop.answers import answer_request
 
 
 def test_a_request_not_decided_in_answer_timeout_s_is_answered_with_its_id():

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fakeruntime import fake_engine  # noqa: E402
 
-from reconciler.loop.serve import read_request  # noqa: E402
+from reconciler.loop.protocol import read_request  # noqa: E402
 from reconciler.ops import requests as ops  # noqa: E402
 
 NOTE = {"title": "pytest -q (admitted in place)", "project": "proj", "mem_gb": 0.5, "cpus": 1.0, "est_s": 300,

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from reconciler.loop.serve import Requests, read_request
+from reconciler.loop.protocol import read_request
+from reconciler.loop.serve import Requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from clihelp import ask_raw  # noqa: E402
