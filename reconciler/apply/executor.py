@@ -172,7 +172,7 @@ class Executor:
         return self.runtime
 
     async def _start(self, a, req, rec, now):
-        where = (a.detail or {}).get("where", "local")
+        where = a.where  # the plan's: this machine's systemd, or the cluster
         runtime = self._runtime(where)
         # A cluster job's log is where the cluster runtime's nodes write (the policy's shared directory).
         log_dir = str(runtime.logs_dir) if where == "cluster" and runtime.logs_dir != self.paths.logs else None

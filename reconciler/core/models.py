@@ -498,6 +498,9 @@ class Action:
     detail: dict | None = None
     # What admission counts of the entry where that is less than its cap (`mem_gb`): its book (DESIGN §5.1)
     book_gb: float | None = None
+    # start: where the job runs, on this machine (its systemd) or the cluster (Slurm); the executor
+    # starts it there. (A cluster start's detail says it too, `where`, for the plan's reader.)
+    where: Literal["local", "cluster"] = "local"
 
 
 _INDEXED: list = [None, -1, {}]  # Plan.for_id's index: the plan last indexed, its length, its actions by id
@@ -532,7 +535,10 @@ class Plan:
 
     def as_data(self) -> dict:
         """The plan as JSON-ready data (`reconcile --dry-run --json`, the loop's answer): its decisions,
-        not the loop's own wake-up."""
+        not the loop's own wake-up, nor the executor's `where` (a cluster start's detail says it to the
+        reader, as it always did: the data is what it was; a plan read back from it is only shown)."""
         data = asdict(self)
         del data["next_at"]
+        for a in data["actions"]:
+            del a["where"]
         return data

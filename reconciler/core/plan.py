@@ -617,8 +617,8 @@ class _Admission:
                 detail["block"] = blocked[0]
             self.acts.append(_wait(req, rec, detail))
             return
-        self.acts.append(Action(kind="start", id=req.id, detail={"code": "submit", "where": "cluster", "overflow": overflow,
-                                                                 "queue": req.queue, "est_s": req.est_s}, **_tag(req)))
+        self.acts.append(Action(kind="start", id=req.id, where="cluster", detail={
+            "code": "submit", "where": "cluster", "overflow": overflow, "queue": req.queue, "est_s": req.est_s}, **_tag(req)))
         self.cap.holders.append(_new_holder(req, self.now, remote=True))
         self.starts += 1
         if req.lock:

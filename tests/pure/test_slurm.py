@@ -172,6 +172,17 @@ def test_a_cluster_request_is_submitted_by_res_guardrails_not_local_memory():
     assert (a.mem_gb, a.cpus) == (40.0, 32)
 
 
+def test_where_a_start_runs_is_the_actions_own_field_and_the_plans_data_is_as_before():
+    """The executor starts a job where `Action.where` says (tests/files/test_start_where.py); the
+    detail keeps its copy for the plan's reader, and the plan's data is what it was (no `where` key
+    of the action's own)."""
+    p = run_plan([req(1, mem=40.0, cpus=32, on="cluster"), req(2)], w=_cluster_world())
+    assert [(a.id, a.kind, a.where) for a in p.actions] == [("r-1", "start", "cluster"), ("r-2", "start", "local")]
+    data = p.as_data()
+    assert all("where" not in a for a in data["actions"]) and data["actions"][0]["detail"]["where"] == "cluster"
+    assert [a.where for a in p.actions] == ["cluster", "local"]  # (the data is a copy: the plan keeps its field)
+
+
 def test_a_cluster_that_does_not_answer_keeps_its_requests_waiting_even_without_queue():
     w = _cluster_world(ok=False, error="slurm: squeue: Unable to contact slurm controller (slurmctld down? check: scontrol ping)")
     p = run_plan([req(1, on="cluster"), req(2, on="cluster", queue=True)], w=w)
