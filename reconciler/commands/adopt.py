@@ -36,7 +36,8 @@ def adopt_report(plan, agents_slice: str) -> tuple[int, list[str]]:
             reported.add(line)
             lines.append(line)
             code = 1
-    return code, lines or [f"every agent session is in {agents_slice}"]
+    # (not "every session is in it": one in a service or a container is left where it is; status names it)
+    return code, lines or [f"no agent session to move into {agents_slice}"]
 
 
 def cmd_adopt(paths: Paths, policy) -> tuple[int, list[str]]:

@@ -194,12 +194,12 @@ class Policy(BaseSettings):
         """What the core reads of this policy (core/rules.py), made once per policy object."""
         return _RULES.get(self, rules_of)
 
-    # Whether the user's file, a RES_ variable or the caller set the memory reserve or headroom
-    # (load_policy): a reserve set stands as set; the shipped one is scaled down on a small machine.
-    _reserve_as_set: bool = PrivateAttr(default=False)
+    # Which of the memory reserves and the headroom the user's file, a RES_ variable or the caller set
+    # (load_policy): a reserve set stands as set; a shipped one is scaled down on a small machine.
+    _reserve_as_set: tuple[str, ...] = PrivateAttr(default=())
 
     @property
-    def reserve_as_set(self) -> bool:
+    def reserve_as_set(self) -> tuple[str, ...]:
         return self._reserve_as_set
 
     @classmethod
@@ -261,7 +261,7 @@ def load_policy(**overrides: Any) -> Policy:
         raise PolicyError(f"{var}={quoted(os.environ.get(var, ''))[:60]}: not JSON; allowed: "
                           f"{said or 'a value'}, written as JSON (e.g. [\"gate\"] or {{}})") from None
     variables = {k.lower() for k in os.environ}
-    loaded._reserve_as_set = any(k in user or k in overrides or f"res_{k}" in variables for k in RESERVE_KEYS)
+    loaded._reserve_as_set = tuple(k for k in RESERVE_KEYS if k in user or k in overrides or f"res_{k}" in variables)
     return loaded
 
 

@@ -138,14 +138,22 @@ def mem_reserve(reserve_gb: float, headroom_gb: float, total_gb: float | None,
     return reserve_gb * k, headroom_gb * k
 
 
+def _set(policy: Rules, reserve_key: str) -> bool:
+    """The pair a reserve is scaled with (it and the headroom) was set by someone, not shipped: a game
+    reserve set on its own leaves the normal one scaled, and the other way round."""
+    return reserve_key in policy.reserve_as_set or "small_headroom_gb" in policy.reserve_as_set
+
+
 def headroom(policy: Rules, total_gb: float | None) -> float:
     """The small headroom in force on a machine of `total_gb` (mem_reserve)."""
-    return mem_reserve(policy.user_reserve_gb, policy.small_headroom_gb, total_gb, as_set=policy.reserve_as_set)[1]
+    return mem_reserve(policy.user_reserve_gb, policy.small_headroom_gb, total_gb,
+                       as_set=_set(policy, "user_reserve_gb"))[1]
 
 
 def user_reserve(policy: Rules, total_gb: float | None) -> float:
     """The user's own memory reserve in force on a machine of `total_gb` (mem_reserve), game mode aside."""
-    return mem_reserve(policy.user_reserve_gb, policy.small_headroom_gb, total_gb, as_set=policy.reserve_as_set)[0]
+    return mem_reserve(policy.user_reserve_gb, policy.small_headroom_gb, total_gb,
+                       as_set=_set(policy, "user_reserve_gb"))[0]
 
 
 def reserves(policy: Rules, game: Game, now: float, nproc: int, total_gb: float | None = None) -> tuple[float, float, bool]:
@@ -159,7 +167,7 @@ def reserves(policy: Rules, game: Game, now: float, nproc: int, total_gb: float 
     if not on:
         return user_gb, user_cpus, on
     game_gb = mem_reserve(policy.game_reserve_gb, policy.small_headroom_gb, total_gb, GAME_MEM_SHARE,
-                          as_set=policy.reserve_as_set)[0]
+                          as_set=_set(policy, "game_reserve_gb"))[0]
     return max(game_gb, user_gb), max(cpu_reserve(policy.game_reserve_cpus, nproc, GAME_CPU_SHARE), user_cpus), on
 
 

@@ -53,6 +53,7 @@ class Rules:
     # When the next pass is due by the clock (wake.py).
     tick_s: float
     sweep_s: float
-    # Not a key of its own: whether the memory reserve or headroom was set (the user's file, a RES_
-    # variable), rather than shipped; a shipped one is scaled down on a small machine (capacity.mem_reserve).
-    reserve_as_set: bool = False
+    # Not a key of its own: which of the memory reserves and the headroom were set (the user's file, a
+    # RES_ variable), rather than shipped; a shipped one is scaled down on a small machine
+    # (capacity.mem_reserve). Names of config/policy.RESERVE_KEYS.
+    reserve_as_set: tuple[str, ...] = ()

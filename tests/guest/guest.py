@@ -5,6 +5,9 @@ real Debian 12 guest booted with QEMU.
                                                           README's first command and pytest inside,
                                                           print what the guest printed; exit code:
                                                           pytest's inside (or 2: the guest failed)
+    python3 tests/guest/guest.py crowd [CROWD ARGS...]     the same boot, with bench/crowd.py (default
+                                                          --smoke) as the login user instead of pytest;
+                                                          exit code: the crowd's
     python3 tests/guest/guest.py image                    only build (or find) the image; print its folder
 
 The image: `mmdebstrap --variant=minbase bookworm` with systemd as init, dbus-user-session, logind,
@@ -25,6 +28,7 @@ the user manager's bus, writes pytest's output to the share, and powers the gues
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -136,8 +140,23 @@ def build_image() -> Path:
         return out
 
 
-def share(tests: list[str]) -> Path:
-    """The job share: a wheel of res from this checkout, a copy of tests/, inside.sh, pytest's args."""
+def crowd_files(dest: Path) -> None:
+    """What bench/crowd.py needs and the guest cannot download: the real suites' sdists (their tests)
+    and wheels of them and of the test dependencies, for a venv made in the guest (docs/guest.md)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import crowd
+
+    specs = [spec for _, spec, _ in crowd.TESTS]
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run(pip + ["download", "--no-deps", "--no-binary", ":all:", "-d", str(dest / "dl"), *specs], check=True)
+    subprocess.run(pip + ["wheel", "--wheel-dir", str(dest / "wheels"), *sorted((dest / "dl").iterdir()),
+                          *crowd.TEST_DEPS], check=True)
+    (dest / "want.json").write_text(json.dumps(sorted(set(specs) | set(crowd.TEST_DEPS))))
+
+
+def share(tests: list[str], crowd_args: list[str] | None = None) -> Path:
+    """The job share: a wheel of res from this checkout, a copy of tests/, inside.sh, pytest's args
+    (and for `crowd`: the crowd's files and its arguments instead)."""
     d = Path(tempfile.mkdtemp(prefix="res-guest-job-"))
     src = d / "src"  # a copy (the tests read policies/, templates/, README.md); a build writes beside it
     shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".git", "__pycache__", "build", "*.egg-info", ".ci-work"))
@@ -146,7 +165,10 @@ def share(tests: list[str]) -> Path:
     for made in ("build", "res.egg-info"):
         shutil.rmtree(src / made, ignore_errors=True)
     shutil.copy(HERE / "inside.sh", d / "inside.sh")
-    (d / "pytest-args").write_text("\n".join(tests) + "\n")
+    (d / "pytest-args").write_text("".join(f"{t}\n" for t in tests))
+    if crowd_args is not None:
+        crowd_files(d / "crowd")
+        (d / "crowd-args").write_text("".join(f"{a}\n" for a in crowd_args))
     (d / "out").mkdir()
     os.chmod(d, 0o755)
     return d
@@ -171,18 +193,18 @@ def boot(image: Path, job: Path) -> int:
             return 124
 
 
-def run(tests: list[str]) -> int:
+def run(tests: list[str], crowd_args: list[str] | None = None) -> int:
     why = usable()
     if why:
         say(f"not run: {why}")
         return 2
     image = build_image()
-    job = share(tests or ["tests/systemd"])
+    job = share(tests or ([] if crowd_args is not None else ["tests/systemd"]), crowd_args)
     t0 = time.monotonic()
     rc = boot(image, job)
     out = job / "out"
     say(f"guest ran {time.monotonic() - t0:.0f} s (qemu rc {rc}); share {job}")
-    for name in ("inside.txt", "pytest.txt"):
+    for name in ("inside.txt", "pytest.txt", "crowd.txt"):
         if (out / name).is_file():
             sys.stdout.write((out / name).read_text(errors="replace"))
     readme = out / "readme.rc"
@@ -196,7 +218,7 @@ def run(tests: list[str]) -> int:
             say(f"res doctor as {who} was not clean (rc {rc.read_text().strip() if rc.is_file() else 'none'}): "
                 f"{out / f'doctor-{who}.txt'}")
             return 1
-    status = out / "pytest.rc"
+    status = out / ("crowd.rc" if crowd_args is not None else "pytest.rc")
     if not status.is_file():
         say(f"no pytest result came back; the console: {out / 'console.txt'}")
         sys.stdout.write((out / "console.txt").read_text(errors="replace")[-4000:])
@@ -214,6 +236,8 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["run"]:
         return run(argv[1:])
+    if argv[:1] == ["crowd"]:
+        return run([], argv[1:] or ["--smoke"])
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -149,8 +149,17 @@ def test_the_memory_reserve_and_headroom_scale_down_on_a_small_machine():
     desktop = capacity(shipped, Game(on=True, until=NOW + 3600), world(avail=15.0, total=16.0, nproc=8), [], NOW)
     assert (desktop.reserve_gb, desktop.headroom_gb) == (12, 2)
     # set by the person (their file, a RES_ variable): it stands as set, whatever the machine
-    theirs = dataclasses.replace(shipped, reserve_as_set=True)
+    theirs = dataclasses.replace(shipped, reserve_as_set=("user_reserve_gb",))
     assert capacity(theirs, Game(), world(avail=7.0, total=8.0, nproc=4), [], NOW).max_mem_gb == pytest.approx(0.0)
+    # a game reserve set on its own leaves the normal one scaled (and the other way round): the guest
+    # tier's 8 GB machine with RES_GAME_RESERVE_GB set refused every job "max 0 GB" while game mode was off
+    game_only = dataclasses.replace(shipped, game_reserve_gb=7, reserve_as_set=("game_reserve_gb",))
+    off = capacity(game_only, Game(), world(avail=7.0, total=8.0, nproc=4), [], NOW)
+    assert off.max_mem_gb == pytest.approx(2.0)
+    on = capacity(game_only, Game(on=True, until=NOW + 3600), world(avail=7.0, total=8.0, nproc=4), [], NOW)
+    assert on.reserve_gb == 7
+    assert capacity(theirs, Game(on=True, until=NOW + 3600), world(avail=7.0, total=8.0, nproc=4), [],
+                    NOW).reserve_gb == pytest.approx(12 * 7.2 / 14)  # the game pair still scaled
 
 
 def test_a_reserve_is_as_set_when_a_file_or_variable_sets_it(monkeypatch, tmp_path):
@@ -160,13 +169,15 @@ def test_a_reserve_is_as_set_when_a_file_or_variable_sets_it(monkeypatch, tmp_pa
     monkeypatch.setenv("RES_POLICY_FILE", str(tmp_path / "policy.toml"))
     for key in ("RES_USER_RESERVE_GB", "RES_SMALL_HEADROOM_GB", "RES_GAME_RESERVE_GB"):
         monkeypatch.delenv(key, raising=False)
-    assert load_policy().rules().reserve_as_set is False
+    assert load_policy().rules().reserve_as_set == ()
     (tmp_path / "policy.toml").write_text("small_headroom_gb = 1\n")
-    assert load_policy().rules().reserve_as_set is True
+    assert load_policy().rules().reserve_as_set == ("small_headroom_gb",)
     (tmp_path / "policy.toml").write_text("tick_s = 2\n")
-    assert load_policy().rules().reserve_as_set is False
+    assert load_policy().rules().reserve_as_set == ()
     monkeypatch.setenv("RES_USER_RESERVE_GB", "3")
-    assert load_policy().rules().reserve_as_set is True
+    assert load_policy().rules().reserve_as_set == ("user_reserve_gb",)
+    monkeypatch.setenv("RES_GAME_RESERVE_GB", "9")
+    assert load_policy().rules().reserve_as_set == ("user_reserve_gb", "game_reserve_gb")
 
 
 def test_game_reserve_below_the_user_reserve_never_loosens_admission():

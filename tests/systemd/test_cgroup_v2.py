@@ -61,9 +61,10 @@ def full_avg10(path: str) -> float:
     return float(re.search(r"avg10=([\d.]+)", line).group(1))
 
 
-def job_id(r) -> str:
-    m = re.search(r"\b(r-\d+) (?:started|done)", r.out + r.err)
-    assert m, str(r)
+def job_id(said: str) -> str:
+    """The job's id in what `res run` said (`r-3 started; …`, `r-3 queued, …`, `r-3 done …`)."""
+    m = re.search(r"\b(r-\d+) (?:started|queued|done)", said)
+    assert m, said
     return m.group(1)
 
 
@@ -73,7 +74,7 @@ def test_peak_is_memory_peak_and_an_oom_kill_is_told_from_a_signal(res):
     # 120 MB touched under a 512 MB cap: the record's peak is the cgroup's memory.peak
     r = res("run", "--wait", "--mem", "512M", "--for", "1m", "--cpus", "0.1", "--", PY, "-c", touch.format(mb=120))
     assert r.code == 0, str(r)
-    st = res.status(job_id(r))
+    st = res.status(job_id(r.out + r.err))
     assert 120 / 1024 <= st["peak_gb"] <= 250 / 1024, st
 
     # killed from outside with SIGKILL: a signal, no OOM kill in memory.events
@@ -89,7 +90,7 @@ def test_peak_is_memory_peak_and_an_oom_kill_is_told_from_a_signal(res):
     os.kill(int(go.read_text()), 9)  # the job's own process, by the pid it wrote
     out, err = killed.communicate(timeout=120)
     assert killed.returncode == 137, (out, err)
-    st = res.status(job_id(type("R", (), {"out": out, "err": err})))
+    st = res.status(job_id(out + err))
     assert "memory" not in (st.get("why") or "") and st["reason"]["code"] != "memory_limit", st
 
     # a worker killed at the job's cap while the job's main process goes on and exits 1: memory.events
@@ -97,7 +98,7 @@ def test_peak_is_memory_peak_and_an_oom_kill_is_told_from_a_signal(res):
     worker = f"{PY} -c 'b = bytearray(300 << 20)'; echo worker gone; exit 1"
     r = res("run", "--wait", "--mem", "64M", "--for", "1m", "--cpus", "0.1", "--", "sh", "-c", worker)
     assert r.code == 1 and "worker gone" in r.out, str(r)
-    st = res.status(job_id(r))
+    st = res.status(job_id(r.out + r.err))
     assert "killed at its memory limit" in st["why"] and "1 of its processes" in st["why"], st
 
 
@@ -150,7 +151,7 @@ def test_the_agents_slices_own_memory_pressure_holds_back_new_work_and_lets_it_g
     assert res.status(steady)["state"] == "running"
 
     subprocess.run(["systemctl", "--user", "stop", hog], env=res.env, check=True, timeout=60)
-    qid = job_id(queued) if re.search(r"r-\d+ started", queued.out) else queued.one_line().split()[0]
+    qid = job_id(queued.out)
     wait_for(lambda: res.status(qid)["state"] == "done", "the queued job run once the pressure fell", 180, step=0.5)
     assert res.status(qid)["rc"] == 0
 
