@@ -166,6 +166,8 @@ def share(tests: list[str], crowd_args: list[str] | None = None) -> Path:
         shutil.rmtree(src / made, ignore_errors=True)
     shutil.copy(HERE / "inside.sh", d / "inside.sh")
     (d / "pytest-args").write_text("".join(f"{t}\n" for t in tests))
+    if os.environ.get("RES_GUEST_FACTS", "1") != "0":  # the kernel's facts docs/guest.md gives (~2 min)
+        (d / "facts").write_text("")
     if crowd_args is not None:
         crowd_files(d / "crowd")
         (d / "crowd-args").write_text("".join(f"{a}\n" for a in crowd_args))

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -102,20 +103,7 @@ def test_peak_is_memory_peak_and_an_oom_kill_is_told_from_a_signal(res):
     assert "killed at its memory limit" in st["why"] and "1 of its processes" in st["why"], st
 
 
-HOG = textwrap.dedent("""
-    # An agent session's memory growing past the MemoryHigh of its scope, with no swap: every new page
-    # over the line is paid for in throttling (the kernel sleeps the allocation), and the stall is
-    # memory pressure in the scope and every cgroup above it. A window of 320 MB, renewed 8 MB at a time.
-    import sys
-    held = []
-    while True:
-        b = bytearray(8 << 20)
-        for i in range(0, len(b), 4096):
-            b[i] = 1
-        held.append(b)
-        if len(held) > 40:
-            held.pop(0)
-""")
+HOG = str(Path(__file__).with_name("throttled_alloc.py"))  # (a window of anonymous memory renewed forever)
 
 
 def test_the_agents_slices_own_memory_pressure_holds_back_new_work_and_lets_it_go(res):
@@ -127,7 +115,7 @@ def test_the_agents_slices_own_memory_pressure_holds_back_new_work_and_lets_it_g
     steady = res.started("sleep", "600", mem="32M")  # new work starts; it uses less than its book
     hog = f"{res.prefix}-session-hog.service"
     subprocess.run(["systemd-run", "--user", "--quiet", "--unit", hog, "--slice", res.agents_slice,
-                    "-p", "MemoryHigh=64M", "-p", "MemorySwapMax=0", PY, "-c", HOG],
+                    "-p", "MemoryHigh=64M", "-p", "MemorySwapMax=0", PY, HOG],
                    env=res.env, check=True, timeout=60)
     pressure = os.path.join(cgroup_dir(res.agents_slice, "Slice"), "memory.pressure")
 
