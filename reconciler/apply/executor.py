@@ -260,8 +260,8 @@ class Executor:
 
     def _refused_late(self, req, rec, now: float) -> bool:
         """Refused here, at the moment it would start or be granted, if it may no longer
-        (core.plan.too_late, at this moment): True when it was."""
-        from reconciler.core.plan import too_late
+        (core.admission.too_late, at this moment): True when it was."""
+        from reconciler.core.admission import too_late
         from reconciler.recorded.store import ABSENT
 
         late = too_late(req, rec is not None, time.time())
@@ -273,8 +273,8 @@ class Executor:
 
     @staticmethod
     def _caller_gone(req) -> bool:
-        """Its caller stopped waiting for an answer by now (core.plan.caller_gone at this moment)."""
-        from reconciler.core.plan import caller_gone
+        """Its caller stopped waiting for an answer by now (core.admission.caller_gone at this moment)."""
+        from reconciler.core.admission import caller_gone
 
         return caller_gone(req, time.time())
 

@@ -59,7 +59,7 @@ def cmd_run(a, paths: Paths) -> int:
                   max_iterations=a.max_iterations, **_given(on="local" if a.gated else a.on),
                   **({"gated": True} if a.gated else {}), **({"auto": auto} if auto else {}), **_asker(a, caller, repo),
                   request_id=_request_id(a))
-    if a.start_within is not None:  # never started after it, whatever becomes of this call (core.plan.start_missed)
+    if a.start_within is not None:  # never started after it, whatever becomes of this call (core.admission.start_missed)
         fields["start_by"] = fields["created"] + a.start_within
     fields.update(_agent_session(a.agent, cmd, cwd, caller))
     if a.agent != "none" and not a.json:
@@ -113,7 +113,7 @@ def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a, start_by: 
         except _NotStarted:
             deadline = None
             gave_up = _withdraw(paths, job_id, queued, a.start_within)
-        else:  # a pass refused it at its start_by before this call looked (core.plan.start_missed): the same
+        else:  # a pass refused it at its start_by before this call looked (core.admission.start_missed): the same
             missed = ((data or {}).get("reason") or {}).get("code") == "start_missed"
             gave_up = _busy_line(job_id, queued, a.start_within) if missed else None
             if not missed:

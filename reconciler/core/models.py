@@ -241,6 +241,7 @@ class Phase(str, Enum):
 
 LIVE = (Phase.starting, Phase.running, Phase.exited)
 TERMINAL = (Phase.done, Phase.refused, Phase.cancelled)
+ALIVE = ("active", "activating", "deactivating")  # a unit's states (JobObs.state) while it runs
 
 
 # How records from before outcome codes said how a job ended (JobRecord.outcome).

@@ -116,11 +116,11 @@ def _known_requests(engine: Engine) -> tuple[list, list]:
 
 def same_request(engine: Engine, rid: str):
     """The entry a request id already names, which asking again with it gets instead of a second job
-    (issue 40): one whose job waits, runs or ran (core.plan.taken_request_ids). None: a new attempt
+    (issue 40): one whose job waits, runs or ran (core.admission.taken_request_ids). None: a new attempt
     (an earlier one was refused, withdrawn, or its caller gave up before any pass decided it). One
     written and not yet decided (asked twice at once) is not looked for here: the planner starts one
     of the two and answers the other with it (`same_request`)."""
-    from reconciler.core.plan import taken_request_ids
+    from reconciler.core.admission import taken_request_ids
 
     records = engine.store.with_request_id(rid)
     taken = taken_request_ids(records).get(rid)
@@ -155,9 +155,9 @@ def scoped_lock(fields: dict, policy) -> dict:
 
 def placed(engine: Engine, fields: dict) -> dict:
     """The fields with `since` where the same agent's ask of the same command was refused for want of
-    room moments ago (core/plan.first_asked, against the records the last pass read); a caller's own
+    room moments ago (core/admission.first_asked, against the records the last pass read); a caller's own
     `since` is never taken: only the loop says where an ask stands."""
-    from reconciler.core.plan import first_asked
+    from reconciler.core.admission import first_asked
 
     out = {k: v for k, v in fields.items() if k != "since"}
     inputs = engine.last_inputs
@@ -221,7 +221,7 @@ async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: 
                  on_accept=None, who: str | None = None, deadline: float | None = None) -> tuple[int, str, dict | None]:
     """Write the request and decide it, answering by its caller's deadline (`deadline`, else its
     fields' `answer_by`; epoch seconds): a request asked for now that no pass decided by then is said
-    not to start, and never does (core.plan.caller_gone); a --queue request not decided by then is
+    not to start, and never does (core.admission.caller_gone); a --queue request not decided by then is
     said to be queued, and waits. Asked again with the same request id, the entry it already names
     is answered, never a second job (same_request). `resume`: a loop took this request and ended
     before answering; decide the request it recorded, if it did. `on_accept(id)`: told the id as soon
@@ -288,7 +288,7 @@ async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: 
 async def undecided(engine: Engine, req, kind: str, why: str) -> tuple[int, str, dict | None]:
     """The answer for a request no pass decided in time (`why`: what kept the passes from it, if
     known). Asked for now: withdrawn where it can be, and never started either way (its deadline
-    passes, core.plan.caller_gone); with --queue: it waits, and its caller is told so."""
+    passes, core.admission.caller_gone); with --queue: it waits, and its caller is told so."""
     from reconciler.desired.reader import DesiredError
     from reconciler.recorded.store import StoreBusy
 
@@ -313,7 +313,7 @@ async def undecided(engine: Engine, req, kind: str, why: str) -> tuple[int, str,
         try:
             await _as(engine, None, lambda w: w.remove([req.id]))
         except DesiredError as e:
-            from reconciler.core.plan import caller_gone
+            from reconciler.core.admission import caller_gone
 
             if not caller_gone(req, time.time()):  # neither withdrawn nor past its deadline: it may start
                 return 1, (f"res: {req.id} not decided ({because}) and could not be withdrawn: {e}; it may still "
@@ -434,7 +434,7 @@ async def _release_unit(engine: Engine, job_id: str, stop: bool) -> tuple[int, s
         obs = (await runtime.observe([job_id])).get(job_id)
     except Exception:  # noqa: BLE001 - nothing to tell from: as before
         obs = None
-    from reconciler.core.plan import ALIVE
+    from reconciler.core.models import ALIVE
 
     if obs is None or obs.state not in ALIVE:
         return 1, f"res: no such entry: {job_id}", None

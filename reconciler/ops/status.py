@@ -14,7 +14,7 @@ from reconciler.core.exits import EXIT_NEVER_RAN
 from reconciler.core.capacity import book_source, reserves
 from reconciler.desired import lastgood
 from reconciler.desired.changes import SHOWN_FOR_S, change_line, recorded_and_pending
-from reconciler.core.plan import spent_today
+from reconciler.core.admission import spent_today
 from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase, copy, dump, parse
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of

@@ -151,7 +151,7 @@ def busy_line(d: dict, zone: Zone) -> str:
 
 
 def queued_line(d: dict, zone: Zone) -> str:
-    """`position 2; est. start ~14:40; lock 'e2e' held by r-1`: a waiting queue entry (its detail from core.plan)."""
+    """`position 2; est. start ~14:40; lock 'e2e' held by r-1`: a waiting queue entry (its detail from core.admission)."""
     if d["waits_for"] == "cluster":
         return f"position {d['position']}; waits for {waits_for_text(d, zone)}"
     if d["waits_for"] in ("sessions", "daily_cost", "pricing"):

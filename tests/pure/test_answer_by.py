@@ -6,7 +6,7 @@ deadline. Hand-written literals, no clock."""
 from __future__ import annotations
 
 from reconciler.core.models import Desired, JobObs, JobRecord, Phase, copy
-from reconciler.core.plan import caller_gone, taken_request_ids
+from reconciler.core.admission import caller_gone, taken_request_ids
 from reconciler.core.quantities import UTC
 from reconciler.core.wake import next_pass_at
 from reconciler.render.reasons import reason_line

@@ -9,7 +9,7 @@ import pytest
 from reconciler.core.capacity import capacity
 from reconciler.core.ladder import held_pressure, raised_book, rung, victims
 from reconciler.core.models import Desired, ExitObs, Game, JobObs, JobRecord, Phase, copy
-from reconciler.core.plan import queue_order
+from reconciler.core.admission import queue_order
 from reconciler.core.sizing import book_for
 from reconciler.core.wake import LADDER_TICK_S, wake_at
 from tests.pure.test_plan import ME, NOW, POLICY, kinds, plan, plan_as, req, run_plan, running, world

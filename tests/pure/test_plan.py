@@ -532,7 +532,7 @@ def test_an_ask_refused_for_room_and_asked_again_keeps_the_place_of_its_first_as
     told busy, did other work, and asks again for the same command. It stands where its first ask
     stood, ahead of what was asked since, not at the back (an agent sent to the back each time was
     refused nine times running in the crowd, and Gemini CLI ends a session refused five times)."""
-    from reconciler.core.plan import KEEP_PLACE_S, first_asked
+    from reconciler.core.admission import KEEP_PLACE_S, first_asked
 
     cmd = ["bash", "-c", "make e2e"]
     refused = JobRecord(request=req(1, queue=True, owner_pid=42, cmd=cmd), phase=Phase.refused, ended=NOW - 5,

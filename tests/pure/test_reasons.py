@@ -124,7 +124,7 @@ REASONS = [
     ("refuse", {"code": "never_fits", "resource": "cpus", "asked": 2, "max": 1.998}, {}, "2.000 cpus can never fit (max 1.998 cpus)"),
     ("refuse", {"code": "pricing", "resource": "pricing", "error": "pricing.toml:3: rates.input: must be ≥ 0"}, {},
      "pricing.toml:3: rates.input: must be ≥ 0; no agent session starts until it is fixed"),
-    # ------------------------------------------------ queued (core.plan), by what it waits for
+    # ------------------------------------------------ queued (core.admission), by what it waits for
     ("enqueue", {"code": "queued", "position": 1, "est_start": None, "waits_for": "memory"}, {}, "position 1; est. start unknown"),
     ("enqueue", {"code": "queued", "position": 1, "est_start": NOW + 300, "waits_for": "memory+cpus"}, {},
      "position 1; est. start ~20:31"),
