@@ -156,7 +156,8 @@ def estimate_table(pricing) -> list[str]:
     spent, at 25, 50, 75 and 100 % of its lines. "Really spent" counts each message at its exact
     output (the message_delta of --include-partial-messages) and the lines' own input and cache
     counts; a file without partial messages has its truth only in its result (100 %)."""
-    from reconciler.core.digest import make_digest, running_spend_usd
+    from reconciler.core.digest import make_digest
+    from reconciler.core.spend import running_spend_usd
 
     out = ["f  running estimate / really spent so far, at 25 / 50 / 75 / 100 % of the lines:"]
     for path in sorted(REAL.glob("*.jsonl")):

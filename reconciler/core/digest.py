@@ -38,9 +38,9 @@ Counting rules (measured on the real transcripts in tests/fixtures/claude/real; 
 - `spend_usd`: tokens × the pricing table per message (its own model; an unknown model pays the
   conservative default) while streaming; a result's `total_cost_usd` (the whole process's, restated
   at every result) replaces it, unless it says 0 while tokens were spent. `estimate_usd` is never
-  replaced; a budget checks `running_spend_usd`: the larger of the two, the estimate with a margin
-  for background calls no line shows (BACKGROUND_MARGIN). The result's `modelUsage` (else `usage`)
-  totals replace the token counts.
+  replaced; a budget checks `running_spend_usd` (core/spend.py): the larger of the two, the estimate
+  with a margin for background calls no line shows (BACKGROUND_MARGIN). The result's `modelUsage`
+  (else `usage`) totals replace the token counts.
 - A result that counted every model call twice: Claude Code 1.0.77-1.0.86 added each API response's
   usage to its totals twice (anthropics/claude-code#5904; 1.0.88: "Fixed incorrect usage tracking in
   /cost"), so its `usage` holds exactly twice the input, cache-write and cache-read tokens of the
@@ -70,16 +70,6 @@ from reconciler.core.pricing import MAX_TOKENS, BadNumber, PricingTable, tokens,
 SEEN_IDS_KEPT = 64
 SYNTHETIC = "<synthetic>"
 
-# Calls Claude Code makes that never show as assistant lines (titles, summaries, checks: a Haiku
-# model), which only the result's modelUsage shows: 0.27 % and 0.50 % of the spend in the two real
-# transcripts that have them (tests/fixtures/claude/real). Counted on the running estimate as 2 %.
-BACKGROUND_MARGIN = 0.02
-# Output in no format the digest knows (a session without --output-format stream-json, another
-# CLI): after this many lines with not one event understood, each line counts at UNKNOWN_LINE_USD
-# for a budget (a model call cost 0.4–12 cents and took 2–30 lines in the real transcripts), so
-# that a budget still bites and the spend is never a silent $0.00.
-UNKNOWN_AFTER_LINES = 20
-UNKNOWN_LINE_USD = 0.01
 # How a request was served, where its usage says so, kept with its model in the counts (`model|fast`).
 MODE_FAST = "|fast"
 MODE_US = "|us"
@@ -591,29 +581,3 @@ def make_digest(agent: str, pricing: PricingTable | None,
     if cls in (NullDigest, ClaudeDigest):
         return cls(pricing, st)  # type: ignore[arg-type]
     return cls(pricing, st, model=model)  # type: ignore[call-arg]
-
-
-def running_spend_usd(state: DigestState | None) -> float:
-    """What a budget checks mid-run: the spend so far as the agent reported it or as the lines add
-    up, whichever is larger, with the margin for calls no line shows. Never below what was reported."""
-    if state is None:
-        return 0.0
-    # Only Claude Code makes model calls its output never shows; Codex's and Gemini's reported usage
-    # is the whole of it.
-    margin = BACKGROUND_MARGIN if state.agent == "claude" else 0.0
-    running = max(state.spend_usd, state.estimate_usd * (1 + margin))
-    if unknown_format(state):
-        running = max(running, state.lines * UNKNOWN_LINE_USD)
-    return running
-
-
-def unknown_format(state: DigestState | None) -> bool:
-    """An agent session whose output matched no event of its format in UNKNOWN_AFTER_LINES lines."""
-    return (state is not None and state.agent != "none" and state.recognized == 0
-            and state.lines >= UNKNOWN_AFTER_LINES)
-
-
-def spend_is_estimated(state: DigestState | None) -> bool:
-    """The spend is the digest's own estimate: no result has reported it yet, or the agent has worked
-    on since the last one."""
-    return state is not None and state.agent != "none" and (not state.result_seen or state.turn_calls > 0)

@@ -44,7 +44,7 @@ class DigestState(BaseModel):
     spend_usd: float = Field(default=0.0, ge=0)
     # What every message seen has cost by its own counts, never replaced by a result's total (a
     # result may leave out what a background sub-agent or an interrupted turn already spent):
-    # budgets check the larger of the two (running_spend_usd).
+    # budgets check the larger of the two (core/spend.running_spend_usd).
     estimate_usd: float = Field(default=0.0, ge=0)
     seen_message_ids: dict[str, Counted] = Field(default_factory=dict)  # oldest first, at most 64
     # Per message id (the last 64): characters of output content seen on its lines, and the exact

@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 
 from reconciler.core.attachments import holder_name
-from reconciler.core.digest import running_spend_usd, spend_is_estimated, unknown_format
+from reconciler.core.spend import running_spend_usd, spend_is_estimated, unknown_format
 from reconciler.core.hist import mem_flag, suggest_mem_gb
 from reconciler.core.admission import admit, entry_tag, spent_today
 from reconciler.core.capacity import HOLDING, capacity

@@ -18,7 +18,7 @@ from reconciler.core.admission import spent_today
 from reconciler.core.models import LIVE, TERMINAL, Game, JobRecord, Phase, copy, dump, parse
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
-from reconciler.core.digest import running_spend_usd, spend_is_estimated, unknown_format
+from reconciler.core.spend import running_spend_usd, spend_is_estimated, unknown_format
 from reconciler.render.status import HEADER, asker_data, field_text, ladder_line, status_line
 from reconciler.core.quantities import Zone
 from reconciler.render.text import fmt_clock, fmt_cpus, fmt_gb, fmt_span, one_line, quoted

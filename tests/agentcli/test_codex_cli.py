@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT))
 from reconciler.config.agentmodel import codex_session  # noqa: E402
 from reconciler.core.agents import codex_default_model  # noqa: E402
 from reconciler.core.codex import CodexDigest  # noqa: E402
-from reconciler.core.digest import make_digest, running_spend_usd  # noqa: E402
+from reconciler.core.digest import make_digest  # noqa: E402
+from reconciler.core.spend import running_spend_usd  # noqa: E402
 from reconciler.core.pricing import load_pricing  # noqa: E402
 
 TABLE = load_pricing((ROOT / "policies" / "pricing.toml").read_text())

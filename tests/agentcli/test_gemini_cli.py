@@ -33,7 +33,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemini_api import GeminiAPI, Turn, Usage  # noqa: E402
 
-from reconciler.core.digest import make_digest, running_spend_usd  # noqa: E402
+from reconciler.core.digest import make_digest  # noqa: E402
+from reconciler.core.spend import running_spend_usd  # noqa: E402
 from reconciler.core.pricing import load_pricing  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

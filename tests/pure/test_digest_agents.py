@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from reconciler.core.agents import model_from_command
-from reconciler.core.digest import make_digest, running_spend_usd
+from reconciler.core.digest import make_digest
+from reconciler.core.spend import running_spend_usd
 from reconciler.core.pricing import load_pricing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,7 +150,7 @@ def test_a_resume_at_every_line_boundary_ends_in_the_same_state(agent, path):
 def test_output_in_no_known_format_is_said_and_costs_a_cent_a_line():
     """Hand-built: `claude -p` without --output-format prints plain text (no real file needed to
     show text lines)."""
-    from reconciler.core.digest import UNKNOWN_LINE_USD, unknown_format
+    from reconciler.core.spend import UNKNOWN_LINE_USD, unknown_format
     from reconciler.core.models import JobRecord, Phase, Request
     from reconciler.core.plan import agent_outcome
 

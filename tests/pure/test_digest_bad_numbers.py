@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core.digest import DigestState, make_digest, running_spend_usd
+from reconciler.core.digest import DigestState, make_digest
+from reconciler.core.spend import running_spend_usd
 from reconciler.core.pricing import BadNumber, load_pricing, tokens
 
 ROOT = Path(__file__).resolve().parents[2]

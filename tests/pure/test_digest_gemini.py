@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core.digest import DigestState, make_digest, running_spend_usd
+from reconciler.core.digest import DigestState, make_digest
+from reconciler.core.spend import running_spend_usd
 from reconciler.core.gemini import JSON_DOC_MAX
 from reconciler.core.pricing import load_pricing
 

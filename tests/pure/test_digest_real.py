@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core.digest import make_digest, running_spend_usd
+from reconciler.core.digest import make_digest
+from reconciler.core.spend import running_spend_usd
 from reconciler.core.pricing import load_pricing
 
 ROOT = Path(__file__).resolve().parents[2]
