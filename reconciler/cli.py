@@ -562,7 +562,7 @@ def main(argv: list[str] | None = None, loop_unanswered: bool = False) -> int:
         if not _ours(e):
             raise  # a bug: the traceback is what a report needs
         if type(e).__module__ == "sqlite3":  # SQLite's own words never reach a user (issue 40)
-            from reconciler.recorded.store import store_error
+            from reconciler.recorded.errors import store_error
 
             e = store_error(Paths.default().db, e)
         text = " ".join(str(e).split()) or type(e).__name__

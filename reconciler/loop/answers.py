@@ -123,7 +123,7 @@ async def wait_answer(engine: Engine, ticker: Ticker, job_id: str, timeout: floa
     """Answer once the entry is finished (checked after every pass) or `timeout` passed; None if the
     caller hung up meanwhile."""
     from reconciler.loop.waiting import finished
-    from reconciler.recorded.store import StoreBusy
+    from reconciler.recorded.errors import StoreBusy
 
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout

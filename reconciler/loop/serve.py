@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from reconciler.config.locks import LockBusy, acquire, release
 from reconciler.loop.answers import answer_request
 from reconciler.loop.protocol import Answer, answer_line, read_request
-from reconciler.recorded.store import StoreReplaced
+from reconciler.recorded.errors import StoreReplaced
 from reconciler.core.models import Plan
 from reconciler.config.paths import Paths
 from reconciler.core.errors import HeldElsewhere, RetryLater, needs_a_person

@@ -91,7 +91,8 @@ def _wait_here(paths: Paths, policy, job_id: str, left: float | None, timeout: f
 
     from reconciler.core.errors import HeldElsewhere
     from reconciler.loop.tick import Engine
-    from reconciler.recorded.store import Store, StoreBusy
+    from reconciler.recorded.errors import StoreBusy
+    from reconciler.recorded.store import Store
 
     logging.getLogger("res").addHandler(logging.NullHandler())
 

@@ -228,7 +228,7 @@ async def submit(engine: Engine, tick: TickFn, kind: str, fields: dict, resume: 
     as the request is written (a caller that gives up waiting then knows what it left behind)."""
     from reconciler.core.errors import HeldElsewhere
     from reconciler.desired.reader import DesiredError
-    from reconciler.recorded.store import StoreBusy
+    from reconciler.recorded.errors import StoreBusy
 
     policy = engine.policy
     if deadline is None and isinstance(fields.get("answer_by"), (int, float)):
@@ -290,7 +290,7 @@ async def undecided(engine: Engine, req, kind: str, why: str) -> tuple[int, str,
     known). Asked for now: withdrawn where it can be, and never started either way (its deadline
     passes, core.admission.caller_gone); with --queue: it waits, and its caller is told so."""
     from reconciler.desired.reader import DesiredError
-    from reconciler.recorded.store import StoreBusy
+    from reconciler.recorded.errors import StoreBusy
 
     try:
         rec = engine.store.get(req.id)
@@ -323,7 +323,8 @@ async def undecided(engine: Engine, req, kind: str, why: str) -> tuple[int, str,
     if req.queue and rec is None and hasattr(req, "request_id"):
         # Told it is queued: on record as such now (what the pass would have written had it run), so
         # that asking again with its request id is answered with this entry, not a second one.
-        from reconciler.recorded.store import ABSENT, StoreError
+        from reconciler.recorded.errors import StoreError
+        from reconciler.recorded.store import ABSENT
 
         try:
             engine.store.put(transition(None, "enqueue", time.time(), request=req), expect_phase=ABSENT)
@@ -351,7 +352,7 @@ async def release(engine: Engine, tick: TickFn, job_id: str, stop: bool, who: st
     from reconciler.desired.reader import DesiredError
     from reconciler.ops.status import entry_json
 
-    from reconciler.recorded.store import StoreError
+    from reconciler.recorded.errors import StoreError
 
     def answer(code: int, line: str, rec) -> tuple[int, str, dict | None]:
         return code, line, (entry_json(rec, engine.paths) if rec is not None else None)

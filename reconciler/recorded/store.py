@@ -27,122 +27,13 @@ from urllib.parse import quote
 from reconciler.config.deadline import BUSY_TIMEOUT_S, wait_limits  # noqa: F401  (serve.py takes them from here)
 from reconciler.config.deadline import wait_s as _wait_s
 from reconciler.config.paths import Paths
-from reconciler.core.errors import HeldElsewhere
+from reconciler.recorded.errors import StoreError, StoreReplaced, store_error
+from reconciler.recorded.schema import REQUEST_ID_OF_RECORD, SCHEMA, SCHEMA_VERSION, scrub_secrets
 
 if TYPE_CHECKING:
     from reconciler.core.models import JobRecord, Phase
 
-SCHEMA_VERSION = 2  # 2: records carry no secret-looking environment (scrubbed on upgrade)
-
-# A record's request id as SQLite reads it, in the index and in the look-up alike (the same text, or
-# the index is not used); guarded, so a record that is not JSON is set aside when read (records())
-# rather than failing its insert or the index's creation at open.
-REQUEST_ID_OF_RECORD = "CASE WHEN json_valid(record) THEN json_extract(record, '$.request.request_id') END"
-
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS jobs (
-    id          TEXT PRIMARY KEY,
-    num         INTEGER NOT NULL,          -- 12 for r-12: the order requests were made in
-    phase       TEXT NOT NULL,
-    holder      TEXT,                      -- attached_by: the instance streaming the job
-    lease_until REAL,
-    ended       REAL,
-    updated     REAL NOT NULL DEFAULT 0,
-    record      TEXT NOT NULL              -- models.JobRecord, models.dump_json()
-);
-CREATE INDEX IF NOT EXISTS jobs_phase ON jobs (phase);
--- (guarded: a row whose record is not JSON is set aside when read, never a failed insert or open)
-CREATE INDEX IF NOT EXISTS jobs_request_id_valid ON jobs ({REQUEST_ID_OF_RECORD});
-CREATE INDEX IF NOT EXISTS jobs_num ON jobs (num);
-CREATE TABLE IF NOT EXISTS history (
-    id          TEXT PRIMARY KEY,
-    num         INTEGER NOT NULL,
-    phase       TEXT NOT NULL,
-    ended       REAL,
-    record      TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS history_ended ON history (ended);
-CREATE INDEX IF NOT EXISTS history_num ON history (num);
-CREATE TABLE IF NOT EXISTS meta (
-    key         TEXT PRIMARY KEY,
-    value       TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS changes (
-    at          REAL NOT NULL,             -- when the change was made (res) or noticed (outside res)
-    file        TEXT NOT NULL,             -- policy.toml, game.toml, queue.toml
-    how         TEXT NOT NULL,             -- "res": through the writer, "outside": not
-    who         TEXT NOT NULL DEFAULT '',  -- the calling process chain, for changes through res
-    summary     TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS changes_at ON changes (at);
-"""
-
 _TERMINAL = ("done", "refused", "cancelled")  # models.TERMINAL, kept here as text for SQL
-
-
-class StoreError(Exception):
-    """state.db cannot be used; one line naming the file."""
-
-
-class StoreReplaced(StoreError):
-    """state.db was removed, replaced or emptied under an open connection: whatever this process would
-    write would be lost, and what it would read is no longer true. It must stop acting."""
-
-
-class StoreBusy(StoreError, HeldElsewhere):
-    """state.db is held by another process (a transaction it keeps open) for longer than this process
-    may wait: one line naming the holder where /proc/locks shows it. Tried again later, never a bug."""
-
-    def __init__(self, path: Path, waited: float):
-        from reconciler.config.locks import describe_pid, lock_holders
-
-        holders = lock_holders(path)
-        who = ", ".join(describe_pid(p) for p in holders[:3]) if holders else "another process (not seen)"
-        self.path, self.waited, self.holders = path, waited, holders
-        waited_text = f"; res waited {_span(waited)} for it" if waited >= 0.05 else ""
-        super().__init__(f"{path}: held by {who} in a write transaction{waited_text}")
-
-
-def _span(s: float) -> str:
-    return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
-
-
-# SQLite's result codes, said in res's words (never SQLite's own text, issue 40).
-_SQLITE_WORDS = {
-    "SQLITE_FULL": "the disk is full",
-    "SQLITE_IOERR": "the disk failed to read or write it (or is full)",
-    "SQLITE_CORRUPT": "it is damaged (not a consistent SQLite database: move it away; res starts a new one)",
-    "SQLITE_NOTADB": "it is not a SQLite database (replaced by another file? move it away; res starts a new one)",
-    "SQLITE_CANTOPEN": "it cannot be opened (its directory or its permissions?)",
-    "SQLITE_READONLY": "it is read-only for res (its permissions, or a read-only file system?)",
-    "SQLITE_PERM": "res may not open it (its permissions?)",
-    "SQLITE_AUTH": "res may not open it (its permissions?)",
-    "SQLITE_NOMEM": "SQLite ran out of memory",
-    "SQLITE_TOOBIG": "a value is too big for it",
-    "SQLITE_SCHEMA": "its tables changed under res",
-    "SQLITE_MISMATCH": "a value of the wrong type",
-    "SQLITE_CONSTRAINT": "a value breaks its constraints",
-}
-
-
-def store_error(path: Path, e: sqlite3.Error, waited: float | None = None) -> StoreError:
-    """SQLite's error as res says it: held by another process (StoreBusy, with the holder), or what
-    its result code means; never SQLite's own text."""
-    name = getattr(e, "sqlite_errorname", "") or ""
-    base = name.split("_", 2)[:2]
-    base_name = "_".join(base) if len(base) == 2 else name
-    text = str(e).lower()
-    if base_name in ("SQLITE_BUSY", "SQLITE_LOCKED") or "database is locked" in text or "database is busy" in text:
-        return StoreBusy(path, _wait_s() if waited is None else waited)
-    said = _SQLITE_WORDS.get(base_name)
-    if said is None:
-        if "no such table" in text or "no such column" in text:
-            said = "it lacks the tables res keeps (made by another program?)"
-        elif "disk is full" in text or "disk i/o" in text:
-            said = "the disk failed to read or write it (or is full)"
-        else:
-            said = f"it could not be used (SQLite code {name or 'unknown'})"
-    return StoreError(f"{path}: {said}")
 
 
 class _Sentinel:
@@ -247,7 +138,7 @@ class Store:
                 # transaction does not stop a reader of it from opening it.
                 conn.execute("PRAGMA journal_mode = WAL")
                 with store.transaction():
-                    for statement in _SCHEMA.split(";"):  # (executescript would COMMIT first)
+                    for statement in SCHEMA.split(";"):  # (executescript would COMMIT first)
                         if statement.strip():
                             conn.execute(statement)
                     got = store._meta_raw("schema_version")
@@ -255,7 +146,7 @@ class Store:
                         conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
                         conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('db_id', ?)", (os.urandom(8).hex(),))
                     elif int(got) < 2:
-                        _scrub_secrets(conn)
+                        scrub_secrets(conn)
                         conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
             conn.execute("PRAGMA synchronous = NORMAL")
             store._check_version()
@@ -615,23 +506,6 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
     except sqlite3.Error:
         pass
-
-
-def _scrub_secrets(conn: sqlite3.Connection) -> None:
-    """Remove secret-looking variables (environ.is_secret) from every record's request, in `jobs` and
-    `history`: what an older res wrote before its filter knew them."""
-    from reconciler.config.environ import is_secret
-
-    for table in ("jobs", "history"):
-        for job_id, raw in conn.execute(f"SELECT id, record FROM {table}").fetchall():
-            try:
-                data = json.loads(raw)
-                env = data["request"]["env"]
-            except (ValueError, KeyError, TypeError):
-                continue
-            if isinstance(env, dict) and any(is_secret(str(k), str(v)) for k, v in env.items()):
-                data["request"]["env"] = {k: v for k, v in env.items() if not is_secret(str(k), str(v))}
-                conn.execute(f"UPDATE {table} SET record = ? WHERE id = ?", (json.dumps(data), job_id))
 
 
 def _expected(row: tuple | None, expect_phase: Any, expect_holder: Any) -> bool:

@@ -20,7 +20,8 @@ from reconciler.config.locks import describe_pid, lock_holders
 from reconciler.config.paths import Paths
 from reconciler.core.lifecycle import transition
 from reconciler.config.deadline import clear_deadline, wait_limits
-from reconciler.recorded.store import Store, StoreBusy
+from reconciler.recorded.errors import StoreBusy
+from reconciler.recorded.store import Store
 
 ROOT = Path(__file__).resolve().parents[2]
 SQLITE_WORDS = re.compile(r"database is locked|database is busy|sqlite3\.|OperationalError|Traceback")

@@ -15,7 +15,7 @@ from fakeruntime import fake_engine  # noqa: E402
 from reconciler.core.models import JobObs  # noqa: E402
 from reconciler.loop.tick import Engine  # noqa: E402
 from reconciler.ops import requests as ops  # noqa: E402
-from reconciler.recorded.store import StoreReplaced  # noqa: E402
+from reconciler.recorded.errors import StoreReplaced  # noqa: E402
 
 JOB = dict(title="build", project="p", mem_gb=0.1, cpus=0.1, est_s=60, cmd=["sleep", "1000"], cwd="/", created=1.0)
 

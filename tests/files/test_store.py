@@ -12,7 +12,9 @@ import pytest
 
 from reconciler.core.models import LIVE, JobRecord, Phase, Request, copy
 from reconciler.config.paths import Paths
-from reconciler.recorded.store import ABSENT, SCHEMA_VERSION, Store, StoreError, max_number
+from reconciler.recorded.errors import StoreError
+from reconciler.recorded.schema import SCHEMA_VERSION
+from reconciler.recorded.store import ABSENT, Store, max_number
 
 
 @pytest.fixture
@@ -326,7 +328,7 @@ def test_a_request_id_is_found_by_its_index_and_an_older_database_gets_the_index
     conn.commit()
     conn.close()
     with Store.open(paths) as store:
-        from reconciler.recorded.store import REQUEST_ID_OF_RECORD
+        from reconciler.recorded.schema import REQUEST_ID_OF_RECORD
 
         plan = store._conn.execute(f"EXPLAIN QUERY PLAN SELECT id FROM jobs WHERE {REQUEST_ID_OF_RECORD} = ?",
                                    ("q-x",)).fetchall()
