@@ -3,9 +3,10 @@
 its edits. It edits under an exclusive lock (desired/lock.py), keeps the user's comments and
 formatting, validates before it writes, never overwrites a file it could not read, and replaces files
 atomically, only if they are still the ones read (desired/disk.py). Its neighbours: the files' text in
-(desired/toml_in.py, shared with the reader) and out (desired/toml_out.py), its note about the last
-queue.toml it wrote (desired/note.py), its change log (desired/changes.py), the templates `res init`
-lays down (desired/templates.py).
+(desired/toml_in.py, shared with the reader) and out (desired/toml_out.py), queue.toml's new text for
+an append or a removal (desired/queue_edits.py), its note about the last queue.toml it wrote
+(desired/note.py), its change log (desired/changes.py), the templates `res init` lays down
+(desired/templates.py).
 
 Import-light (the writer is on `res run`'s hot path): tomllib, pydantic (via models) and tomlkit are
 imported inside the functions that need them, and tomlkit only when an edit cannot be made as a plain
@@ -20,14 +21,14 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from reconciler.config.files import digest
 from reconciler.config.paths import Paths
-from reconciler.desired import changes
+from reconciler.desired import changes, queue_edits
 from reconciler.desired.disk import Bad, Changed, decode, read_bytes, read_file, replace_if_unchanged, write_atomic
 from reconciler.desired.lock import writer_locked
 from reconciler.desired.note import Note, QueueFile
 from reconciler.desired.reader import DesiredError
 from reconciler.desired.templates import move_aside, queue_template, template
-from reconciler.desired.toml_in import KINDS, MAX_ID, first_error, known_table, parse_game, parse_queue
-from reconciler.desired.toml_out import entry_dict, entry_text, head_of, is_plain, remove_plain, set_next_id, to_tomlkit
+from reconciler.desired.toml_in import KINDS, MAX_ID, first_error, parse_game, parse_queue
+from reconciler.desired.toml_out import entry_dict, is_plain, remove_plain
 
 if TYPE_CHECKING:
     from reconciler.core.models import Game, Request
@@ -300,85 +301,16 @@ class Writer:
         (multi-line strings, inline arrays of tables, ...) is edited with tomlkit and the whole result
         checked against the intended data."""
         added = {k: sum(1 for kind, _ in entries if kind == k) for k in KINDS}
-        new_text = self._appended_plain(q, entries, next_id) if q.plain else None
+        new_text = queue_edits.appended_plain(self.paths.queue, q, entries, next_id) if q.plain else None
         if new_text is None:
             q = self._full(dfd, q)
-            new_text = self._appended_tomlkit(q, entries, next_id)
+            new_text = queue_edits.appended_tomlkit(self.paths.queue, q, entries, next_id)
             q.counts = {k: len(q.data.get(k, [])) + added[k] for k in KINDS}
             q.plain = is_plain(new_text, q.counts)
         else:  # a plain edit of plain text stays plain: each block has one bare header, no multi-line string
             q.counts = {k: q.counts.get(k, 0) + added[k] for k in KINDS}
         q.next_id = next_id
         return q, new_text
-
-    def _appended_plain(self, q: QueueFile, entries: list[tuple[str, dict[str, Any]]], next_id: int) -> str | None:
-        import tomllib
-
-        text = set_next_id(q.text, next_id)
-        if text is None:
-            return None
-        # Read the pieces back: each new table alone, and the part before the first table (which in
-        # plain text holds nothing but comments and next_id).
-        blocks = []
-        for kind, entry in entries:
-            block = entry_text(kind, entry)
-            got = tomllib.loads(block)
-            if got != {kind: [entry]}:
-                raise DesiredError(f"{self.paths.queue}: the new entry would not read back as written; nothing was changed")
-            known_table(block, kind, got[kind][0])  # a reader in this process (the loop's) needs not parse it again
-            blocks.append(block)
-        if tomllib.loads(head_of(text)) != {"next_id": next_id}:
-            return None
-        if text and not text.endswith("\n"):
-            text += "\n"
-        return text + "".join(blocks)
-
-    def _appended_tomlkit(self, q: QueueFile, entries: list[tuple[str, dict[str, Any]]], next_id: int) -> str:
-        import tomlkit
-
-        assert q.data is not None
-        try:
-            doc = tomlkit.parse(q.text)
-            doc["next_id"] = next_id
-            for kind, entry in entries:
-                table = tomlkit.table()
-                for k, v in entry.items():
-                    table.append(k, to_tomlkit(v))
-                if kind in doc:
-                    if not isinstance(doc[kind], tomlkit.items.AoT):
-                        raise DesiredError(
-                            f"{self.paths.queue}: {kind} is written as an inline array; write its entries as [[{kind}]]"
-                            " tables so they can be added to; nothing was changed"
-                        )
-                    doc[kind].append(table)
-                else:
-                    aot = tomlkit.aot()
-                    aot.append(table)
-                    doc.append(kind, aot)
-            new_text = tomlkit.dumps(doc)
-        except DesiredError:
-            raise
-        except Exception as e:
-            raise DesiredError(f"{self.paths.queue}: could not edit it ({' '.join(str(e).split())}); nothing was changed") from None
-        expected = dict(q.data)
-        expected["next_id"] = next_id
-        for kind in KINDS:
-            new = [entry for k, entry in entries if k == kind]
-            if new:
-                expected[kind] = list(q.data.get(kind, [])) + new
-        self._verify(new_text, expected)
-        return new_text
-
-    def _verify(self, new_text: str, expected: dict[str, Any]) -> None:
-        import tomllib
-
-        try:
-            got = tomllib.loads(new_text)
-        except tomllib.TOMLDecodeError:
-            got = None
-        norm = {k: v for k, v in expected.items() if v != []}
-        if got != norm:
-            raise DesiredError(f"{self.paths.queue}: the edit would not read back as intended (unusual formatting?); nothing was changed")
 
     # ---------------------------------------------------------- remove
 
@@ -436,45 +368,13 @@ class Writer:
         for kind, idx in doomed.items():
             expected[kind] = [e for i, e in enumerate(q.data[kind]) if i not in idx]
         counts = {k: len(expected.get(k, [])) for k in KINDS}
-        new_text = self._removed_plain(q, found, next_id, expected) if q.plain else None
+        new_text = queue_edits.removed_plain(self.paths.queue, q, found, next_id, expected) if q.plain else None
         if new_text is None:
-            new_text = self._removed_tomlkit(q, doomed, next_id, expected)
+            new_text = queue_edits.removed_tomlkit(self.paths.queue, q, doomed, next_id, expected)
         q.next_id, q.counts = next_id, counts
         q.plain = is_plain(new_text, counts)
         self._commit_queue(dfd, q, new_text, note, "remove", sorted(found))
         return [i for i in wanted if i in found]
-
-    def _removed_plain(self, q: QueueFile, found: set[str], next_id: int, expected: dict[str, Any]) -> str | None:
-        done = remove_plain(q.text, found)
-        text = done[0] if done is not None else None
-        if text is not None and next_id != q.data.get("next_id"):
-            text = set_next_id(text, next_id)
-        if text is None:
-            return None
-        try:
-            self._verify(text, expected)
-        except DesiredError:
-            return None
-        return text
-
-    def _removed_tomlkit(self, q: QueueFile, doomed: dict[str, set[int]], next_id: int, expected: dict[str, Any]) -> str:
-        import tomlkit
-
-        try:
-            doc = tomlkit.parse(q.text)
-            for kind, idx in doomed.items():
-                arr = doc[kind]
-                for i in sorted(idx, reverse=True):
-                    del arr[i]
-                if len(arr) == 0:
-                    del doc[kind]
-            if doc.get("next_id") != next_id:
-                doc["next_id"] = next_id
-            new_text = tomlkit.dumps(doc)
-        except Exception as e:
-            raise DesiredError(f"{self.paths.queue}: could not edit it ({' '.join(str(e).split())}); nothing was changed") from None
-        self._verify(new_text, expected)
-        return new_text
 
     # ---------------------------------------------------------- update
 
@@ -509,7 +409,7 @@ class Writer:
                 new_text = tomlkit.dumps(doc)
             except Exception as e:
                 raise DesiredError(f"{self.paths.queue}: could not edit it ({' '.join(str(e).split())}); nothing was changed") from None
-            self._verify(new_text, expected)
+            queue_edits.verify(self.paths.queue, new_text, expected)
             q.plain = is_plain(new_text, q.counts)
             self._commit_queue(dfd, q, new_text, None, op, [job_id], why=why)
             return True

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from reconciler.desired import queue_edits
 from reconciler.desired.reader import DesiredError, DesiredRead, read_desired, read_game, read_queue
 from reconciler.desired.writer import Writer
 from reconciler.core.models import Game, Request, dump
@@ -653,19 +654,19 @@ def test_a_save_by_an_editor_during_an_edit_is_not_lost(paths, writer, monkeypat
     """Editors do not take the writer's lock: if the file changes between the writer reading and
     replacing it, the writer starts over from the new file."""
     writer.add(JOB)
-    real = Writer._appended_plain
+    real = queue_edits.appended_plain
     calls = []
 
-    def editor_saves_meanwhile(self, q, entries, next_id):
+    def editor_saves_meanwhile(path, q, entries, next_id):
         if not calls:
             text = paths.queue.read_text() + "\n# saved by an editor meanwhile\n"
             tmp = paths.desired / "editor.tmp"
             tmp.write_text(text)
             os.replace(tmp, paths.queue)
         calls.append(entries[0][1]["id"])
-        return real(self, q, entries, next_id)
+        return real(path, q, entries, next_id)
 
-    monkeypatch.setattr(Writer, "_appended_plain", editor_saves_meanwhile)
+    monkeypatch.setattr(queue_edits, "appended_plain", editor_saves_meanwhile)
     assert writer.add(JOB).id == "r-2"
     assert calls == ["r-2", "r-2"]  # started over once
     assert "# saved by an editor meanwhile" in paths.queue.read_text()
