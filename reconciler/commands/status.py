@@ -2,7 +2,7 @@
 shows). HOT PATH: agents poll it. `res status`, `res status --json` and `--all` are answered from
 reconciler/entry.py through `quick` with os, json and socket alone, before the command line
 (argparse, pathlib, typing) is imported; any other form, and a loop that does not answer, go the
-whole way (cli.cmd_status, which reads state.db here)."""
+whole way (commands/handlers.cmd_status, which reads state.db here)."""
 from __future__ import annotations
 
 import os
