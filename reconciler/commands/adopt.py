@@ -41,7 +41,7 @@ def adopt_report(plan, agents_slice: str) -> tuple[int, list[str]]:
 
 
 def cmd_adopt(paths: Paths, policy) -> tuple[int, list[str]]:
-    from reconciler.loop.tick import PassFailed, pass_now
+    from reconciler.loop.oneshot import PassFailed, pass_now
 
     try:
         plan = pass_now(paths, policy, adopt=True)

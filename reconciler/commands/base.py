@@ -42,7 +42,7 @@ def quiet_logs() -> None:
 
 
 async def with_engine(paths: Paths, fn: Callable[[Engine], Awaitable[T]]) -> T:
-    from reconciler.loop.tick import with_engine as run_with_engine
+    from reconciler.loop.oneshot import with_engine as run_with_engine
 
     quiet_logs()
     return await run_with_engine(paths, the_policy(), fn)

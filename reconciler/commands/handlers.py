@@ -68,7 +68,7 @@ def cmd_game(a, paths: Paths) -> int:
 
     def decide() -> list[str]:
         """A pass now (the loop's, or one here); what kept it from acting on everything."""
-        from reconciler.loop.tick import PassFailed, pass_here, pass_now
+        from reconciler.loop.oneshot import PassFailed, pass_here, pass_now
 
         quiet_logs()
         try:

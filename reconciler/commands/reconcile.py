@@ -16,7 +16,7 @@ def cmd_reconcile(a, paths: Paths) -> int:
     quiet_logs()
     if a.dry_run:
         from reconciler.core.models import World, parse_json
-        from reconciler.loop.tick import dry_run
+        from reconciler.loop.oneshot import dry_run
 
         world = None
         if a.world:
@@ -42,7 +42,7 @@ def cmd_reconcile(a, paths: Paths) -> int:
         return _print_plan(plan, a.json)
     if a.world:
         raise Fail("res: --world only plans (add --dry-run)", 2)
-    from reconciler.loop.tick import PassFailed, pass_now
+    from reconciler.loop.oneshot import PassFailed, pass_now
 
     try:
         return _print_plan(pass_now(paths, policy), a.json)
@@ -75,7 +75,7 @@ def cmd_observe(a, paths: Paths) -> int:
 
     from reconciler.core.models import dump_json
     from reconciler.render.text import fmt_gb
-    from reconciler.loop.tick import dry_run
+    from reconciler.loop.oneshot import dry_run
 
     quiet_logs()
 

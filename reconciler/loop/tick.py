@@ -1,4 +1,5 @@
-"""One reconcile pass (DESIGN §2): lock, load desired, observe, plan, apply, publish."""
+"""One reconcile pass (DESIGN §2): lock, load desired, observe, plan, apply, publish. A pass a command
+asks for (the loop's, else one here) and the read-only plan are loop/oneshot.py's."""
 from __future__ import annotations
 
 import json
@@ -7,12 +8,11 @@ import os
 import secrets
 import socket
 import time
-from typing import Awaitable, Callable, TypeVar
 
 from reconciler.apply.attach import Streamer
 from reconciler.apply.executor import Executor
 from reconciler.config.locks import locked_async
-from reconciler.core.models import Desired, Phase, Plan, World, dump, parse
+from reconciler.core.models import Desired, Phase, Plan, World, dump
 from reconciler.loop.world import observe_user_side, observe_world
 from reconciler.config.paths import Paths
 from reconciler.config.zone import zone_of
@@ -22,7 +22,6 @@ from reconciler.core.plan import plan
 from reconciler.render.reasons import explain, explained
 
 log = logging.getLogger("res.tick")
-T = TypeVar("T")
 
 
 def rebook(desired: Desired, records: dict, learned: dict, margin: float, memo: dict) -> None:
@@ -468,58 +467,6 @@ class Engine:
                                      if r.request.kind == "note" and r.phase == Phase.running and r.request.owner_pid)
 
 
-async def with_engine(paths: Paths, policy, fn: Callable[[Engine], Awaitable[T]]) -> T:
-    """`fn(engine)` on a one-shot reconciler instance: connected first, closed after (its
-    attachments given up, so a loop takes them over at once)."""
-    engine = Engine(paths, policy)
-    try:
-        await engine.connect()
-        return await fn(engine)
-    finally:
-        await engine.close()
-
-
-def pass_here(paths: Paths, policy, adopt: bool = False) -> Plan:
-    """One pass in this process, under the same tick lock as the loop's."""
-    import asyncio
-
-    async def one(engine):
-        engine.adopt_once = adopt
-        return await engine.tick()
-
-    paths.ensure()
-    return asyncio.run(with_engine(paths, policy, one))
-
-
-class PassFailed(Exception):
-    """The running loop answered without a plan (its pass failed): its line and exit code."""
-
-    def __init__(self, line: str, code: int):
-        super().__init__(line)
-        self.line, self.code = line, code
-
-
-def pass_now(paths: Paths, policy, adopt: bool = False, timeout: float | None = None) -> Plan:
-    """A pass now: the running loop's (it answers with the plan of a pass that began after the
-    request), else one here. `adopt`: that pass adopts sessions whatever adopt_sessions says.
-    TimeoutError: the loop took the request and did not answer in time (`timeout`, else what is left
-    of this call's deadline, else 60 s)."""
-    from reconciler.loop.client import NoDaemon, ask
-    from reconciler.loop.protocol import Tick
-    from reconciler.config.deadline import remaining
-
-    if timeout is None:
-        timeout = remaining()
-        timeout = 60.0 if timeout is None else max(timeout, 0.001)
-    try:
-        answer = ask(paths.socket, Tick(adopt=adopt), timeout=timeout)
-    except NoDaemon:
-        return pass_here(paths, policy, adopt)
-    if answer.get("plan") is None:
-        raise PassFailed(answer["line"], answer["code"])
-    return parse(Plan, answer["plan"])
-
-
 def load_desired(paths: Paths, store, save: bool = True) -> tuple[Desired, list[str]]:
     """Desired state, keeping the last good version of a file that does not parse (DESIGN §2 step 2,
     desired/lastgood.py). `save`: remember this version as the last good one (never in a dry run)."""
@@ -570,50 +517,3 @@ def _queue_json(store, p: Plan) -> str:
                 (a.detail, f"{json.dumps(a.id)}: {json.dumps(a.detail)}")
     store.memo["queue_json"] = kept
     return "{" + ", ".join(text for _, text in kept.values()) + "}"
-
-
-async def dry_run(paths: Paths, policy, world: World | None = None) -> tuple[Plan, World]:
-    """Steps 2–4 read-only: nothing is locked, started, written or created."""
-    from reconciler.recorded.store import Store
-
-    store = Store.open(paths, readonly=True)
-    try:
-        desired, notices = load_desired(paths, store, save=False)
-        records = store.records()
-        rebook(desired, records, (gatefile_read(paths.gate) or {}).get("learned") or {}, policy.margin, {})
-        try:  # what a pass would hold now: a hand edit since the last pass is shown held, not started
-            from reconciler.config.policy import user_policy_path
-            from reconciler.desired.changes import track
-
-            desired.hand_added = sorted(track(paths, store, user_policy_path(), write=False))
-        except Exception as e:  # noqa: BLE001 - a plan for review: shown without, and said
-            notices.append(f"could not check queue.toml for hand edits ({' '.join(str(e).split())}); "
-                           "entries added by hand may show as to start")
-        if world is None:
-            runtime = make_runtime(paths, policy)
-            from reconciler.runtime import RuntimeUnavailable
-
-            error = None
-            try:
-                await runtime.connect()
-                connected = True
-            except RuntimeUnavailable as e:
-                connected, error = False, str(e)
-            try:
-                unknown = [r.id for r in desired.requests if r.id not in records]
-                world = await observe_world(runtime if connected else None, records, paths, unknown,
-                                            cluster=make_cluster(paths, policy),
-                                            ask_cluster=cluster_wanted(desired, records, policy))
-                if error:
-                    world.errors = [error]
-                elif world.ok:
-                    notices += await observe_user_side(runtime, world, policy)
-            finally:
-                if connected:
-                    await runtime.close()
-        zone = zone_of(policy)
-        p = explain(plan(desired, records, world, time.time(), policy.rules(), zone=zone), zone)
-        p.notices.extend(notices)
-        return p, world
-    finally:
-        store.close()

@@ -15,7 +15,7 @@ from fakeruntime import FakeRuntime  # noqa: E402
 
 from reconciler.config.paths import Paths  # noqa: E402
 from reconciler.config.policy import load_policy  # noqa: E402
-from reconciler.loop import tick  # noqa: E402
+from reconciler.loop import oneshot, tick  # noqa: E402
 
 JOB = dict(title="build", project="p", mem_gb=0.1, cpus=0.1, est_s=60, cmd=["true"], cwd="/", created=1.0)
 FORGED = '\n[[job]]\nid = "r-7"\ntitle = "forged"\nmem_gb = 0.1\nest_s = 60\ncreated = 1.0\ncmd = ["/bin/true"]\n'
@@ -177,7 +177,7 @@ def test_a_dry_run_before_any_pass_shows_the_hand_edit_held(fresh):
     paths, _ = fresh
     Writer(paths).init()
     paths.queue.write_text(paths.queue.read_text() + FORGED)
-    p, _ = asyncio.run(tick.dry_run(paths, load_policy(), World(mem_available_gb=64.0, mem_total_gb=64.0, nproc=8)))
+    p, _ = asyncio.run(oneshot.dry_run(paths, load_policy(), World(mem_available_gb=64.0, mem_total_gb=64.0, nproc=8)))
     assert [a.kind for a in p.for_id("r-7")] == ["hold"]
     assert not paths.db.exists()  # read-only: nothing made
 
