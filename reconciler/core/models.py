@@ -177,8 +177,8 @@ class Request:
 
     @property
     def in_place(self) -> bool:
-        """The gate's booking of a command that runs as its agent CLI's own child (commands/hook.py
-        `_admit`): a gated note, whose command res can see by its owner's processes."""
+        """The gate's booking of a command that runs as its agent CLI's own child (commands/hookloop.py
+        `admit`): a gated note, whose command res can see by its owner's processes."""
         return self.kind == "note" and self.gated
 
     @property

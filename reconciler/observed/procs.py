@@ -147,7 +147,7 @@ def cgroup_of(pid: int) -> str | None:
 
 
 def in_place_use(bookings: dict[str, tuple[int, float]]) -> dict[str, float]:
-    """GB that each of the gate's bookings in place (commands/hook.py `_admit`: booking id -> (its
+    """GB that each of the gate's bookings in place (commands/hookloop.py `admit`: booking id -> (its
     owner, the agent CLI's pid; when it was made, epoch)) uses now: the anonymous memory of the owner's
     descendants that started at or after it (a process started after several bookings of one owner
     counts to the latest of them). Anonymous memory is what a command holds and MemAvailable no longer

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.commands import hook
+from reconciler.commands import hook, hookloop
 from reconciler.desired.reader import read_game
 from reconciler.desired.writer import Writer
 from reconciler.config.paths import Paths
@@ -480,9 +480,9 @@ def test_game_modes_prefix_on_an_allowed_line_carries_the_allow_and_on_others_on
 
 
 def test_a_loop_that_does_not_answer_lets_heavy_lines_run_and_says_so_once_a_session(state):
-    stuck = lambda environ, size: hook.STUCK  # noqa: E731
+    stuck = lambda environ, size: hookloop.STUCK  # noqa: E731
     first, _ = hook.main(event("python3 -m pytest -q tests"), os.environ, now=NOW, ask=stuck)
-    assert json.loads(first) == {"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": hook.STUCK_CONTEXT}}
+    assert json.loads(first) == {"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": hookloop.STUCK_CONTEXT}}
     assert hook.main(event("python3 -m pytest -q tests"), os.environ, now=NOW, ask=stuck) == ("", 0)
     again, _ = hook.main(event("make test", session_id="s-2"), os.environ, now=NOW, ask=stuck)
     assert "did not answer within 1 s" in json.loads(again)["hookSpecificOutput"]["additionalContext"]
@@ -497,18 +497,18 @@ def test_a_stopped_loop_is_given_up_on_within_a_second(state):
     srv.bind(str(state / "serve.sock"))
     srv.listen(8)
     try:
-        got = hook._would_fit({"RES_STATE_DIR": str(state)}, {"mem_gb": 1, "cpus": 1, "est_s": 60})
-        assert got is hook.STUCK and hook.ASK_TIMEOUT_S == 1.0
+        got = hookloop.would_fit({"RES_STATE_DIR": str(state)}, {"mem_gb": 1, "cpus": 1, "est_s": 60})
+        assert got is hookloop.STUCK and hookloop.ASK_TIMEOUT_S == 1.0
     finally:
         srv.close()
-    assert hook._would_fit({"RES_STATE_DIR": str(state)}, {"mem_gb": 1, "cpus": 1, "est_s": 60}) is None  # none there
+    assert hookloop.would_fit({"RES_STATE_DIR": str(state)}, {"mem_gb": 1, "cpus": 1, "est_s": 60}) is None  # none there
 
 
 def test_game_modes_prefix_on_a_line_admitted_in_place_is_what_it_was_on_a_line_left_alone(state, monkeypatch):
     """A heavy line booked in place (the CLI judges it unchanged) gets game mode's prefix exactly where a
     line the gate left alone would: Claude Code (it asks about the line either way), never Codex (which
     takes a rewrite only with its allow) or Gemini CLI outside YOLO (the prefix would make it ask)."""
-    monkeypatch.setattr(hook, "_admit", lambda *a: ("admit", "res: booked 1 GB for it"))
+    monkeypatch.setattr(hookloop, "admit", lambda *a: ("admit", "res: booked 1 GB for it"))
     game(state, f"# res game\non = true\nuntil = {NOW + 3600}\n")
     claude = json.loads(hook.main(event("python3 -m pytest -q tests"), os.environ, now=NOW, ask=FITS)[0])
     spec = claude["hookSpecificOutput"]

@@ -64,14 +64,14 @@ def test_no_session_no_booking_to_pair():
 def test_the_hook_releases_on_a_post_event_and_says_nothing(monkeypatch, tmp_path):
     import json
 
-    from reconciler.commands import hook
+    from reconciler.commands import hook, hookloop
 
     environ = {"RES_STATE_DIR": str(tmp_path)}
     asked = []
-    monkeypatch.setattr(hook, "_ask_loop", lambda environ, request, timeout: asked.append(request))
+    monkeypatch.setattr(hookloop, "ask_loop", lambda environ, request, timeout: asked.append(request))
     for pre, post in ((CODEX_PRE, CODEX_POST), (GEMINI_PRE, GEMINI_POST), (CLAUDE_PRE, CLAUDE_FAILED)):
         asked.clear()
-        hook._mark_held(environ, hooks.hold_id(hooks.read_call(pre)))  # as its pre-tool event's booking does
+        hookloop.mark_held(environ, hooks.hold_id(hooks.read_call(pre)))  # as its pre-tool event's booking does
         assert hook.main(json.dumps(post), environ) == ("", 0)
         assert asked == [{"op": "release_request", "request_id": hooks.hold_id(hooks.read_call(pre))}], post
         assert hook.main(json.dumps(post), environ) == ("", 0) and len(asked) == 1  # again: nothing to release
