@@ -152,6 +152,8 @@ def crowd_files(dest: Path) -> None:
     subprocess.run(pip + ["wheel", "--wheel-dir", str(dest / "wheels"), *sorted((dest / "dl").iterdir()),
                           *crowd.TEST_DEPS], check=True)
     (dest / "want.json").write_text(json.dumps(sorted(set(specs) | set(crowd.TEST_DEPS))))
+    for path in [dest, *dest.rglob("*")]:  # the login user reads them from the share (pip made them 0600)
+        path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def share(tests: list[str], crowd_args: list[str] | None = None) -> Path:
