@@ -83,7 +83,8 @@ def cmd_hist(a, paths: Paths) -> tuple[int, list[str]]:
 def cmd_clean(a, paths: Paths, policy) -> tuple[int, list[str]]:
     import asyncio
 
-    from reconciler.ops.clean import clean_here, reset_failed_units
+    from reconciler.ops.clean import clean_here
+    from reconciler.ops.failedunits import reset_failed_units
 
     lines = clean_here(os.getcwd(), time.time(), os.getuid(), policy.scratch_hours * 3600, yes=a.yes)
 

@@ -495,7 +495,8 @@ async def auto_clean(engine: Engine, roots, now: float) -> list[str] | None:
     """The loop's silent cleanup: like `res clean --yes` without project patterns,
     at most every `clean_every_minutes` (the last run is kept in state.db, so a restarted loop does
     not clean sooner). The sweep runs in a thread; the loop keeps ticking. None when not due."""
-    from reconciler.ops.clean import clean, reset_failed_units
+    from reconciler.ops.clean import clean
+    from reconciler.ops.failedunits import reset_failed_units
     from reconciler.core.clean import due
 
     policy = engine.policy

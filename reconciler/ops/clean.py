@@ -1,4 +1,4 @@
-"""`res clean`: agent scratch, /tmp litter and failed `res-*` units.
+"""`res clean`: agent scratch and /tmp litter (its failed `res-*` units: ops/failedunits.py).
 
 Three parts, like the rest of the project:
 
@@ -26,7 +26,7 @@ import fnmatch
 import os
 import re
 import stat
-from typing import Awaitable, Callable, Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from reconciler.core.agents import is_session
 from reconciler.core.clean import (LITTER, LITTER_SKIP, PATTERN_FILE, PROJECT, SCRATCH, Entry, Live, Outcome, Removal,
@@ -43,7 +43,6 @@ LONG_SLUG = 200  # Claude Code shortens longer slugs; these match by prefix
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _PID_TEXT = re.compile(rb"^\s*([0-9]{1,10})\s*$")
-_UNIT = re.compile(r"^[A-Za-z0-9_.:@\\-]+\.(service|scope)$")
 
 
 # ---------------------------------------------------------------------------------------- project patterns
@@ -574,34 +573,3 @@ def clean_here(cwd: str, now: float, uid: int, scratch_s: float, *, yes: bool) -
     if root is not None:
         roots.append(root)
     return lines + clean(roots, now, uid, scratch_s, yes=yes)
-
-
-async def reset_failed_units(side, *, yes: bool, prefix: str) -> list[str]:
-    """reset_failed on a runtime's user side (runtime.UserSide; None: a runtime without one: nothing)."""
-    if side is None:
-        return []
-    return await reset_failed(side.failed_units, side.reset_failed_unit, yes=yes, prefix=prefix)
-
-
-async def reset_failed(list_failed: Callable[[], Awaitable[Iterable[str]]],
-                       reset_unit: Callable[[str], Awaitable[object]], *, yes: bool,
-                       prefix: str = "res") -> list[str]:
-    """`reset-failed` of the failed `<prefix>-*` units. `list_failed()` gives the names of failed units
-    (over D-Bus: ListUnitsByPatterns(["failed"], [f"{prefix}-*"])); `reset_unit(name)` resets one
-    (ResetFailedUnit). Only names `<prefix>-….service|scope` are touched. Never raises."""
-    try:
-        names = sorted({n for n in await list_failed()
-                        if isinstance(n, str) and n.startswith(prefix + "-") and _UNIT.match(n)})
-    except Exception as e:  # noqa: BLE001 - observation failed: act on nothing, say so in one line
-        return [f"reset-failed skipped: {show(str(e)) or type(e).__name__}"]
-    lines = []
-    for n in names:
-        if not yes:
-            lines.append(f"would reset failed unit {n}")
-            continue
-        try:
-            await reset_unit(n)
-            lines.append(f"reset failed unit {n}")
-        except Exception as e:  # noqa: BLE001
-            lines.append(f"kept failed unit {n}: {show(str(e)) or type(e).__name__}")
-    return lines

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.ops import clean as C
+from reconciler.ops import failedunits
 from reconciler.core import clean as rules
 from reconciler.render import clean as text
 from reconciler.ops.clean import LITTER, PROJECT, SCRATCH, Entry, Live, Root
@@ -185,17 +186,17 @@ def test_reset_failed_hook():
         if name == "res-r-3.service":
             raise RuntimeError("NoSuchUnit")
 
-    assert asyncio.run(C.reset_failed(list_failed, reset, yes=False)) == [
+    assert asyncio.run(failedunits.reset_failed(list_failed, reset, yes=False)) == [
         "would reset failed unit res-claude-77.scope", "would reset failed unit res-r-3.service"]
     assert calls == []
-    assert asyncio.run(C.reset_failed(list_failed, reset, yes=True)) == [
+    assert asyncio.run(failedunits.reset_failed(list_failed, reset, yes=True)) == [
         "reset failed unit res-claude-77.scope", "kept failed unit res-r-3.service: NoSuchUnit"]
     assert calls == ["res-claude-77.scope", "res-r-3.service"]
 
     async def broken():
         raise ConnectionError("bus gone")
 
-    assert asyncio.run(C.reset_failed(broken, reset, yes=True)) == ["reset-failed skipped: bus gone"]
+    assert asyncio.run(failedunits.reset_failed(broken, reset, yes=True)) == ["reset-failed skipped: bus gone"]
 
 
 # ---------------------------------------------------------------------------------------- real trees
