@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from clihelp import GIB, res, serving, unit_props, wait_for  # noqa: F401
+from clihelp import GIB, meminfo_gb, res, serving, unit_props, wait_for  # noqa: F401
+from reconciler.core.game import MEMORY_HIGH_STEP
+from reconciler.observed.pressure import read_full_avg10
 
 pytestmark = pytest.mark.systemd
 
@@ -33,14 +35,15 @@ PY = sys.executable
 
 
 def _unified_memory() -> bool:
-    """Memory is on cgroup v2: /sys/fs/cgroup is the unified hierarchy and has the memory controller."""
+    """Memory is on cgroup v2 (the project's own reading of /proc/self/mountinfo)."""
+    from reconciler.observed.cgroup import parse_memory_mount
+
     try:
-        with open("/proc/self/mounts") as f:
-            unified = any(line.split()[1:3] == ["/sys/fs/cgroup", "cgroup2"] for line in f)
-        with open("/sys/fs/cgroup/cgroup.controllers") as f:
-            return unified and "memory" in f.read().split()
+        with open("/proc/self/mountinfo") as f:
+            found = parse_memory_mount(f.read())
     except OSError:
         return False
+    return found is not None and found.version == 2
 
 
 if not _unified_memory():
@@ -54,12 +57,6 @@ def cgroup_dir(unit: str, kind: str) -> str:
 def keyed(path: str) -> dict[str, int]:
     with open(path) as f:
         return {k: int(v) for k, v in (line.split() for line in f if line.strip())}
-
-
-def full_avg10(path: str) -> float:
-    with open(path) as f:
-        line = next(ln for ln in f if ln.startswith("full "))
-    return float(re.search(r"avg10=([\d.]+)", line).group(1))
 
 
 def job_id(said: str) -> str:
@@ -123,7 +120,7 @@ def test_the_agents_slices_own_memory_pressure_holds_back_new_work_and_lets_it_g
         return json.loads(res.ok("observe", "--json").out).get("slice_pressure_full_pct")
 
     wait_for(lambda: (observed() or 0) > 10, "the slice's pressure over 10 %", 120, step=0.5)
-    assert full_avg10(pressure) > 10  # the kernel's file says the same
+    assert (read_full_avg10(pressure) or 0) > 10  # the kernel's file says the same
     events = keyed(os.path.join(cgroup_dir(hog, "Service"), "memory.events"))
     assert events["high"] > 0 and events["oom_kill"] == 0, events  # throttled, never killed
     r = res.run_job("true", mem="32M")
@@ -145,8 +142,7 @@ def test_the_agents_slices_own_memory_pressure_holds_back_new_work_and_lets_it_g
 
 
 def test_game_mode_reaches_the_kernels_files(res):
-    with open("/proc/meminfo") as f:
-        ram = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:")) * 1024 / GIB
+    ram = meminfo_gb("MemTotal")
     res.env.update(RES_USER_RESERVE_GB="2", RES_GAME_RESERVE_GB="3")
     res.started("sleep", "600", mem="64M")  # the slice has a cgroup while something runs in it
     d = cgroup_dir(res.agents_slice, "Slice")
@@ -155,7 +151,7 @@ def test_game_mode_reaches_the_kernels_files(res):
         with open(os.path.join(d, "cpu.weight")) as w, open(os.path.join(d, "memory.high")) as h:
             return int(w.read()), int(h.read())
 
-    step = 256 << 20
+    step = MEMORY_HIGH_STEP
     assert files() == (20, -(-int((ram - 2) * GIB) // step) * step)
     res.ok("game", "on", "--for", "1h")
     assert files() == (5, -(-int((ram - 3) * GIB) // step) * step)
