@@ -2,7 +2,7 @@
 
 Runs as the unit's ExecStopPost, `python3 -I -S exit_hook.py EXIT_PATH` (which imports this module, from
 its cached bytecode) with RES_EXIT_RECORD=EXIT_PATH
-in its environment (which wins: see runtime/systemd.py), inside the unit's cgroup, after the main
+in its environment (which wins: see runtime/jobunit.py), inside the unit's cgroup, after the main
 process (and everything else in the unit) is gone, so the cgroup's peak is the job's peak. systemd passes how the job ended in SERVICE_RESULT, EXIT_CODE and EXIT_STATUS. Because the unit
 writes the record itself, the exit is known even when no reconciler runs when the job ends.
 

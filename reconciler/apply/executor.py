@@ -199,7 +199,7 @@ class Executor:
         if os.environ.get("RES_FAULT_AFTER_STARTING") == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         # The caller's environment as recorded; the runtime passes none of it that looks secret
-        # (environ.is_secret, applied in runtime.systemd.job_environment).
+        # (environ.is_secret, applied in runtime.jobunit.job_environment).
         env = job_env(req)
         if where == "local":  # its systemd-run marks what it starts with the job (docs/escaping.md)
             env = self._marked(env)

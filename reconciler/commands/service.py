@@ -257,7 +257,7 @@ def serve_lock_holder(lock: Path) -> str | None:
 
 
 async def _state(rt, name: str) -> UnitState:
-    from reconciler.runtime.systemd import DBusCallError
+    from reconciler.runtime.managerbus import DBusCallError
 
     unit = await rt.unit_properties(name, "Unit")
     service: dict = {}

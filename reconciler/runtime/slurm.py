@@ -364,7 +364,7 @@ class SlurmRuntime:
         return exit_record_path(self.logs_dir, job_id)
 
     def _exit_hook(self) -> list[str]:
-        from reconciler.runtime.systemd import EXIT_RECORD_SCRIPT
+        from reconciler.runtime.jobunit import EXIT_RECORD_SCRIPT
 
         return [sys.executable, "-I", "-S", EXIT_RECORD_SCRIPT]
 

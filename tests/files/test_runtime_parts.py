@@ -15,7 +15,8 @@ import pytest
 
 from reconciler.observed import cgroup
 from reconciler.runtime import RuntimeUnavailable
-from reconciler.runtime.systemd import EXIT_RECORD_SCRIPT, SystemdRuntime, job_environment
+from reconciler.runtime.jobunit import EXIT_RECORD_SCRIPT, job_environment
+from reconciler.runtime.systemd import SystemdRuntime
 
 
 PY = sys.executable
@@ -74,7 +75,7 @@ def test_job_environment_filters_secrets_and_what_the_manager_has():
 
 
 def test_what_only_the_manager_has_is_unset_for_the_job():
-    from reconciler.runtime.systemd import manager_only
+    from reconciler.runtime.jobunit import manager_only
 
     caller = {"PATH": "/venv/bin:/bin", "HOME": "/home/u"}
     manager = {"PATH": "/usr/bin", "HOME": "/home/u", "PYENV_VERSION": "3.11.7", "DISPLAY": ":0",

@@ -19,7 +19,8 @@ import pytest
 
 from reconciler.observed import cgroup
 from reconciler.runtime import JobSpec
-from reconciler.runtime.systemd import EXIT_RECORD_SCRIPT, SystemdRuntime
+from reconciler.runtime.jobunit import EXIT_RECORD_SCRIPT
+from reconciler.runtime.systemd import SystemdRuntime
 
 from clihelp import dbus_call, session_bus, unit_props_async
 
