@@ -79,9 +79,9 @@ DIRECT_TIMEOUT_S = 300
 @pytest.fixture(scope="module")
 def project():
     """The commands, and each one's output and exit code run without the gate (bash, one at a time)."""
-    import crowd
+    from crowdkit.workload import TESTS, setup_suites
 
-    suites = crowd.setup_suites([t for t in crowd.TESTS if t[0] == "itsdangerous"], lambda m: print(m, flush=True))
+    suites = setup_suites([t for t in TESTS if t[0] == "itsdangerous"], lambda m: print(m, flush=True))
     s = suites["itsdangerous"]
     pytest_ = f"cd {s['dir']} && {s['python']} -m pytest -q -n auto -p no:cacheprovider tests"
     commands = {"suite": f"{pytest_} 2>&1 | tail -3", "no tests": f"{pytest_} -k no_such_test",

@@ -3,6 +3,7 @@ benchmark shows these exact cases): what it reports as queue jumping and idle CP
 picture shows a person (the pixels of the drawn PNG)."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,21 +12,23 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
-import crowd  # noqa: E402
+from crowdkit.armrun import ArmRun  # noqa: E402
+from crowdkit.measures import Attempt  # noqa: E402
+from crowdkit.workload import Job  # noqa: E402
 
 GIB = 1 << 30
 
 
 def job(agent, idx, time_s=2.0, peak_gb=1.0):
-    return crowd.Job(agent, idx, "build", f"build {idx}", peak_gb, time_s, time_s)
+    return Job(agent, idx, "build", f"build {idx}", peak_gb, time_s, time_s)
 
 
 def attempt(agent, asked, started, finished, rc=0):
-    return crowd.Attempt(agent, 0, "build", 0, asked, started, finished, finished if finished is not None else started + 1, rc)
+    return Attempt(agent, 0, "build", 0, asked, started, finished, finished if finished is not None else started + 1, rc)
 
 
 def arm_run(tmp_path, name, plan, attempts, mem_gb=6.0):
-    run = crowd.ArmRun(name, plan, mem_gb, tmp_path)
+    run = ArmRun(name, plan, mem_gb, tmp_path)
     run.attempts, run.t0 = attempts, 0.0
     return run
 
@@ -62,7 +65,7 @@ def test_idle_cpu_is_counted_only_while_someone_waits(tmp_path):
     plan = [[job(0, 0)], [job(1, 0)]]
     runs = [attempt(0, 0.0, 0.0, 4.0), attempt(1, 0.0, 2.0, 4.0)]
     run = arm_run(tmp_path, "slots-1", plan, runs)
-    cores = len(crowd.os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0))
     # (t, total, psi, cpu seconds used so far, by agent): 1 cpu busy throughout
     samples = [(float(t), 0, None, float(t), {}) for t in range(5)]
     assert run.idle_cpu_waiting(samples) == pytest.approx((cores - 1) * 2.0)  # agent 1 waited 0–2
@@ -86,7 +89,7 @@ def _pixels(path: Path, rgb: tuple, tol: int = 12) -> int:
 
 
 def test_the_picture_shows_each_agents_share_and_every_oom_kill(tmp_path):
-    from crowd_plot import OOM_COLOUR, plot
+    from crowdkit.plot import OOM_COLOUR, plot
 
     import matplotlib.pyplot as plt
 

@@ -1,4 +1,4 @@
-"""bench/crowd_cli.py's own parts (the res-cli arm of bench/crowd.py, issue 37): the driver between an
+"""bench/crowdkit/cli_arm.py's own parts (the res-cli arm of bench/crowd.py, issue 37): the driver between an
 agent's thread and its CLI's model, and the wrapper that moves a job booked in place into the
 container. The arm itself runs the real CLIs: `python3 bench/crowd.py --smoke --agents 3 --arms
 res-gated,res-cli` (.ci/run) and docs/crowd.md."""
@@ -13,9 +13,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-import crowd  # noqa: E402
-import crowd_cli  # noqa: E402
-from gate_harness import ToolResult  # noqa: E402  (crowd_cli put tests/agentcli on the path)
+from crowdkit import cli_arm  # noqa: E402
+from crowdkit.arms import ARMS, DEFAULT_ARMS  # noqa: E402
+from gate_harness import ToolResult  # noqa: E402  (cli_arm put tests/agentcli on the path)
 
 
 def _in_thread(fn, *args):
@@ -26,7 +26,7 @@ def _in_thread(fn, *args):
 
 
 def test_the_model_waits_for_the_agents_next_command_and_hands_back_each_result_once():
-    d = crowd_cli.Driver()
+    d = cli_arm.Driver()
     t, first = _in_thread(d.answer, 0, None)  # the CLI's first model call: nothing asked yet
     assert d.ready.wait(5) and t.is_alive()
     d.ask("pytest STAMP DIR tests")
@@ -47,10 +47,10 @@ def test_the_model_waits_for_the_agents_next_command_and_hands_back_each_result_
 
 
 def test_a_stopped_run_leaves_the_agent_waiting_on_nothing():
-    d = crowd_cli.Driver()
+    d = cli_arm.Driver()
     assert d.result(lambda: True) is None
     # a CLI that exited (Gemini CLI ends a session it finds looping) is said, not waited on forever
-    assert d.result(lambda: False, lambda: False) is crowd_cli.ENDED
+    assert d.result(lambda: False, lambda: False) is cli_arm.ENDED
 
 
 def test_a_line_booked_in_place_moves_into_the_container_first(tmp_path):
@@ -61,7 +61,7 @@ def test_a_line_booked_in_place_moves_into_the_container_first(tmp_path):
     (fake / "systemd-run").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
     (fake / "systemd-run").chmod(0o755)
     w = tmp_path / "make"
-    w.write_text("#!/bin/bash\n" + crowd_cli.in_container_wrapper('echo "ran $*"', "cwno-such.slice", "cwno"))
+    w.write_text("#!/bin/bash\n" + cli_arm.in_container_wrapper('echo "ran $*"', "cwno-such.slice", "cwno"))
     w.chmod(0o755)
     p = subprocess.run([str(w), "STAMP", "1200", "3.5"], capture_output=True, text=True, timeout=30,
                        env=dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}"))
@@ -73,14 +73,14 @@ def test_a_line_booked_in_place_moves_into_the_container_first(tmp_path):
 
 
 def test_the_arm_is_asked_for_by_name_only():
-    assert "res-cli" in crowd.ARMS and "res-cli" not in crowd.DEFAULT_ARMS
+    assert "res-cli" in ARMS and "res-cli" not in DEFAULT_ARMS
 
 
 def test_the_report_says_how_each_clis_jobs_ran_and_the_makespan_against_res_gated():
     st = dict(sessions=2, jobs=7, as_job=7, in_place=0, refusals=1, approval_errors=0, differs=0)
     row = {"arm": "res-cli", "makespan_s": 120.0, "cli": {"per_cli": {"claude": st, "codex": dict(st, sessions=0)},
                                                           "mismatches": []}}
-    lines = crowd_cli.notes(row, {"makespan_s": 100.0})
+    lines = cli_arm.notes(row, {"makespan_s": 100.0})
     assert "claude ×2: 7 jobs (7 as res jobs, 0 in place)" in lines[0] and "codex" not in lines[0], lines
     assert lines[-1].endswith("1.20× res-gated's 100.0 s (target ≤ 1.15×: missed)"), lines
-    assert crowd_cli.notes(dict(row, makespan_s=110.0), {"makespan_s": 100.0})[-1].endswith("met)")
+    assert cli_arm.notes(dict(row, makespan_s=110.0), {"makespan_s": 100.0})[-1].endswith("met)")

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import crowd  # noqa: E402
+from crowdkit import armrun, machine, measures, report, workload  # noqa: E402
+from crowdkit.main import main  # noqa: E402
 
 GIB = 1 << 30
 
@@ -27,11 +28,11 @@ def _record(stamp: str, where: str, started: float | None):
 def _run(tmp_path):
     """Two agents, one job each: agent 0's ran here, agent 1's was submitted to the cluster 0.5 s
     after its ask (wall clock 1000.5, the run's t0 at wall 1000.0) and started there 2.0 s later."""
-    plan = [[crowd.Job(0, 0, "e2e", "e2e 2500 MB", 2.5, 16, 2)], [crowd.Job(1, 0, "e2e", "e2e 2500 MB", 2.5, 16, 2)]]
-    run = crowd.ArmRun("res-overflow", plan, 6.0, tmp_path, cluster_gb=(2.0, 2.0, 4.0))
+    plan = [[workload.Job(0, 0, "e2e", "e2e 2500 MB", 2.5, 16, 2)], [workload.Job(1, 0, "e2e", "e2e 2500 MB", 2.5, 16, 2)]]
+    run = armrun.ArmRun("res-overflow", plan, 6.0, tmp_path, cluster_gb=(2.0, 2.0, 4.0))
     run.t0, run.wall0 = 0.0, 1000.0
-    run.attempts = [crowd.Attempt(0, 0, "e2e", 0, 0.0, 0.2, 16.2, 16.3, 0),
-                    crowd.Attempt(1, 0, "e2e", 0, 0.0, 2.5, 18.5, 19.5, 0)]
+    run.attempts = [measures.Attempt(0, 0, "e2e", 0, 0.0, 0.2, 16.2, 16.3, 0),
+                    measures.Attempt(1, 0, "e2e", 0, 0.0, 2.5, 18.5, 19.5, 0)]
     stamps = {a: str(tmp_path / f"a{a}j0t0.start") for a in (0, 1)}
     run.raw = {(a, 0, 0): (stamps[a], [], None) for a in (0, 1)}
     run.records = [_record(stamps[0], "local", 1000.2), _record(stamps[1], "cluster", 1000.5)]
@@ -54,7 +55,7 @@ def test_without_res_records_nothing_is_counted_as_sent_and_the_line_says_why(tm
     run.records = None
     row = dict(arm="res-overflow", makespan_s=20.0, oom_killed=0, failed=0, wait_p50_s=1.0, wait_p95_s=2.5,
                cluster=run.cluster_figures(), attempts=[])
-    lines = crowd.overflow_notes(row, None)
+    lines = report.overflow_notes(row, None)
     assert "0 of 2 attempts went there" in lines[0] and "could not be read" in lines[0]
 
 
@@ -71,35 +72,35 @@ def _rows(tmp_path, makespan: float, local_makespan: float, oom: int = 0):
 
 def test_the_comparison_line_against_local_res_says_met_only_when_sooner_with_nothing_killed(tmp_path):
     over, local = _rows(tmp_path, makespan=20.0, local_makespan=30.0)
-    text = crowd.notes([local, over])
+    text = report.notes([local, over])
     assert "makespan 0.67× (20.0 s against 30.0 s)" in text
     assert "1 of 2 attempts went there (0 test, 0 build, 1 e2e)" in text
     # the job sent there waited 2.5 s (ask → running on a node) against 10 s for the same job here
     assert "waited p50 2.5 s" in text and "waited p50 10.0 s; 0 of 1 waited longer for the cluster" in text
     assert text.rstrip().endswith("met") and "not met" not in text
     slower, local = _rows(tmp_path / "b", makespan=31.0, local_makespan=30.0)
-    assert crowd.overflow_notes(slower, local)[-1].endswith("not met")
+    assert report.overflow_notes(slower, local)[-1].endswith("not met")
     # sooner, but within one arm's run-to-run spread: not a gain
     noise, local = _rows(tmp_path / "n", makespan=29.0, local_makespan=30.0)
-    assert crowd.overflow_notes(noise, local)[-1].endswith("not met")
+    assert report.overflow_notes(noise, local)[-1].endswith("not met")
     killed, local = _rows(tmp_path / "c", makespan=20.0, local_makespan=30.0, oom=1)
-    assert crowd.overflow_notes(killed, local)[-1].endswith("not met")
+    assert report.overflow_notes(killed, local)[-1].endswith("not met")
 
 
 def test_a_job_on_a_node_is_sampled_in_its_slurm_jobs_memory_cgroup():
     on_node = ("9:name=systemd:/user.slice/user-0.slice/session-4.scope\n"
                "4:memory:/slurm_node3/uid_0/job_412345/step_batch/task_0\n0::/user.slice/user-0.slice/session-4.scope\n")
-    assert crowd.slurm_job_cgroup(on_node) == "/slurm_node3/uid_0/job_412345"
+    assert measures.slurm_job_cgroup(on_node) == "/slurm_node3/uid_0/job_412345"
     here = "9:name=systemd:/user.slice/cw1.slice/x.scope\n4:memory:/user.slice/cw1.slice/x.scope\n"
-    assert crowd.slurm_job_cgroup(here) is None
+    assert measures.slurm_job_cgroup(here) is None
     # cgroup v2: the one unified line
-    assert crowd.slurm_job_cgroup("0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n") == \
+    assert measures.slurm_job_cgroup("0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n") == \
         "/system.slice/slurmstepd.scope/job_77"
 
 
 def test_the_picture_draws_what_ran_on_the_cluster_below_zero(tmp_path):
     import matplotlib.image
-    from crowd_plot import plot
+    from crowdkit.plot import plot
 
     def doc(remote_gb: float) -> dict:
         samples = [[t * 0.5, 2 * GIB, {"0": 2 * GIB, **({"c1": int(remote_gb * GIB)} if remote_gb else {})}]
@@ -124,7 +125,7 @@ def test_the_picture_draws_what_ran_on_the_cluster_below_zero(tmp_path):
 def test_the_clusters_nodes_take_the_sizes_given_and_keep_their_names(tmp_path):
     import slurmnodes
 
-    sizes = crowd.cluster_sizes((2.0, 2.0, 4.0))
+    sizes = machine.cluster_sizes((2.0, 2.0, 4.0))
     assert sizes == {"node1": (2, 2048, 1), "node2": (2, 2048, 1), "node3": (4, 4096, 10)}
     net = {"host": "10.213.7.1", "nodes": {n: {"addr": f"10.213.7.{10 + i}"} for i, n in enumerate(slurmnodes.NODES, 1)}}
     conf = slurmnodes.write_config(tmp_path, net, sizes).read_text()
@@ -138,4 +139,4 @@ def test_the_clusters_nodes_take_the_sizes_given_and_keep_their_names(tmp_path):
 def test_bad_cluster_sizes_are_one_clear_line(capsys):
     for bad in ("2,2", "x,2,4", "2,0,4"):
         with pytest.raises(SystemExit, match="--cluster-gb .*three numbers"):
-            crowd.main(["--arms", "res-overflow", "--cluster-gb", bad])
+            main(["--arms", "res-overflow", "--cluster-gb", bad])

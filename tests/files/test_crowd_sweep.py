@@ -1,5 +1,5 @@
-"""bench/crowd_sweep.py's own arithmetic (issue 36): the best lossless slot arm, the summary per
-setting, the pick rule (no OOM kill, no failed job, at most 2 % lost in every run; the lowest mean
+"""bench/crowd_sweep.py's own arithmetic (bench/crowdkit/sweep.py, issue 36): the best lossless slot arm, the
+summary per setting, the pick rule (no OOM kill, no failed job, at most 2 % lost in every run; the lowest mean
 ratio to the best slots; ties to the smaller numbers), a resumed sweep's cells and its report.
 Hand-built runs (marked as such): no crowd is run here."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
-import crowd_sweep as sweep  # noqa: E402
+from crowdkit import sweep  # noqa: E402
 
 
 def run(mix, seed, arm, makespan, setting=None, vs=None, oom=0, failed=0, stops=0, lost=0.0, margin=None, over=None):

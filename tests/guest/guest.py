@@ -144,14 +144,14 @@ def crowd_files(dest: Path) -> None:
     """What bench/crowd.py needs and the guest cannot download: the real suites' sdists (their tests)
     and wheels of them and of the test dependencies, for a venv made in the guest (docs/guest.md)."""
     sys.path.insert(0, str(REPO / "bench"))
-    import crowd
+    from crowdkit.workload import TEST_DEPS, TESTS
 
-    specs = [spec for _, spec, _ in crowd.TESTS]
+    specs = [spec for _, spec, _ in TESTS]
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
     subprocess.run(pip + ["download", "--no-deps", "--no-binary", ":all:", "-d", str(dest / "dl"), *specs], check=True)
     subprocess.run(pip + ["wheel", "--wheel-dir", str(dest / "wheels"), *sorted((dest / "dl").iterdir()),
-                          *crowd.TEST_DEPS], check=True)
-    (dest / "want.json").write_text(json.dumps(sorted(set(specs) | set(crowd.TEST_DEPS))))
+                          *TEST_DEPS], check=True)
+    (dest / "want.json").write_text(json.dumps(sorted(set(specs) | set(TEST_DEPS))))
     for path in [dest, *dest.rglob("*")]:  # the login user reads them from the share (pip made them 0600)
         path.chmod(0o755 if path.is_dir() else 0o644)
 

@@ -49,10 +49,11 @@ import threading
 import time
 from pathlib import Path
 
-import crowd as C
+from .arms import GATE_RETRY_S, WRAPPERS, Gated
+from .machine import JOB, PY, REPO, STARTED, scope_argv
 
-sys.path.insert(0, str(C.REPO / "tests" / "agentcli"))
-sys.path.insert(0, str(C.REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "agentcli"))
+sys.path.insert(0, str(REPO / "tests"))
 from anthropic_api import AnthropicAPI, Turn as ClaudeTurn  # noqa: E402
 from gate_harness import AGENTS, ToolResult, meaningful, res_lines  # noqa: E402
 from gemini_api import GeminiAPI, Turn as GeminiTurn  # noqa: E402
@@ -228,7 +229,7 @@ class Session:
         if r.returncode != 0:
             raise RuntimeError(f"res hook install --agent {self.cli} --user: {r.returncode} {r.stdout}{r.stderr}")
         out = open(log, "wb")
-        self.proc = C.STARTED.popen(argv, env=env, cwd=str(self.cwd), stdin=subprocess.DEVNULL, stdout=out,
+        self.proc = STARTED.popen(argv, env=env, cwd=str(self.cwd), stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
 
     def end(self) -> None:
@@ -249,30 +250,30 @@ class Session:
                         os.killpg(p.pid, 9)
                     except ProcessLookupError:
                         pass
-            C.STARTED.done(p)
+            STARTED.done(p)
         self.api.stop()
 
 
 def in_container_wrapper(body: str, container: str, tag: str) -> str:
     """A wrapper that first moves what it runs into the container, when it is not there already (a
     command booked in place runs as its CLI's child, outside it; a res job is in res's slices under it)."""
-    scope = shlex.join(C.scope_argv(container, "UNIT", []))
+    scope = shlex.join(scope_argv(container, "UNIT", []))
     scope = scope.replace("--unit=UNIT", f'"--unit={tag}-ip$$.scope"')
     return (f'case "$(cat /proc/self/cgroup)" in *"/{container}/"*) ;;\n'
             f'  *) exec {scope} "$0" "$@" ;;\nesac\n{body}\n')
 
 
-class CliGated(C.Gated):
+class CliGated(Gated):
     """res-cli: the res-gated arm's res (state, slices, loop, wrappers), its agents real CLI sessions."""
 
     def setup(self):
         super().setup()
         c = self.ctx
         bin_dir = self.dir / "bin"
-        for name, body in C.WRAPPERS.items():
+        for name, body in WRAPPERS.items():
             (bin_dir / name).write_text("#!/bin/bash\n" + in_container_wrapper(body, c.container, c.tag))
         tests = [j for a in c.plan for j in a if j.kind == "test"]
-        self.test_py = tests[0].argv[0] if tests else C.PY
+        self.test_py = tests[0].argv[0] if tests else PY
         self.direct = self.direct_outputs(tests)
         self.stats = {cli: dict(sessions=0, jobs=0, as_job=0, in_place=0, refusals=0, approval_errors=0,
                                 differs=0) for cli in CLIS}
@@ -307,7 +308,7 @@ class CliGated(C.Gated):
         for j in tests:
             key = tuple(j.argv[3:])
             if key not in out:
-                r = subprocess.run([j.argv[0], C.JOB, "test", os.devnull, *j.argv[3:]], capture_output=True, text=True,
+                r = subprocess.run([j.argv[0], JOB, "test", os.devnull, *j.argv[3:]], capture_output=True, text=True,
                                    timeout=600)
                 out[key] = (meaningful(r.stdout + r.stderr), r.returncode)
         return out
@@ -324,7 +325,7 @@ class CliGated(C.Gated):
                                stamp, *rest])
             want = ([], 0)
         alive = lambda: s.proc is not None and s.proc.poll() is None  # noqa: E731
-        stop = lambda: C.STARTED.stopping.is_set() or self.ctx.halted.is_set()  # noqa: E731
+        stop = lambda: STARTED.stopping.is_set() or self.ctx.halted.is_set()  # noqa: E731
         while not stop():
             s.driver.ask(line)
             r = s.driver.result(stop, alive)
@@ -356,7 +357,7 @@ class CliGated(C.Gated):
                         st["approval_errors"] += 1
                         self.mismatches.append(f"a{job.agent} {s.cli} {OTHER_WORK}: rc {w.rc}: {w.text[:300]!r}")
                         self.ctx.errors.append(self.mismatches[-1])
-                time.sleep(C.GATE_RETRY_S)
+                time.sleep(GATE_RETRY_S)
                 continue
             if r.rc is None:
                 return 126
