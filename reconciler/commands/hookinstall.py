@@ -17,6 +17,13 @@ they release what a command admitted in place booked, docs/agent-hooks.md):
             hooks.SessionStart += {"hooks": [{"type": "command", "name": "res gate", "command": C,
             "timeout": 10000}]}
 
+    opencode  $OPENCODE_CONFIG_DIR/plugins/res-gate.js, else $XDG_CONFIG_HOME/opencode/plugins/res-gate.js,
+            else ~/.config/opencode/plugins/res-gate.js; project .opencode/plugins/res-gate.js
+            a plugin of res's own (OPENCODE_PLUGIN, the res path in it): its tool.execute.before hands
+            the bash tool's call to C and sets args.command or throws the refusal; its
+            tool.execute.after hands C the post-tool event. Written whole; uninstall removes it only
+            while it is byte for byte what res writes (another file there is left, and said so)
+
 C is `<absolute res> hook --agent <cli>`: before a shell command it gates it; at SessionStart (no
 matcher: every source) it tells the loop, which adopts the new session at once (commands/hook.py).
 An entry is "ours" when it has exactly that shape, whatever the res path in it (a new path is written
@@ -298,6 +305,103 @@ def _disabled_note(cli: str, data: dict) -> str:
     return ""
 
 
+# ---------------------------------------------------------------- OpenCode: a plugin file
+
+# OpenCode 1.18 loads every {plugin,plugins}/*.{js,ts} of its config directories at start (Bun runs
+# it); a plugin's tool.execute.before gets the tool's args object, which the tool then runs with (so
+# setting args.command rewrites it), and a throw fails the call with the error's text as its result.
+# The legacy shape (every export a function) loads on every 1.18 release. @@RES@@: the res path, a JSON
+# string. The event sent is core/hooks.py's OpenCode input; no output, or any failure: the call goes on
+# as it is (a hook that never ends is killed after GATE_HOOK_TIMEOUT_S).
+OPENCODE_PLUGIN = """\
+// res's gate for OpenCode, written by `res hook install --agent opencode` (docs/agent-hooks.md);
+// `res hook install --agent opencode --uninstall` removes it while it is as written.
+import { spawn } from "node:child_process"
+
+const RES = @@RES@@
+
+function ask(event) {
+  return new Promise((resolve) => {
+    let out = ""
+    const p = spawn(RES, ["hook", "--agent", "opencode"], { stdio: ["pipe", "pipe", "ignore"] })
+    const timer = setTimeout(() => p.kill("SIGKILL"), @@TIMEOUT_MS@@)
+    p.stdout.on("data", (d) => { out += d })
+    p.stdin.on("error", () => {})
+    p.on("error", () => { clearTimeout(timer); resolve(null) })
+    p.on("close", () => {
+      clearTimeout(timer)
+      try { resolve(out.trim() ? JSON.parse(out) : null) } catch { resolve(null) }
+    })
+    p.stdin.end(JSON.stringify(event))
+  })
+}
+
+function event(name, input, args, directory) {
+  return { hook_event_name: name, tool_name: input.tool, tool_input: args, session_id: input.sessionID,
+           tool_use_id: input.callID, cwd: directory }
+}
+
+export const ResGate = async ({ directory }) => ({
+  "tool.execute.before": async (input, output) => {
+    if (input.tool !== "bash" || !output.args || typeof output.args.command !== "string") return
+    const answer = await ask(event("tool.execute.before", input, output.args, directory))
+    if (answer && typeof answer.deny === "string") throw new Error(answer.deny)
+    if (answer && typeof answer.command === "string") output.args.command = answer.command
+  },
+  "tool.execute.after": async (input) => {
+    if (input.tool === "bash") await ask(event("tool.execute.after", input, input.args || {}, directory))
+  },
+})
+"""
+
+
+def opencode_plugin(res: str) -> str:
+    """The plugin file `res hook install --agent opencode` writes, running `res` (an absolute path)."""
+    from reconciler.core.agentclis import GATE_HOOK_TIMEOUT_S
+
+    return (OPENCODE_PLUGIN.replace("@@RES@@", json.dumps(res))
+            .replace("@@TIMEOUT_MS@@", str(GATE_HOOK_TIMEOUT_S * 1000)))
+
+
+def _plugin_res(text: str) -> str | None:
+    """The res path of a plugin file res wrote (any res path), else None: the file is someone else's,
+    or was changed since."""
+    head, mark, tail = OPENCODE_PLUGIN.partition("@@RES@@")
+    if not (text.startswith(head) and mark):
+        return None
+    try:
+        res, end = json.JSONDecoder().raw_decode(text, len(head))
+    except ValueError:
+        return None
+    if not isinstance(res, str) or not os.path.isabs(res) or text != opencode_plugin(res):
+        return None
+    return res
+
+
+def _install_plugin(path: str, uninstall: bool, res: str) -> list[str]:
+    """OpenCode: the plugin file written (or removed), and the line saying what was done."""
+    text, _ = _read(path)
+    want = opencode_plugin(res)
+    ours = _plugin_res(text) if text is not None else None
+    if uninstall:
+        if text is None:
+            return [f"opencode: not installed in {path}"]
+        if ours is None:
+            return [f"opencode: {path} is not the file res wrote (changed since, or someone else's); left as it is"]
+        os.unlink(path)
+        return [f"opencode: removed {path}"]
+    what = f"tool.execute.before bash, tool.execute.after bash -> {hook_command(res, 'opencode')}"
+    if text == want:
+        return [f"opencode: already installed in {path} ({what})"]
+    if text is not None and ours is None:
+        raise SettingsError(f"{path}: is not a plugin res wrote (changed since, or someone else's); "
+                            "move it away and run `res hook install` again; nothing written")
+    _write(path, want, None)
+    if ours is not None:
+        return [f"opencode: updated in {path} ({what}; was {hook_command(ours, 'opencode')})"]
+    return [f"opencode: installed in {path} ({what})"]
+
+
 # ---------------------------------------------------------------- Codex: hook trust
 
 
@@ -419,6 +523,8 @@ def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: s
     SettingsError (one line): nothing was written for this CLI."""
     command = hook_command(res, cli)
     path = settings_path(cli, scope, environ, cwd)
+    if cli == "opencode":
+        return _install_plugin(path, uninstall, res)
     text, mode = _read(path)
     change = edit_settings(cli, text, command, uninstall, name=path)
     config = config_text = new_config = None
@@ -461,7 +567,7 @@ def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: s
 
 def install(agent: str = "all", scope: str = "user", uninstall: bool = False, environ=None, cwd: str | None = None,
             res: str | None = None) -> tuple[int, list[str]]:
-    """`res hook install [--agent claude|codex|gemini|all] [--user|--project] [--uninstall]`: (exit
+    """`res hook install [--agent claude|codex|gemini|opencode|all] [--user|--project] [--uninstall]`: (exit
     code, lines). One line per CLI; a CLI whose files cannot be edited gets one `res: …` line (nothing
     written for it) and the exit code 1, and the others are still done."""
     environ = os.environ if environ is None else environ
@@ -490,6 +596,8 @@ def installed(agent: str, scope: str = "user", home_env=None, cwd: str | None = 
     try:
         path = settings_path(agent, scope, environ, cwd)
         text, _ = _read(path)
+        if agent == "opencode":
+            return text is not None and _plugin_res(text) is not None
         if text is None or not text.strip():
             return False
         doc = jsonedit.parse(text, specs[0].comments, path)

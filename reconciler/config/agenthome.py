@@ -1,6 +1,6 @@
 """Where each agent CLI keeps its files on this machine: the one resolver of a CLI's user directory
-($CLAUDE_CONFIG_DIR, $CODEX_HOME, $GEMINI_CLI_HOME, else its default under $HOME; core/agentclis.py
-says which) and of the file its hooks are in. The gate's rules reader (config/agentsettings.py),
+($CLAUDE_CONFIG_DIR, $CODEX_HOME, $GEMINI_CLI_HOME, $OPENCODE_CONFIG_DIR, else its default under
+$HOME, or under $XDG_CONFIG_HOME for one under ~/.config; core/agentclis.py says which) and of the file its hooks are in. The gate's rules reader (config/agentsettings.py),
 `res run`'s model reader (config/agentmodel.py), `res hook install` and `res doctor` all ask here.
 
 Two forms of one directory: `config_dir`, the path as the CLI is given it, for reading the files in
@@ -29,6 +29,9 @@ def config_dir(cli: str, environ) -> str:
     given = environ.get(spec.home_var)
     if given:
         return os.path.join(given, spec.home_sub) if spec.home_sub else given
+    xdg = environ.get("XDG_CONFIG_HOME")
+    if xdg and os.path.isabs(xdg) and spec.home_default.startswith(".config/"):  # OpenCode's: xdg-basedir's rule
+        return os.path.join(xdg, spec.home_default[len(".config/"):])
     return os.path.join(user_home(environ), spec.home_default)
 
 

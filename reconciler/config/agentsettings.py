@@ -16,6 +16,12 @@ the command unchanged): a rule we could not read may be a deny.
     Gemini CLI   --yolo / --approval-mode on its command line (the input does not say); folder trust;
                  tools.* in /etc/gemini-cli, ~/.gemini and the project's settings.json; policy files
                  in their policies/ folders; its sandbox (--sandbox, GEMINI_SANDBOX, tools.sandbox)
+    OpenCode     `permission` of each config source in its order (the user's opencode.json{,c} and
+                 config.json, $OPENCODE_CONFIG, the project's files from the checkout's root down to
+                 the command's directory and their .opencode/, $OPENCODE_CONFIG_DIR's,
+                 $OPENCODE_CONFIG_CONTENT, /etc/opencode, $OPENCODE_PERMISSION); --auto on its command
+                 line. Agent-level rules (`agent.<name>.permission`, agent files): every line guarded
+                 (1.18 tells a plugin no agent)
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ import os
 
 from reconciler.config.agenthome import config_dir, user_home
 from reconciler.core.agentclis import CLIS
-from reconciler.core.hookrules import ALL, Rules, codex_guarded, gemini_guarded, guarded_by, tool_pattern
+from reconciler.core.hookrules import (ALL, Rules, codex_guarded, gemini_guarded, guarded_by, opencode_ordered,
+                                       tool_pattern)
 
 MAX_FILE = 1 << 20
 EVERYTHING_GUARDED = frozenset({ALL})
@@ -399,6 +406,77 @@ def gemini_rules(cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
     return Rules(yolo, tuple(p for p in prefixes if p), guarded, sandboxed, narrowed=bool(allow_lists))
 
 
+_OPENCODE_FILES = ("config.json", "opencode.json", "opencode.jsonc")
+
+
+def _opencode_dirs(cwd: str | None) -> list[str]:
+    """The project directories whose opencode.json{,c} apply, the checkout's root first, down to the
+    command's directory (OpenCode walks up from where it runs to the worktree's root)."""
+    if not cwd:
+        return []
+    from reconciler.config.gitrepo import checkout
+
+    repo = checkout(cwd)
+    top = repo[0] if repo else cwd
+    out, d = [], os.path.abspath(cwd)
+    while True:
+        out.append(d)
+        if d == top or os.path.dirname(d) == d:
+            break
+        d = os.path.dirname(d)
+    return out[::-1] if out[-1] == top else [os.path.abspath(cwd)]
+
+
+def opencode_rules(cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
+    """OpenCode's bash rules in force (core/hookrules.opencode_ordered), from every config source in
+    its order; --auto from its command line. A file that cannot be read, a value not read, or any
+    agent-level permission: nothing runs unasked as far as the gate knows."""
+    nothing = Rules(False, (), EVERYTHING_GUARDED)
+    try:
+        files = [os.path.join(config_dir("opencode", environ), n) for n in _OPENCODE_FILES]
+        files += [environ["OPENCODE_CONFIG"]] if environ.get("OPENCODE_CONFIG") else []
+        for d in _opencode_dirs(cwd):
+            files += [os.path.join(d, n) for n in _OPENCODE_FILES[1:]]
+            files += [os.path.join(d, ".opencode", n) for n in _OPENCODE_FILES[1:]]
+        given = environ.get("OPENCODE_CONFIG_DIR")
+        files += [os.path.join(given, n) for n in _OPENCODE_FILES[1:]] if given else []
+        datas = [_json(f, comments=True) for f in files]
+        for inline in ("OPENCODE_CONFIG_CONTENT",):
+            if environ.get(inline):
+                datas.append(json.loads(environ[inline]))
+        datas += [_json(os.path.join("/etc/opencode", n), comments=True) for n in _OPENCODE_FILES[1:]]
+        permissions = []
+        for data in datas:
+            if data is None:
+                continue
+            if not isinstance(data, dict):
+                return nothing
+            agents = data.get("agent") or data.get("mode") or {}
+            if not isinstance(agents, dict) or any(not isinstance(a, dict) or "permission" in a or "tools" in a
+                                                   for a in agents.values()):
+                return nothing  # a plugin is told no agent: whose rules apply is not known
+            if isinstance(data.get("tools"), dict) and data["tools"].get("bash") is False:
+                return nothing
+            permissions.append(data.get("permission"))
+        if environ.get("OPENCODE_PERMISSION"):
+            permissions.append(json.loads(environ["OPENCODE_PERMISSION"]))
+        for d in [config_dir("opencode", environ), *(os.path.join(r, ".opencode") for r in _opencode_dirs(cwd)),
+                  *([given] if given else [])]:
+            for sub in ("agent", "agents"):
+                try:
+                    if any(n.endswith(".md") for n in os.listdir(os.path.join(d, sub))):
+                        return nothing  # agent files may carry rules of their own
+                except OSError:
+                    pass
+    except (_Unreadable, ValueError):
+        return nothing
+    auto = any("--auto" in argv for argv in argvs)
+    ordered = opencode_ordered(permissions, auto)
+    if ordered is None:
+        return nothing
+    return Rules(False, (), frozenset(), ordered=ordered)
+
+
 def rules_for(call, environ) -> Rules:
     """The rules of the session that sent this hook call (core.hooks.Call). A shim's call ("shell"):
     the program was already going to run; running it through res asks nobody anything."""
@@ -409,4 +487,6 @@ def rules_for(call, environ) -> Rules:
         return codex_rules(call.permission_mode, call.cwd, environ, argvs)
     if call.cli == "gemini":
         return gemini_rules(call.cwd, environ, argvs)
+    if call.cli == "opencode":
+        return opencode_rules(call.cwd, environ, argvs)
     return claude_rules(call.permission_mode, call.cwd, environ, argvs)

@@ -1,4 +1,4 @@
-"""The agent CLIs res gates and reads, one record each, and the one list of them (CLIS, in the order
+"""The agent CLIs res gates and reads (Claude Code, Codex, Gemini CLI, OpenCode), one record each, and the one list of them (CLIS, in the order
 lists show them). Everything that names the CLIs reads it: the command line's `--agent` choices
 (`res hook`, `res run`, entry.py's dispatch of `res hook`), the gate's hook input (core/hooks.py),
 `res hook install` and `res doctor`'s gates (where each one's files are, what is written in them),
@@ -10,7 +10,7 @@ config/agenthome.py, from the fields here.
 What differs between the CLIs beyond these facts (the hook output each understands, what its rules
 allow, its digest's format, Codex's hook trust) is code, branched on the CLI's name where it is used:
 core/hooks.py, core/hookrules.py, config/agentsettings.py, core/codex.py and core/gemini.py,
-commands/hookinstall.py. Sources: docs/agent-hooks.md, docs/agent-output.md.
+commands/hookinstall.py (OpenCode's gate is a plugin file, not settings entries). Sources: docs/agent-hooks.md, docs/agent-output.md.
 
 Pure and import-light: collections only (`res hook` imports it before every agent shell command;
 namedtuple, not dataclasses or typing: those cost the hook ~3-7 ms).
@@ -36,19 +36,21 @@ HookEntry = namedtuple("HookEntry", "event matcher handler comments label", defa
 #   programs       the names its program has on a command line (is a `res run --agent` command the CLI itself?)
 #   package        a path inside its npm package, as its process's command line may show it
 #   home_var       the variable that moves its user directory
-#   home_default   its user directory under $HOME where home_var is unset or empty
+#   home_default   its user directory under $HOME where home_var is unset or empty (one under .config/
+#                  moves with $XDG_CONFIG_HOME, as OpenCode's does)
 #   home_sub       its user directory under $home_var ("": home_var names that directory itself)
 #   home_realpath  True: the CLI resolves $home_var's links (Codex canonicalizes CODEX_HOME), and `res hook
 #                  install` names files under it so (Codex's trust keys must be the paths Codex computes);
 #                  False: the path is only made absolute
 #   project_dir    its folder in a project (a checkout's root)
-#   hooks_file     the file its hooks are in, in its user directory and in its project folder
+#   hooks_file     the file its hooks are in, in its user directory and in its project folder (OpenCode: the
+#                  plugin file res writes)
 #   shell_tools    hook input: the names of its shell tool
 #   pre_event      hook input: the event before a tool runs
 #   post_events    hook input: the events after a tool ran: each releases what its pre-tool event booked
 #                  (admission in place, docs/agent-hooks.md; Claude Code says a failed command apart)
 #   entries        what `res hook install` writes, in the order it adds them (uninstall: the reverse);
-#                  the first is the gate's
+#                  the first is the gate's (none: a CLI whose gate is a plugin file, OpenCode)
 #   session_var    the variable its shell commands find its session's id in (None: it gives them none)
 #   digest         its output digest for `res run --agent`: the class's name in core/digest.py's kinds
 #   model_source   None: its output names the model; else the function of config/agentmodel.py that reads
@@ -93,6 +95,15 @@ GEMINI = AgentCli(
     None,  # Gemini CLI gives its shell commands no session id
     "GeminiDigest", None)
 
+OPENCODE = AgentCli(
+    "opencode", ("opencode",), "/opencode-ai/", "OPENCODE_CONFIG_DIR", ".config/opencode", "", False, ".opencode",
+    # not a settings file: a plugin of its own that hands the bash tool's calls to `res hook` (the same
+    # path under its user directory and a project's .opencode/; commands/hookinstall.py writes it whole)
+    "plugins/res-gate.js", ("bash",), "tool.execute.before", ("tool.execute.after",),
+    (),  # no settings entries: the plugin is the whole install
+    None,  # OpenCode 1.18 gives its shell commands no session id
+    "OpenCodeDigest", None)
+
 # The registry: name -> record. Read it when it is needed, never copied at import time (a test plants
 # a CLI in it for the length of the test).
-CLIS: dict[str, AgentCli] = {cli.name: cli for cli in (CLAUDE, CODEX, GEMINI)}
+CLIS: dict[str, AgentCli] = {cli.name: cli for cli in (CLAUDE, CODEX, GEMINI, OPENCODE)}

@@ -64,6 +64,8 @@ def unread_output(agent: str, cmd: list[str]) -> str | None:
         return "claude -p prints its usage only as stream-json (--output-format stream-json --verbose)"
     if agent == "codex" and "--json" not in cmd and "--experimental-json" not in cmd:
         return "codex exec prints its usage only with --json"
+    if agent == "opencode" and _flag_value(cmd, ("--format",)) != "json":
+        return "opencode run prints its usage only with --format json"
     return None
 
 
@@ -84,7 +86,7 @@ def model_from_command(cmd: list[str]) -> str | None:
 
 # Agent command-line programs: a `res note` made under one of them lives as long as that session. The
 # CLIs of core/agentclis.py, and these, whose hooks res does not serve:
-OTHER_AGENTS = frozenset({"cursor-agent", "aider", "opencode", "goose", "amp", "qwen", "crush", "copilot", "cline",
+OTHER_AGENTS = frozenset({"cursor-agent", "aider", "goose", "amp", "qwen", "crush", "copilot", "cline",
                           "kiro-cli", "droid"})
 # Interpreters an agent CLI may run under (`node …/gemini`): its name is then its script's.
 INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})

@@ -552,8 +552,9 @@ def _keep(d: dict, key: str, value) -> None:
 def _kinds() -> dict[str, type[Digest]]:
     from reconciler.core.codex import CodexDigest
     from reconciler.core.gemini import GeminiDigest
+    from reconciler.core.opencode import OpenCodeDigest
 
-    named = {d.__name__: d for d in (ClaudeDigest, CodexDigest, GeminiDigest)}  # what a CLI's record calls its digest
+    named = {d.__name__: d for d in (ClaudeDigest, CodexDigest, GeminiDigest, OpenCodeDigest)}  # what a CLI's record calls its digest
     return {"none": NullDigest, **{name: named[cli.digest] for name, cli in CLIS.items()}}
 
 

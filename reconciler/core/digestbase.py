@@ -5,8 +5,8 @@ the end (CallEstimating: Codex, Gemini), which estimates each model call until i
 I/O, no clock.
 
 Each agent's own digest is a module of its own above this one (Claude Code's in core/digest.py,
-Codex's in core/codex.py, Gemini's in core/gemini.py), and core/digest.make_digest picks one by the
-agent's name: the agents' modules import this one, never each other or make_digest's.
+Codex's in core/codex.py, Gemini's in core/gemini.py, OpenCode's in core/opencode.py), and
+core/digest.make_digest picks one by the agent's name: the agents' modules import this one, never each other or make_digest's.
 """
 from __future__ import annotations
 

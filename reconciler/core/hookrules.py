@@ -12,6 +12,10 @@ cover it. What each CLI lets a hook do about that (docs/agent-hooks.md has the s
                  where every command runs unasked and unsandboxed (GRANT)
     Gemini CLI   a hook cannot grant; the rewritten `res run` is judged by the policy engine: only in
                  YOLO mode, with no rule that outranks it (REWRITE)
+    OpenCode     a plugin cannot grant (1.18's permission.ask hook is never called); the bash tool judges
+                 the rewritten command by its `permission.bash` patterns, last match winning: only where
+                 its rules let both the line and a `res …` line run unasked (REWRITE); where they let
+                 the line run and would ask about `res …`, in place (ADMIT)
 
 Elsewhere the command passes unchanged and the CLI judges it as it always does. A command the
 session runs in a sandbox is never rewritten (the job would run outside it).
@@ -56,6 +60,9 @@ class Rules(NamedTuple):
     # only what `allow` covers may run at all, anything else is denied (Gemini CLI: a run_shell_command(…)
     # entry in tools.allowed narrows the shell to its entries, YOLO or not)
     narrowed: bool = False
+    # OpenCode: its rules for the bash tool in force, in order, (pattern, "allow" | "ask" | "deny"), the
+    # last that matches a command deciding (its built-in ("*", "allow") first); () when unreadable
+    ordered: tuple[tuple[str, str], ...] = ()
 
 
 def _programs(words: list[str]) -> set[str]:
@@ -76,6 +83,10 @@ def decide(cli: str, mode: str | None, line: str, commands: list[list[str]], rul
     (core.shellline.simple_commands)."""
     if cli == "shell":  # a PATH shim: the program was going to run; through res it asks nobody anything
         return REWRITE
+    if cli == "opencode":  # its own matcher, read exactly (deny and ask loosely): no guarded set
+        if not opencode_allows(line, rules.ordered):
+            return None  # it would ask or refuse (or we cannot tell): a booking could outlive it
+        return REWRITE if all(opencode_allows_program(p, rules.ordered) for p in REWRITE_PROGRAMS) else ADMIT
     if guarded(commands, rules):
         return None
     if rules.narrowed and not (cli == "gemini" and gemini_covered(line, rules.allow)):
@@ -174,6 +185,99 @@ def gemini_covered(line: str, prefixes: Iterable[str]) -> bool:
         if not any(part == p or part.startswith(p + " ") for p in prefixes):
             return False
     return True
+
+
+# ---------------------------------------------------------------- OpenCode's bash permission patterns
+
+
+def opencode_pattern_covers(pattern: str, text: str) -> bool:
+    """Does one OpenCode pattern match a command's text as its Wildcard.match does? `*` any run of
+    characters (`/` included), `?` one, a trailing ` *` optional (`git push *` matches `git push`),
+    everything else literally, the whole text, case-sensitive."""
+    body = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    if pattern.endswith(" *"):
+        body = body[: -len(re.escape(" ") + ".*")] + "( .*)?"
+    return re.fullmatch(body, text, re.DOTALL) is not None
+
+
+def _opencode_could_be_about(pattern: str, program: str) -> bool:
+    """Loosely: could a deny or ask pattern match a command run by `program`? Its first word is that
+    program, or has a wildcard in it."""
+    words = pattern.split()
+    first = words[0] if words else "*"
+    return "*" in first or "?" in first or posixpath.basename(first) == program
+
+
+def opencode_allows(line: str, ordered: Iterable[tuple[str, str]]) -> bool:
+    """Would OpenCode's bash rules (`ordered`, last match winning) run every command of `line` without
+    asking? Never looser than its matcher: each command must be plain words single-spaced (as
+    claude_covered reads them: what its parser sees as the command's text is then that text), and
+    from the last rule back the first that decides is an allow that matches the text exactly, before
+    any deny or ask rule that could loosely be about its program; `cd` into a relative directory
+    inside the working one gives no pattern (OpenCode skips cd)."""
+    ordered = list(ordered)
+    if not ordered or not line.strip() or len(line) > CLAUDE_LONGEST:
+        return False
+    for part in _SEPARATORS.split(line.strip()):
+        words = [w for w in part.split(" ") if w not in _FD_ONLY]
+        text = " ".join(words)
+        if not text or "" in words or _NOT_PLAIN.search(text) or "=" in words[0]:
+            return False
+        if words[0] == "cd" and len(words) == 2 and not words[1].startswith(("/", "-")) and ".." not in words[1].split("/"):
+            continue
+        if not _opencode_last(ordered, text, posixpath.basename(words[0])):
+            return False
+    return True
+
+
+def opencode_allows_program(program: str, ordered: Iterable[tuple[str, str]]) -> bool:
+    """Would OpenCode's bash rules run any command of `program` unasked (the rewrite's `res …`)? Only
+    under a catch-all allow (`*`) that no deny or ask rule after it could be about."""
+    for pattern, action in reversed(list(ordered)):
+        if action == "allow":
+            if pattern.strip() == "*":
+                return True
+        elif _opencode_could_be_about(pattern, program):
+            return False
+    return False
+
+
+def _opencode_last(ordered: list[tuple[str, str]], text: str, program: str) -> bool:
+    for pattern, action in reversed(ordered):
+        if action == "allow":
+            if opencode_pattern_covers(pattern, text):
+                return True
+        elif _opencode_could_be_about(pattern, program):
+            return False
+    return False  # no rule: OpenCode asks
+
+
+def opencode_ordered(permissions: Iterable[object], auto: bool = False) -> tuple[tuple[str, str], ...] | None:
+    """The bash rules in force, in order, from each `permission` value of OpenCode's config sources (a
+    string: every tool; an object: per tool (`*`, `bash`, a wildcard key that matches bash), each a
+    string or {pattern: action}), after its built-in ("*", "allow"). `auto` (--auto): an ask is
+    answered "once", so it counts as allow. None: a value this does not read."""
+    out = [("*", "allow")]
+    for value in permissions:
+        if value is None:
+            continue
+        if isinstance(value, str):
+            items = [("*", value)]
+        elif isinstance(value, dict):
+            items = list(value.items())
+        else:
+            return None
+        for key, rule in items:
+            if not isinstance(key, str) or not opencode_pattern_covers(key, "bash"):
+                continue
+            pairs = [("*", rule)] if isinstance(rule, str) else list(rule.items()) if isinstance(rule, dict) else None
+            if pairs is None:
+                return None
+            for pattern, action in pairs:
+                if not isinstance(pattern, str) or action not in ("allow", "ask", "deny"):
+                    return None
+                out.append((pattern, "allow" if auto and action == "ask" else action))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- each CLI's rule shapes

@@ -9,6 +9,9 @@ versions and what each field does: docs/agent-hooks.md.
     Codex        PreToolUse, tool Bash        updatedInput only with permissionDecision "allow" (so only
                                               where the session runs every command unasked)
     Gemini CLI   BeforeTool, run_shell_command  hookSpecificOutput.tool_input (a hook cannot grant)
+    OpenCode     tool.execute.before, bash    res's plugin (commands/hookinstall.py) sends the call in
+                                              this shape and reads `{"command"}` (it sets the bash
+                                              tool's args.command) or `{"deny"}` (it throws that line)
 
 A refusal is a deny with its reason, which each CLI hands the model as the tool's result.
 
@@ -40,6 +43,8 @@ def cli_of(event: dict, told: str | None = None) -> str | None:
     name = event.get("hook_event_name")
     if name in ("BeforeTool", "AfterTool"):
         return "gemini"
+    if name in ("tool.execute.before", "tool.execute.after"):
+        return "opencode"
     if name in ("PreToolUse", "PostToolUse"):
         return "codex" if "turn_id" in event else "claude"
     if name == "PostToolUseFailure":
@@ -69,8 +74,8 @@ def read_call(event: object, told: str | None = None, post: bool = False) -> Cal
     if not isinstance(command, str) or not command.strip():
         return None
     cwd = event.get("cwd") if isinstance(event.get("cwd"), str) else None
-    if cli == "gemini":
-        sub = tool_input.get("dir_path")
+    if cli in ("gemini", "opencode"):  # the directory the command runs in, given relative to the CLI's
+        sub = tool_input.get("dir_path" if cli == "gemini" else "workdir")
         if isinstance(sub, str) and sub and cwd:
             import posixpath
 
@@ -97,7 +102,9 @@ def hold_id(call: Call) -> str | None:
 
 
 def _timeout_s(cli: str, tool_input: dict) -> int | None:
-    if cli != "claude" or tool_input.get("run_in_background") is True:
+    """How long the CLI's shell tool lets the command run: Claude Code's Bash and OpenCode's bash tool
+    both take `timeout` in ms, 120 s unless the call says other."""
+    if cli not in ("claude", "opencode") or tool_input.get("run_in_background") is True:
         return None
     ms = tool_input.get("timeout")
     if type(ms) in (int, float) and 0 < ms <= 86_400_000:
@@ -109,6 +116,8 @@ def rewrite_output(call: Call, command: str, context: str | None, grant: bool = 
     """The hook output that runs `command` instead (every other field of the tool input kept);
     `grant`: answered with the CLI's "allow" (core/hookrules.decide said GRANT). Codex takes a rewrite
     only with it; Gemini has none."""
+    if call.cli == "opencode":  # res's plugin sets args.command; no context, no decision (none exists)
+        return {"command": command}
     updated = dict(call.tool_input)
     updated["command"] = command
     if call.cli == "gemini":
@@ -129,7 +138,7 @@ def rewrite_output(call: Call, command: str, context: str | None, grant: bool = 
 def note_output(call: Call, context: str) -> dict | None:
     """The hook output that lets the command run as it is and tells the agent `context` (no decision,
     no rewrite: the CLI judges it exactly as without the hook). Codex takes no context without a
-    rewrite, Gemini CLI none at all before a tool: None (nothing is said)."""
+    rewrite, Gemini CLI and OpenCode none at all before a tool: None (nothing is said)."""
     if call.cli == "claude":
         return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": context}}
     return None
@@ -139,5 +148,7 @@ def deny_output(call: Call, reason: str) -> dict:
     """The hook output that refuses the command, `reason` going to the model."""
     if call.cli == "gemini":
         return {"decision": "deny", "reason": reason}
+    if call.cli == "opencode":  # res's plugin throws it: the model gets `Error: <reason>` as the tool's result
+        return {"deny": reason}
     return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
                                    "permissionDecisionReason": reason}}

@@ -516,4 +516,77 @@ class Gemini(Agent):
         return ToolResult("\n".join(lines), rc, False, fr)
 
 
-AGENTS: dict[str, Agent] = {a.name: a for a in (Claude(), Codex(), Gemini())}
+class OpenCode(Agent):
+    """OpenCode 1.18.33 (`opencode run --format json`) against the Chat Completions API of
+    openai_api.py: a custom provider (`@ai-sdk/openai-compatible`, baseURL on loopback) in the user's
+    opencode.json, under XDG_CONFIG_HOME in the session's home. At start it reaches for
+    registry.npmjs.org once (to put @opencode-ai/plugin beside a config directory's plugins): HTTPS_PROXY
+    is the loopback server, which refuses the CONNECT at once (a proxy that does not answer costs ~75 s)."""
+
+    name, package, version, bin, dir_name = "opencode", "opencode-ai", "1.18.33", "opencode", "opencode"
+    U = OpenAIUsage(1000, 0, 10)
+    MODEL = "loop/m1"
+
+    def start_api(self, s: Session):
+        api = HeldOpenAIServer([*(Reply(shell=c, usage=self.U) for c in s.commands), Reply(text="Done.", usage=self.U)],
+                               repeat_last=True)
+        api.barrier = s.barrier
+        api.start()
+        self.point_at(s.home, api)
+        return api
+
+    @staticmethod
+    def config_path(home: Path) -> Path:
+        return home / ".config" / "opencode" / "opencode.json"
+
+    @classmethod
+    def point_at(cls, home: Path, api: OpenAIServer, permission: Any = None) -> None:
+        path = cls.config_path(home)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conf: dict[str, Any] = {"$schema": "https://opencode.ai/config.json", "share": "disabled", "autoupdate": False,
+                                "provider": {"loop": {"npm": "@ai-sdk/openai-compatible", "name": "loop",
+                                                      "options": {"baseURL": api.base_url, "apiKey": "dummy"},
+                                                      "models": {"m1": {"name": "m1"}}}},
+                                "model": cls.MODEL}
+        if permission is not None:
+            conf["permission"] = permission
+        path.write_text(json.dumps(conf, indent=2) + "\n")
+
+    def environment(self, s: Session) -> dict[str, str]:
+        url = s.api.url
+        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(s.home),
+                "XDG_CONFIG_HOME": str(s.home / ".config"), "XDG_DATA_HOME": str(s.home / ".local" / "share"),
+                "XDG_CACHE_HOME": str(s.home / ".cache"), "XDG_STATE_HOME": str(s.home / ".local" / "state"),
+                "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
+                "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "HTTPS_PROXY": url, "HTTP_PROXY": url,
+                "NO_PROXY": "127.0.0.1,localhost", "NO_COLOR": "1", "LANG": "C.UTF-8"}
+
+    def argv(self, s: Session, extra: tuple[str, ...] = ()) -> list[str]:
+        return [str(self.path), "run", "--format", "json", "-m", self.MODEL, *extra, PROMPT]
+
+    def tool_results(self, api: OpenAIServer) -> list[ToolResult]:
+        """What the model got: the `tool` messages of the last chat request with tools (OpenCode hands
+        the model the command's output as it is, no exit code; a refusal as the error's text)."""
+        with api._lock:
+            bodies = [b for b in api.requests if isinstance(b, dict) and b.get("tools")]
+        if not bodies:
+            return []
+        return [ToolResult(str(m.get("content") or ""), None, False, m) for m in bodies[-1].get("messages") or []
+                if isinstance(m, dict) and m.get("role") == "tool"]
+
+    @staticmethod
+    def events(stdout: str) -> list[dict]:
+        """The tool_use events of `opencode run --format json`: state.status completed (metadata.exit: the
+        exit code) or error (state.error: what the model got)."""
+        out = []
+        for line in stdout.splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(ev, dict) and ev.get("type") == "tool_use":
+                out.append(ev["part"]["state"])
+        return out
+
+
+AGENTS: dict[str, Agent] = {a.name: a for a in (Claude(), Codex(), Gemini(), OpenCode())}

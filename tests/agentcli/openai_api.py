@@ -11,6 +11,12 @@ its input). No network beyond 127.0.0.1; no key checked.
 A reply may call a tool instead (`Reply(shell="echo hi", …)`: a `function_call` to Codex's shell
 tool); `Reply(status=429|500, error=…)` answers with an HTTP error (no usage billed).
 
+The same script answers `POST /v1/chat/completions` (the Chat Completions API, for OpenCode's
+`@ai-sdk/openai-compatible` provider): with `stream` a chunk stream (`data: {…}` lines, the usage in
+a last chunk, `data: [DONE]`), a `shell` reply as a call to the `bash` tool with
+`{"command", "description"}`; a request that offers no tools (OpenCode's title request) is answered
+with a short text and does not take a scripted reply (`titles` counts them).
+
 Run by hand: `python3 tests/agentcli/openai_api.py [PORT]` serves text replies with fixed usage
 until interrupted."""
 from __future__ import annotations
@@ -71,6 +77,7 @@ class OpenAIServer(LoopbackAPI):
         self.replies = replies
         self.repeat_last = repeat_last  # past the script: the last reply again
         self.paths: list[str] = []
+        self.titles = 0  # chat requests without tools (a title, a summary): answered "Title", off the script
         self._ids = itertools.count(1)
 
     @property
@@ -145,10 +152,17 @@ class _Handler(LoopbackHandler):
         self.server_api.paths.append("GET " + self.path)
         self._json(200, {"object": "list", "data": [], "models": []})
 
+    def do_CONNECT(self) -> None:  # a client given HTTPS_PROXY = this server: traffic bound elsewhere, refused
+        self.server_api.paths.append("CONNECT " + self.path)
+        self._empty(403, close=True)
+
     def do_POST(self) -> None:
         server = self.server_api
         body = self._body()
         server.paths.append("POST " + self.path)
+        if self.path.rstrip("/").endswith("/chat/completions"):
+            self._chat(server, body)
+            return
         if not self.path.rstrip("/").endswith("/responses"):
             self._json(404, {"error": {"message": f"no such path {self.path}"}})
             return
@@ -160,6 +174,51 @@ class _Handler(LoopbackHandler):
         self._event_stream()
         for ev in server._events(reply, body):
             self.wfile.write(f"event: {ev['type']}\ndata: {json.dumps(ev)}\n\n".encode())
+        self.wfile.flush()
+
+
+    def _chat(self, server: OpenAIServer, body: Any) -> None:
+        body = body if isinstance(body, dict) else {}
+        if not body.get("tools"):  # not the agent's loop: a title or a summary
+            with server._lock:
+                server.titles += 1
+            reply = Reply(text="Title")
+        else:
+            reply = server._next(body)
+        if reply.status != 200:
+            self._json(reply.status, {"error": {"message": reply.error, "type": "rate_limit_error"
+                                                if reply.status == 429 else "server_error"}})
+            return
+        n = next(server._ids)
+        model = body.get("model") or "unknown"
+        head = {"id": f"chatcmpl-{n:04d}", "object": "chat.completion.chunk", "created": 1764000000 + n, "model": model}
+        u = reply.usage
+        usage = {"prompt_tokens": u.input_tokens, "completion_tokens": u.output_tokens,
+                 "total_tokens": u.input_tokens + u.output_tokens,
+                 "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+                 "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens}}
+        if reply.shell is not None:
+            args = json.dumps({"command": reply.shell, "description": "Run the tests"})
+            deltas = [{"role": "assistant", "content": None, "tool_calls": [
+                {"index": 0, "id": f"call_{n:04d}", "type": "function", "function": {"name": "bash", "arguments": args}}]}]
+            finish = "tool_calls"
+        else:
+            deltas = [{"role": "assistant", "content": ""}, {"content": reply.text}]
+            finish = "stop"
+        chunks = [{**head, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+        chunks.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        chunks.append({**head, "choices": [], "usage": usage})
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": reply.text if reply.shell is None else None}
+            if reply.shell is not None:
+                message["tool_calls"] = deltas[0]["tool_calls"]
+            self._json(200, {**head, "object": "chat.completion",
+                             "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage})
+            return
+        self._event_stream()
+        for c in chunks:
+            self.wfile.write(f"data: {json.dumps(c)}\n\n".encode())
+        self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
 
 

@@ -41,7 +41,7 @@ def home(tmp_path, monkeypatch):
     h = tmp_path / "home"
     h.mkdir()
     monkeypatch.setenv("HOME", str(h))
-    for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME", "QUILL_HOME"):
+    for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME", "OPENCODE_CONFIG_DIR", "XDG_CONFIG_HOME", "QUILL_HOME"):
         monkeypatch.delenv(name, raising=False)
     work = tmp_path / "work"
     work.mkdir()
@@ -54,8 +54,8 @@ def _event(name: str = "PreToolUse", tool: str = "Shell") -> dict:
             "tool_input": {"command": "ls -la"}}
 
 
-def test_the_registry_lists_the_three_in_order_and_takes_a_fifth(quill):
-    assert list(CLIS) == ["claude", "codex", "gemini", "quill"]
+def test_the_registry_lists_the_four_in_order_and_takes_a_fifth(quill):
+    assert list(CLIS) == ["claude", "codex", "gemini", "opencode", "quill"]
 
 
 def test_res_hook_and_res_run_take_it_as_agent(quill):
@@ -69,7 +69,7 @@ def test_res_hook_and_res_run_take_it_as_agent(quill):
     assert build_parser("hook").parse_args(["hook", "install", "--agent", "quill"]).agent == "quill"
     run = build_parser("run").parse_args(["run", "--mem", "1G", "--for", "1m", "--agent", "quill", "--", "true"])
     assert run.agent == "quill"
-    assert agent_kinds() == ("none", "claude", "codex", "gemini", "quill")
+    assert agent_kinds() == ("none", "claude", "codex", "gemini", "opencode", "quill")
 
 
 def test_its_output_is_digested_with_the_digest_its_record_names(quill):

@@ -64,7 +64,7 @@ def home(tmp_path, monkeypatch):
     h = tmp_path / "home"
     h.mkdir()
     monkeypatch.setenv("HOME", str(h))
-    for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME"):
+    for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME", "OPENCODE_CONFIG_DIR", "XDG_CONFIG_HOME"):
         monkeypatch.delenv(name, raising=False)
     work = tmp_path / "work"
     work.mkdir()
@@ -152,6 +152,8 @@ def test_install_into_an_empty_home(home):
         f"codex: installed in {p['codex']} ({WHAT['codex']} -> {CMD['codex']}); "
         f"trusted in {home}/.codex/config.toml",
         f"gemini: installed in {p['gemini']} ({WHAT['gemini']} -> {CMD['gemini']})",
+        f"opencode: installed in {home}/.config/opencode/plugins/res-gate.js (tool.execute.before bash, "
+        f"tool.execute.after bash -> {RES} hook --agent opencode)",
     ]
     for cli in ("claude", "codex", "gemini"):
         data = json.loads(p[cli].read_text())
@@ -183,7 +185,7 @@ def test_a_second_run_changes_nothing_and_says_so(home):
     code, lines = run()
     assert code == 0
     assert [line.split(" in ")[0] for line in lines] == ["claude: already installed", "codex: already installed",
-                                                         "gemini: already installed"]
+                                                         "gemini: already installed", "opencode: already installed"]
     assert snapshot(home) == before
 
 
@@ -207,7 +209,7 @@ def test_uninstall_takes_out_what_install_put_in(home):
 
 def test_uninstall_with_no_files_writes_none(home):
     code, lines = run(uninstall=True)
-    assert code == 0 and len(lines) == 3 and all(" not installed in " in line for line in lines)
+    assert code == 0 and len(lines) == 4 and all(" not installed in " in line for line in lines)
     assert snapshot(home) == {}
 
 
@@ -522,6 +524,8 @@ def test_an_older_install_gets_the_session_start_entry_added(home):
         f"codex: updated in {p['codex']} ({WHAT['codex']} -> {CMD['codex']}; added {', '.join(EVENTS['codex'][1:])}); "
         f"trusted in {config}",
         f"gemini: updated in {p['gemini']} ({WHAT['gemini']} -> {CMD['gemini']}; added {', '.join(EVENTS['gemini'][1:])})",
+        f"opencode: already installed in {home}/.config/opencode/plugins/res-gate.js (tool.execute.before bash, "
+        f"tool.execute.after bash -> {RES} hook --agent opencode)",
     ]
     for cli in ("claude", "codex", "gemini"):
         assert json.loads(p[cli].read_text()) == {"hooks": both(cli)}
@@ -1023,8 +1027,12 @@ def test_project_scope_writes_into_the_checkouts_root(home, tmp_path):
                            trust(f"{root}/.codex/hooks.json", "session_start"),
                            trust(f"{root}/.codex/hooks.json", "post_tool_use")]
     assert installed("claude", "project", cwd=str(root)) is True and installed("claude") is False
+    assert lines[5] == (f"opencode: installed in {root}/.opencode/plugins/res-gate.js (tool.execute.before bash, "
+                        f"tool.execute.after bash -> {RES} hook --agent opencode)")
     code, lines = run(scope="project", uninstall=True, cwd=str(root))
-    assert code == 0 and len(lines) == 3
+    assert code == 0 and len(lines) == 4
+    assert lines[3] == f"opencode: removed {root}/.opencode/plugins/res-gate.js"
+    assert not (root / ".opencode" / "plugins" / "res-gate.js").exists()
     assert tomllib.loads((home / ".codex" / "config.toml").read_text()) == {}
 
 

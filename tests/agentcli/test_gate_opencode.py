@@ -1,0 +1,226 @@
+"""The gate in the real OpenCode (opencode-ai 1.18.33, pinned in tests/agentcli/install.sh): its
+plugin written by `res hook install --agent opencode --user`, `opencode run --format json` against a
+Chat Completions model on loopback (openai_api.py) whose script asks for `<python> -m pytest -q tests`
+in a git repository with a two-test suite. As test_gate_modes_others.py does for Codex and Gemini CLI,
+each setting runs one session without the plugin and one with it and `res serve`: the model gets the
+same thing both times, and the ledger says how res took part.
+
+| setting (`permission` in opencode.json) | without the gate | with it |
+|---|---|---|
+| OpenCode's defaults and `"bash": {"<python> -m pytest *": "allow"}` | runs | the same, as a res job |
+| `"bash": {"*": "ask", "<python> -m pytest *": "allow"}` | runs | the same, in place (`res …` would be asked) |
+| `"bash": {"*": "ask"}`, `opencode run --auto` | runs | the same, as a res job |
+| `"bash": {"<python> -m pytest *": "ask"}` | refused (`opencode run` rejects every ask) | the same, untouched |
+| `"bash": {"<python> -m pytest *": "deny"}` | refused by the rule | the same, untouched |
+
+Then: with every CPU held by a note, the plugin's refusal reaches the model as the bash tool's error
+(the busy line), and no job is made; and `--uninstall` leaves the config directory byte for byte as it
+was before the install. Skipped where the CLI is not installed, unless CI is set (then it fails).
+Nothing asserts on time.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+from clihelp import PY, nproc, res, wait_for  # noqa: E402,F401  (res: the fixture)
+from gate_harness import AGENTS, DONE, STARTED, meaningful, res_lines, run_group  # noqa: E402
+
+pytestmark = pytest.mark.systemd
+
+LINE = f"{sys.executable} -m pytest -q -p no:cacheprovider tests"
+RULE = f"{sys.executable} -m pytest *"
+SUITE = "def test_one():\n    assert 1 + 1 == 2\n\n\ndef test_two():\n    assert 'res'.upper() == 'RES'\n"
+OC = AGENTS["opencode"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    permission: Any
+    expect: str  # job, in place, untouched
+    args: tuple[str, ...] = ()
+
+
+SCENARIOS = [
+    Scenario("defaults, an allow rule", {"bash": {RULE: "allow"}}, "job"),
+    Scenario("ask, an allow rule", {"bash": {"*": "ask", RULE: "allow"}}, "in place"),
+    Scenario("ask, --auto", {"bash": {"*": "ask"}}, "job", ("--auto",)),
+    Scenario("an ask rule", {"bash": {RULE: "ask"}}, "untouched"),
+    Scenario("a deny rule", {"bash": {RULE: "deny"}}, "untouched"),
+]
+
+
+@dataclass
+class Seen:
+    kind: str  # ran, refused
+    text: str  # what the model got
+    rc: int | None  # the exit code OpenCode recorded (metadata.exit)
+
+    @property
+    def job(self) -> tuple[str | None, int | None]:
+        ours = res_lines(self.text)
+        started = [m.group(1) for m in map(STARTED.match, ours) if m]
+        done = [int(m.group(2)) for m in map(DONE.match, ours) if m]
+        return (started[0] if started else None), (done[0] if done else None)
+
+
+def _project(base: Path) -> Path:
+    proj = base / "proj"
+    (proj / "tests").mkdir(parents=True)
+    (proj / "tests" / "test_two.py").write_text(SUITE)
+    subprocess.run(["git", "init", "-q", str(proj)], check=True, capture_output=True)
+    return proj
+
+
+def _environ() -> dict:
+    keep = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
+    of_a_job = ("RES_ID", "RES_BY", "RES_TASK", "RES_CPUS", "RES_MEM_MB")
+    env = {k: v for k, v in os.environ.items() if (k.startswith("RES_") and k not in of_a_job) or k in keep}
+    env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
+    return env
+
+
+def _session(base: Path, proj: Path, sc: Scenario, gated: bool) -> tuple[Seen, Any]:
+    s = OC.session(base / ("gated" if gated else "plain"), [LINE], proj)
+    with s:
+        env = OC.environment(s)
+        env.update(_environ())
+        OC.point_at(s.home, s.api, sc.permission)
+        if gated:
+            r = subprocess.run(["res", "hook", "install", "--agent", "opencode", "--user"], env=env, cwd=str(proj),
+                               capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            assert r.returncode == 0 and "opencode: installed in" in r.stdout, (r.stdout, r.stderr)
+        run = run_group(OC.argv(s, sc.args), env, proj, 240)
+        assert not run.timed_out and run.rc == 0, run.context()
+        results = s.tool_results()
+        states = OC.events(run.stdout)
+        # a rejected ask ends the run there: the model is not called again (the event says what it was)
+        rejected = len(states) == 1 and states[0]["status"] == "error" and not results
+        assert (len(results) == 1 or rejected) and len(states) == 1, (results, states, run.context())
+        with s.api._lock:
+            assert [p for p in s.api.paths if p.startswith("CONNECT")] in ([], ["CONNECT registry.npmjs.org:443"]), \
+                s.api.paths
+        st = states[0]
+        if st["status"] == "error":
+            return Seen("refused", results[0].text if results else st["error"], None), run
+        return Seen("ran", results[0].text, st.get("metadata", {}).get("exit")), run
+
+
+@pytest.fixture
+def loop(res):
+    serve = res.popen([PY, "-m", "reconciler.cli", "serve"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: (res.state / "serve.sock").exists() and res("status").code == 0, "the loop answers")
+    try:
+        yield res
+    finally:
+        serve.terminate()
+
+
+def _entries(res) -> list[dict]:
+    return res.status_all()["jobs"]
+
+
+@pytest.mark.parametrize("sc", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_the_model_gets_what_it_would_have_got_and_res_takes_part_only_as_it_may(sc, loop):
+    OC.installed()
+    res = loop
+    base = Path(tempfile.mkdtemp(prefix="res-oc-", dir="/var/tmp"))
+    try:
+        proj = _project(base)
+        plain, _ = _session(base, proj, sc, False)
+        assert _entries(res) == [], "res took part in a session without its plugin"
+        gated, _ = _session(base, proj, sc, True)
+        print(f"\nopencode: {sc.name}: without the gate {plain.kind} rc={plain.rc}: {plain.text[:200]!r}; "
+              f"with it {gated.kind} rc={gated.rc}: {gated.text[:400]!r}")
+        assert gated.kind == plain.kind and gated.rc == plain.rc, (sc.name, plain, gated)
+        assert meaningful(gated.text) == meaningful(plain.text), (gated.text, plain.text)
+        job, rc = gated.job
+        entries = _entries(res)
+        if sc.expect == "job":
+            assert job is not None and rc == plain.rc == 0, f"{sc.name}: not run as a res job: {gated.text}"
+            jobs = [e for e in entries if e["kind"] != "note"]
+            assert len(jobs) == 1 and jobs[0]["id"] == job and jobs[0]["state"] == "done", entries
+        else:
+            assert job is None, f"{sc.name}: a res job where the session runs it itself: {gated.text}"
+            notes = [e for e in entries if e["kind"] == "note"]
+            assert [e for e in entries if e["kind"] != "note"] == [], entries
+            if sc.expect == "untouched":
+                assert notes == [], f"{sc.name}: booked where a rule of the session's may be about the line: {notes}"
+            else:
+                assert len(notes) == 1 and notes[0]["title"].endswith("(in place)"), notes
+                wait_for(lambda: all(e["state"] != "running" for e in _entries(res)), "the booking released", 60)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_refusal_when_busy_reaches_the_model_as_the_tools_error_and_uninstall_restores_the_files(loop):
+    OC.installed()
+    res = loop
+    n = nproc()
+    (res.tmp / "policy.toml").write_text(f'gate_wait_s = 5\nuser_reserve_gb = 0.5\ncpu_overcommit = 1\n'
+                                         f'[gate_heavy_add]\n"pytest" = {{ mem_gb = 0.25, cpus = {n}, minutes = 0.5 }}\n')
+    wait_for(lambda: json.loads((res.state / "gate.json").read_text()).get("wait_s") == 5
+             if (res.state / "gate.json").exists() else False, "the loop publishes the policy", 60)
+    base = Path(tempfile.mkdtemp(prefix="res-oc-busy-", dir="/var/tmp"))
+    note = res("note", "--cpus", str(n), "--mem", "0.1G", "--for", "30m", "held by the test")
+    assert note.code == 0, str(note)
+    note_id = note.out.split()[0]
+    try:
+        proj = _project(base)
+        s = OC.session(base / "s", [LINE], proj)
+        with s:
+            env = OC.environment(s)
+            env.update(_environ())
+            OC.point_at(s.home, s.api, {"bash": {RULE: "allow"}})
+            config = s.home / ".config" / "opencode"
+            before = _tree(config)
+            r = subprocess.run(["res", "hook", "install", "--agent", "opencode", "--user"], env=env, cwd=str(proj),
+                               capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            assert r.returncode == 0, (r.stdout, r.stderr)
+            run = run_group(OC.argv(s), env, proj, 240)
+            assert not run.timed_out and run.rc == 0, run.context()
+            results, states = s.tool_results(), OC.events(run.stdout)
+            assert len(results) == 1 and len(states) == 1, (results, states, run.context())
+            text = results[0].text
+            print(f"\nopencode: busy: the model got {text!r}; the event: {json.dumps(states[0])[:600]}")
+            assert states[0]["status"] == "error" and states[0]["error"] == text, states
+            assert text.startswith("res: not run:") and f'"held by the test" ({note_id}' in text, text
+            assert re.search(r"retry after ~\d\d:\d\d", text), text
+            assert [e for e in _entries(res) if e["kind"] != "note"] == [], "the refusal made a job"
+            # uninstall: the files as they were before the install, byte for byte (OpenCode's own
+            # start-up litter, .gitignore and the like, is set aside: it is OpenCode's, not res's)
+            r = subprocess.run(["res", "hook", "install", "--agent", "opencode", "--user", "--uninstall"], env=env,
+                               cwd=str(proj), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+            assert r.returncode == 0 and "opencode: removed" in r.stdout, (r.stdout, r.stderr)
+            after = _tree(config)
+            litter = {p for p in set(after) - set(before) if not p.startswith("plugins/")}
+            assert {p: v for p, v in after.items() if p not in litter} == before, (before, after)
+    finally:
+        res.ok("release", note_id)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    """Every file and directory under `root`, relative, with its bytes (None: a directory)."""
+    out: dict[str, bytes | None] = {}
+    for d, dirs, files in os.walk(root):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(d, name), root)] = None
+        for name in files:
+            p = os.path.join(d, name)
+            out[os.path.relpath(p, root)] = open(p, "rb").read()
+    return out
