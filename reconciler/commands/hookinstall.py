@@ -23,6 +23,10 @@ they release what a command admitted in place booked, docs/agent-hooks.md):
             the bash tool's call to C and sets args.command or throws the refusal; its
             tool.execute.after hands C the post-tool event. Written whole; uninstall removes it only
             while it is byte for byte what res writes (another file there is left, and said so)
+    copilot $COPILOT_HOME/hooks/res.json, else ~/.copilot/hooks/res.json; project .github/hooks/res.json
+            a hooks file of res's own (copilot_hooks): {"version": 1, "hooks": {"preToolUse": [{"type":
+            "command", "bash": C, "timeoutSec": 30}], "postToolUse": [… C, "timeoutSec": 10]}}. Written
+            whole and removed as OpenCode's plugin is
 
 C is `<absolute res> hook --agent <cli>`: before a shell command it gates it; at SessionStart (no
 matcher: every source) it tells the loop, which adopts the new session at once (commands/hook.py).
@@ -378,28 +382,70 @@ def _plugin_res(text: str) -> str | None:
     return res
 
 
-def _install_plugin(path: str, uninstall: bool, res: str) -> list[str]:
-    """OpenCode: the plugin file written (or removed), and the line saying what was done."""
+def _install_own_file(cli: str, path: str, uninstall: bool, res: str) -> list[str]:
+    """OpenCode's plugin, Copilot's hooks file: the file of res's own written (or removed), and the line
+    saying what was done. Removed only while it is byte for byte what res wrote."""
+    make, res_of, events, noun = _OWN_FILES[cli]
     text, _ = _read(path)
-    want = opencode_plugin(res)
-    ours = _plugin_res(text) if text is not None else None
+    want = make(res)
+    ours = res_of(text) if text is not None else None
     if uninstall:
         if text is None:
-            return [f"opencode: not installed in {path}"]
+            return [f"{cli}: not installed in {path}"]
         if ours is None:
-            return [f"opencode: {path} is not the file res wrote (changed since, or someone else's); left as it is"]
+            return [f"{cli}: {path} is not the file res wrote (changed since, or someone else's); left as it is"]
         os.unlink(path)
-        return [f"opencode: removed {path}"]
-    what = f"tool.execute.before bash, tool.execute.after bash -> {hook_command(res, 'opencode')}"
+        return [f"{cli}: removed {path}"]
+    what = f"{events} -> {hook_command(res, cli)}"
     if text == want:
-        return [f"opencode: already installed in {path} ({what})"]
+        return [f"{cli}: already installed in {path} ({what})"]
     if text is not None and ours is None:
-        raise SettingsError(f"{path}: is not a plugin res wrote (changed since, or someone else's); "
+        raise SettingsError(f"{path}: is not a {noun} res wrote (changed since, or someone else's); "
                             "move it away and run `res hook install` again; nothing written")
     _write(path, want, None)
     if ours is not None:
-        return [f"opencode: updated in {path} ({what}; was {hook_command(ours, 'opencode')})"]
-    return [f"opencode: installed in {path} ({what})"]
+        return [f"{cli}: updated in {path} ({what}; was {hook_command(ours, cli)})"]
+    return [f"{cli}: installed in {path} ({what})"]
+
+
+# ---------------------------------------------------------------- Copilot CLI: a hooks file of res's own
+
+
+def copilot_hooks(res: str) -> str:
+    """The hooks file `res hook install --agent copilot` writes, running `res` (an absolute path).
+    Copilot reads every hooks/*.json of its user directory (and a repository's .github/hooks/) and runs
+    every entry in each, so res's entries live in a file of their own that no one else edits."""
+    from reconciler.core.agentclis import GATE_HOOK_TIMEOUT_S, POST_HOOK_TIMEOUT_S
+
+    command = hook_command(res, "copilot")
+    doc = {"version": 1, "hooks": {
+        "preToolUse": [{"type": "command", "bash": command, "timeoutSec": GATE_HOOK_TIMEOUT_S}],
+        "postToolUse": [{"type": "command", "bash": command, "timeoutSec": POST_HOOK_TIMEOUT_S}]}}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _copilot_res(text: str) -> str | None:
+    """The res path of a hooks file res wrote (any res path), else None (someone else's, or changed)."""
+    import shlex
+
+    try:
+        command = json.loads(text)["hooks"]["preToolUse"][0]["bash"]
+        head, sep, tail = command.rpartition(" hook --agent copilot")
+        words = shlex.split(head) if sep and not tail else []
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    if len(words) != 1 or not os.path.isabs(words[0]) or text != copilot_hooks(words[0]):
+        return None
+    return words[0]
+
+
+# What each whole file of res's is: (its text for a res path, the res path of a text of it, what it does,
+# what it is called).
+_OWN_FILES = {
+    "opencode": (lambda res: opencode_plugin(res), lambda text: _plugin_res(text),
+                 "tool.execute.before bash, tool.execute.after bash", "plugin"),
+    "copilot": (lambda res: copilot_hooks(res), lambda text: _copilot_res(text), "preToolUse, postToolUse", "hooks file"),
+}
 
 
 # ---------------------------------------------------------------- Codex: hook trust
@@ -523,8 +569,8 @@ def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: s
     SettingsError (one line): nothing was written for this CLI."""
     command = hook_command(res, cli)
     path = settings_path(cli, scope, environ, cwd)
-    if cli == "opencode":
-        return _install_plugin(path, uninstall, res)
+    if cli in _OWN_FILES:
+        return _install_own_file(cli, path, uninstall, res)
     text, mode = _read(path)
     change = edit_settings(cli, text, command, uninstall, name=path)
     config = config_text = new_config = None
@@ -567,7 +613,7 @@ def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: s
 
 def install(agent: str = "all", scope: str = "user", uninstall: bool = False, environ=None, cwd: str | None = None,
             res: str | None = None) -> tuple[int, list[str]]:
-    """`res hook install [--agent claude|codex|gemini|opencode|all] [--user|--project] [--uninstall]`: (exit
+    """`res hook install [--agent claude|codex|gemini|opencode|copilot|all] [--user|--project] [--uninstall]`: (exit
     code, lines). One line per CLI; a CLI whose files cannot be edited gets one `res: …` line (nothing
     written for it) and the exit code 1, and the others are still done."""
     environ = os.environ if environ is None else environ
@@ -596,8 +642,8 @@ def installed(agent: str, scope: str = "user", home_env=None, cwd: str | None = 
     try:
         path = settings_path(agent, scope, environ, cwd)
         text, _ = _read(path)
-        if agent == "opencode":
-            return text is not None and _plugin_res(text) is not None
+        if agent in _OWN_FILES:
+            return text is not None and _OWN_FILES[agent][1](text) is not None
         if text is None or not text.strip():
             return False
         doc = jsonedit.parse(text, specs[0].comments, path)

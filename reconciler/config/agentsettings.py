@@ -22,6 +22,10 @@ the command unchanged): a rule we could not read may be a deny.
                  $OPENCODE_CONFIG_CONTENT, /etc/opencode, $OPENCODE_PERMISSION); --auto on its command
                  line. Agent-level rules (`agent.<name>.permission`, agent files): every line guarded
                  (1.18 tells a plugin no agent)
+    Copilot CLI  --allow-all-tools / --allow-all / --yolo and COPILOT_ALLOW_ALL, --allow-tool and
+                 --deny-tool `shell(…)` rules on its command line (`copilot help permissions`; its config
+                 files hold no shell rules, permissions-config.json only saved approvals: not read, the
+                 cautious side)
 """
 from __future__ import annotations
 
@@ -477,6 +481,19 @@ def opencode_rules(cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
     return Rules(False, (), frozenset(), ordered=ordered)
 
 
+def copilot_rules(environ, argvs: list[list[str]]) -> Rules:
+    """Copilot CLI's shell rules: every command unasked under --allow-all-tools, --allow-all, --yolo,
+    COPILOT_ALLOW_ALL or a bare `shell` allow; `shell(P)` allows; `shell(…)` denies (a bare `shell`
+    deny: every line) guard their programs; any path only under --allow-all-paths, --allow-all, --yolo
+    or COPILOT_ALLOW_ALL."""
+    allow = [p for p in (tool_pattern(v, "shell") for v in _flag_values(argvs, ("--allow-tool",))) if p]
+    deny = [p for p in (tool_pattern(v, "shell") for v in _flag_values(argvs, ("--deny-tool",))) if p]
+    words = {a for argv in argvs for a in argv}
+    every = bool(words & {"--allow-all", "--yolo"}) or (environ.get("COPILOT_ALLOW_ALL") or "").lower() in ("true", "1")
+    unasked = every or "--allow-all-tools" in words or "*" in allow
+    return Rules(unasked, tuple(allow), guarded_by(deny), any_path=every or "--allow-all-paths" in words)
+
+
 def rules_for(call, environ) -> Rules:
     """The rules of the session that sent this hook call (core.hooks.Call). A shim's call ("shell"):
     the program was already going to run; running it through res asks nobody anything."""
@@ -489,4 +506,6 @@ def rules_for(call, environ) -> Rules:
         return gemini_rules(call.cwd, environ, argvs)
     if call.cli == "opencode":
         return opencode_rules(call.cwd, environ, argvs)
+    if call.cli == "copilot":
+        return copilot_rules(environ, argvs)
     return claude_rules(call.permission_mode, call.cwd, environ, argvs)

@@ -1,4 +1,4 @@
-"""The agent CLIs res gates and reads (Claude Code, Codex, Gemini CLI, OpenCode), one record each, and the one list of them (CLIS, in the order
+"""The agent CLIs res gates and reads (Claude Code, Codex, Gemini CLI, OpenCode, GitHub Copilot CLI), one record each, and the one list of them (CLIS, in the order
 lists show them). Everything that names the CLIs reads it: the command line's `--agent` choices
 (`res hook`, `res run`, entry.py's dispatch of `res hook`), the gate's hook input (core/hooks.py),
 `res hook install` and `res doctor`'s gates (where each one's files are, what is written in them),
@@ -10,7 +10,8 @@ config/agenthome.py, from the fields here.
 What differs between the CLIs beyond these facts (the hook output each understands, what its rules
 allow, its digest's format, Codex's hook trust) is code, branched on the CLI's name where it is used:
 core/hooks.py, core/hookrules.py, config/agentsettings.py, core/codex.py and core/gemini.py,
-commands/hookinstall.py (OpenCode's gate is a plugin file, not settings entries). Sources: docs/agent-hooks.md, docs/agent-output.md.
+commands/hookinstall.py (OpenCode's gate is a plugin file, Copilot's a hooks file of res's own, not settings
+entries). Sources: docs/agent-hooks.md, docs/agent-output.md.
 
 Pure and import-light: collections only (`res hook` imports it before every agent shell command;
 namedtuple, not dataclasses or typing: those cost the hook ~3-7 ms).
@@ -104,6 +105,18 @@ OPENCODE = AgentCli(
     None,  # OpenCode 1.18 gives its shell commands no session id
     "OpenCodeDigest", None)
 
+COPILOT = AgentCli(
+    "copilot", ("copilot",), "/@github/copilot", "COPILOT_HOME", ".copilot", "", False, ".github",
+    # a hooks file of res's own, written whole (Copilot loads every hooks/*.json of its user directory and
+    # a repository's .github/hooks/*.json, and runs every entry of each); its inputs name no event: a
+    # post-tool one is told apart by its toolResult (core/hooks.py)
+    "hooks/res.json", ("bash",), "preToolUse", ("postToolUse",),
+    (),  # no entries in a settings file: the hooks file is the whole install
+    "COPILOT_AGENT_SESSION_ID",  # in its bash tool's environment (measured on 1.0.102)
+    # --output-format json names no tokens (they are only in its session-state events.jsonl): the exit
+    # code decides, as --agent none
+    "NullDigest", None)
+
 # The registry: name -> record. Read it when it is needed, never copied at import time (a test plants
 # a CLI in it for the length of the test).
-CLIS: dict[str, AgentCli] = {cli.name: cli for cli in (CLAUDE, CODEX, GEMINI, OPENCODE)}
+CLIS: dict[str, AgentCli] = {cli.name: cli for cli in (CLAUDE, CODEX, GEMINI, OPENCODE, COPILOT)}

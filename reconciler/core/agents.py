@@ -66,6 +66,8 @@ def unread_output(agent: str, cmd: list[str]) -> str | None:
         return "codex exec prints its usage only with --json"
     if agent == "opencode" and _flag_value(cmd, ("--format",)) != "json":
         return "opencode run prints its usage only with --format json"
+    if agent == "copilot":
+        return "copilot prints no token counts (its --output-format json has none), so res reads no spend from it"
     return None
 
 
@@ -86,7 +88,7 @@ def model_from_command(cmd: list[str]) -> str | None:
 
 # Agent command-line programs: a `res note` made under one of them lives as long as that session. The
 # CLIs of core/agentclis.py, and these, whose hooks res does not serve:
-OTHER_AGENTS = frozenset({"cursor-agent", "aider", "goose", "amp", "qwen", "crush", "copilot", "cline",
+OTHER_AGENTS = frozenset({"cursor-agent", "aider", "goose", "amp", "qwen", "crush", "cline",
                           "kiro-cli", "droid"})
 # Interpreters an agent CLI may run under (`node …/gemini`): its name is then its script's.
 INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})

@@ -554,7 +554,8 @@ def _kinds() -> dict[str, type[Digest]]:
     from reconciler.core.gemini import GeminiDigest
     from reconciler.core.opencode import OpenCodeDigest
 
-    named = {d.__name__: d for d in (ClaudeDigest, CodexDigest, GeminiDigest, OpenCodeDigest)}  # what a CLI's record calls its digest
+    # what a CLI's record calls its digest (NullDigest: its output carries no usage, Copilot CLI's)
+    named = {d.__name__: d for d in (ClaudeDigest, CodexDigest, GeminiDigest, OpenCodeDigest, NullDigest)}
     return {"none": NullDigest, **{name: named[cli.digest] for name, cli in CLIS.items()}}
 
 

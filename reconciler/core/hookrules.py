@@ -16,6 +16,13 @@ cover it. What each CLI lets a hook do about that (docs/agent-hooks.md has the s
                  the rewritten command by its `permission.bash` patterns, last match winning: only where
                  its rules let both the line and a `res …` line run unasked (REWRITE); where they let
                  the line run and would ask about `res …`, in place (ADMIT)
+    Copilot CLI  a hook's "allow" would grant (res never sends it); its --allow-tool/--deny-tool rules
+                 judge the rewritten command (measured on 1.0.102), a deny rule winning over every
+                 allow; it asks about a path outside its working directories (the rewrite's `res` and
+                 log are): only under allow-all for the shell (--allow-all-tools, --yolo, `shell`) and
+                 for paths (--allow-all-paths, --allow-all, --yolo), with no deny rule that could be
+                 about the line, `res` or `bash` (REWRITE); where the shell rules cover the line
+                 strictly and it names no path (or paths are all allowed), in place (ADMIT)
 
 Elsewhere the command passes unchanged and the CLI judges it as it always does. A command the
 session runs in a sandbox is never rewritten (the job would run outside it).
@@ -63,6 +70,9 @@ class Rules(NamedTuple):
     # OpenCode: its rules for the bash tool in force, in order, (pattern, "allow" | "ask" | "deny"), the
     # last that matches a command deciding (its built-in ("*", "allow") first); () when unreadable
     ordered: tuple[tuple[str, str], ...] = ()
+    # its shell commands may name any path unasked (Copilot CLI: only with --allow-all-paths, --allow-all or
+    # --yolo; else a path outside its working directories is asked about, so is the rewrite's own `res`)
+    any_path: bool = True
 
 
 def _programs(words: list[str]) -> set[str]:
@@ -89,6 +99,12 @@ def decide(cli: str, mode: str | None, line: str, commands: list[list[str]], rul
         return REWRITE if all(opencode_allows_program(p, rules.ordered) for p in REWRITE_PROGRAMS) else ADMIT
     if guarded(commands, rules):
         return None
+    if cli == "copilot":  # its own rules judge `res run …`: only where every shell command runs unasked
+        if rules.unasked and rules.any_path:
+            return REWRITE
+        if not rules.any_path and "/" in line:  # a path it may ask about: the line may never run
+            return None
+        return ADMIT if copilot_covered(line, ("*",) if rules.unasked else rules.allow) else None
     if rules.narrowed and not (cli == "gemini" and gemini_covered(line, rules.allow)):
         return None  # the CLI may deny it: a booking for it could outlive it
     if rules.sandboxed:  # it runs in the CLI's sandbox, on this machine's memory all the same
@@ -185,6 +201,42 @@ def gemini_covered(line: str, prefixes: Iterable[str]) -> bool:
         if not any(part == p or part.startswith(p + " ") for p in prefixes):
             return False
     return True
+
+
+# ---------------------------------------------------------------- Copilot CLI's shell(…) rules
+
+_COPILOT_SUBCOMMANDS = frozenset({"git", "gh"})  # approved by their first-level subcommand (`git push`)
+
+
+def copilot_covered(line: str, patterns: Iterable[str]) -> bool:
+    """Would Copilot CLI's `shell(…)` allow rules (`patterns`: the parts in the parentheses) let every
+    command of `line` run unasked? `P:*` the command P and anything after a space (its stem), `P` a
+    command whose name is exactly P (`copilot help permissions`: "in most cases … an exact match against
+    the command name"; git and gh by their first-level subcommand, so only the whole text there), a
+    rule of several words only the whole text. Never looser: plain words only, as claude_covered reads
+    them."""
+    patterns = [p.strip() for p in patterns if p.strip()]
+    if not line.strip() or len(line) > CLAUDE_LONGEST or not patterns:
+        return False
+    for part in _SEPARATORS.split(line.strip()):
+        words = [w for w in part.split(" ") if w not in _FD_ONLY]
+        text = " ".join(words)
+        if not text or "" in words or _NOT_PLAIN.search(text) or "=" in words[0]:
+            return False
+        if not any(_copilot_rule_covers(p, text, words) for p in patterns):
+            return False
+    return True
+
+
+def _copilot_rule_covers(pattern: str, text: str, words: list[str]) -> bool:
+    if pattern == "*":
+        return True
+    if pattern.endswith(":*"):
+        stem = pattern[:-2].strip()
+        return bool(stem) and (text == stem or text.startswith(stem + " "))
+    if " " in pattern or words[0] in _COPILOT_SUBCOMMANDS:
+        return text == pattern
+    return words[0] == pattern
 
 
 # ---------------------------------------------------------------- OpenCode's bash permission patterns

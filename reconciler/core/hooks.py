@@ -12,6 +12,10 @@ versions and what each field does: docs/agent-hooks.md.
     OpenCode     tool.execute.before, bash    res's plugin (commands/hookinstall.py) sends the call in
                                               this shape and reads `{"command"}` (it sets the bash
                                               tool's args.command) or `{"deny"}` (it throws that line)
+    Copilot CLI  preToolUse, tool bash        modifiedArgs (the whole args object; its rules judge the
+                                              rewritten command), permissionDecision "deny" + reason;
+                                              its input is {sessionId, cwd, toolName, toolArgs} with no
+                                              event name: a postToolUse one carries toolResult
 
 A refusal is a deny with its reason, which each CLI hands the model as the tool's result.
 
@@ -45,6 +49,8 @@ def cli_of(event: dict, told: str | None = None) -> str | None:
         return "gemini"
     if name in ("tool.execute.before", "tool.execute.after"):
         return "opencode"
+    if name is None and "toolName" in event and "toolArgs" in event:
+        return "copilot"
     if name in ("PreToolUse", "PostToolUse"):
         return "codex" if "turn_id" in event else "claude"
     if name == "PostToolUseFailure":
@@ -61,6 +67,10 @@ def read_call(event: object, told: str | None = None, post: bool = False) -> Cal
     if cli is None:
         return None
     spec = CLIS[cli]
+    if cli == "copilot":
+        event = _copilot_event(event)
+        if event is None:
+            return None
     if post and event.get("hook_event_name") not in spec.post_events:
         return None
     if not post and event.get("hook_event_name", spec.pre_event) != spec.pre_event:
@@ -86,6 +96,22 @@ def read_call(event: object, told: str | None = None, post: bool = False) -> Cal
     call_id = event.get("tool_use_id") if cli != "gemini" else None
     call_id = call_id if isinstance(call_id, str) and 0 < len(call_id) <= 200 else None
     return Call(cli, command, cwd, tool_input, mode, _timeout_s(cli, tool_input), session, call_id)
+
+
+def _copilot_event(event: dict) -> dict | None:
+    """Copilot CLI's camelCase input in the shape read_call reads: the event from its fields (a
+    postToolUse input carries toolResult), toolArgs an object or a JSON string of one (both seen)."""
+    args = event.get("toolArgs")
+    if isinstance(args, str):
+        import json
+
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    return {"hook_event_name": "postToolUse" if "toolResult" in event else "preToolUse",
+            "tool_name": event.get("toolName"), "tool_input": args, "cwd": event.get("cwd"),
+            "session_id": event.get("sessionId")}
 
 
 def hold_id(call: Call) -> str | None:
@@ -120,6 +146,8 @@ def rewrite_output(call: Call, command: str, context: str | None, grant: bool = 
         return {"command": command}
     updated = dict(call.tool_input)
     updated["command"] = command
+    if call.cli == "copilot":  # the args the tool runs with, whole (a field left out is gone); never "allow"
+        return {"modifiedArgs": updated}
     if call.cli == "gemini":
         out: dict = {"hookSpecificOutput": {"hookEventName": "BeforeTool", "tool_input": updated}}
         if context:
@@ -138,7 +166,7 @@ def rewrite_output(call: Call, command: str, context: str | None, grant: bool = 
 def note_output(call: Call, context: str) -> dict | None:
     """The hook output that lets the command run as it is and tells the agent `context` (no decision,
     no rewrite: the CLI judges it exactly as without the hook). Codex takes no context without a
-    rewrite, Gemini CLI and OpenCode none at all before a tool: None (nothing is said)."""
+    rewrite, Gemini CLI, OpenCode and Copilot CLI none at all before a tool: None (nothing is said)."""
     if call.cli == "claude":
         return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": context}}
     return None
@@ -150,5 +178,7 @@ def deny_output(call: Call, reason: str) -> dict:
         return {"decision": "deny", "reason": reason}
     if call.cli == "opencode":  # res's plugin throws it: the model gets `Error: <reason>` as the tool's result
         return {"deny": reason}
+    if call.cli == "copilot":  # the model gets `Denied by preToolUse hook: <reason>`
+        return {"permissionDecision": "deny", "permissionDecisionReason": reason}
     return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
                                    "permissionDecisionReason": reason}}

@@ -589,4 +589,69 @@ class OpenCode(Agent):
         return out
 
 
-AGENTS: dict[str, Agent] = {a.name: a for a in (Claude(), Codex(), Gemini(), OpenCode())}
+class Copilot(Agent):
+    """GitHub Copilot CLI 1.0.102 (`copilot -p … --output-format json`) against the Chat Completions API
+    of openai_api.py, offline as its bring-your-own-key mode runs it: COPILOT_PROVIDER_BASE_URL on
+    loopback, COPILOT_OFFLINE=true (no GitHub sign-in, no token), every directory of its own in the
+    session's home; anything else it reached for would be a CONNECT to the loopback server. Its bash
+    tool hands the model the command's output and `<shellId: N completed with exit code N>`; a hook's
+    deny as `Denied by preToolUse hook: <reason>`."""
+
+    name, package, version, bin, dir_name = "copilot", "@github/copilot", "1.0.102", "copilot", "copilot"
+    U = OpenAIUsage(1000, 0, 10)
+    MODEL = "loop-model"
+    TRAILER = re.compile(r"\n?<shellId: \S+ completed with exit code (-?\d+)>\s*$")
+
+    def start_api(self, s: Session):
+        api = HeldOpenAIServer([*(Reply(shell=c, usage=self.U) for c in s.commands), Reply(text="Done.", usage=self.U)],
+                               repeat_last=True)
+        api.barrier = s.barrier
+        return api.start()
+
+    def environment(self, s: Session) -> dict[str, str]:
+        url = s.api.url
+        return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(s.home),
+                "COPILOT_HOME": str(s.home / ".copilot"), "COPILOT_CACHE_HOME": str(s.home / ".cache"),
+                "XDG_CACHE_HOME": str(s.home / ".cache"), "COPILOT_AUTO_UPDATE": "false",
+                "COPILOT_PROVIDER_BASE_URL": s.api.base_url, "COPILOT_PROVIDER_TYPE": "openai",
+                "COPILOT_PROVIDER_WIRE_API": "completions", "COPILOT_MODEL": self.MODEL, "COPILOT_OFFLINE": "true",
+                "HTTPS_PROXY": url, "HTTP_PROXY": url, "NO_PROXY": "127.0.0.1,localhost", "NO_COLOR": "1",
+                "LANG": "C.UTF-8"}
+
+    def argv(self, s: Session, extra: tuple[str, ...] = ("--allow-all-tools",)) -> list[str]:
+        return [str(self.path), "-C", str(s.cwd), *extra, "--output-format", "json", "--no-color", "-p", PROMPT]
+
+    def tool_results(self, api: OpenAIServer) -> list[ToolResult]:
+        """The `tool` messages of the last chat request with tools: the output with its exit code (from
+        the trailer), or a deny's text."""
+        with api._lock:
+            bodies = [b for b in api.requests if isinstance(b, dict) and b.get("tools")]
+        if not bodies:
+            return []
+        out = []
+        for m in bodies[-1].get("messages") or []:
+            if not (isinstance(m, dict) and m.get("role") == "tool"):
+                continue
+            text = str(m.get("content") or "")
+            t = self.TRAILER.search(text)
+            if t:
+                out.append(ToolResult(text[:t.start()], int(t.group(1)), False, m))
+            else:
+                out.append(ToolResult(text, None, text.startswith("Denied by preToolUse hook:"), m))
+        return out
+
+    @staticmethod
+    def events(stdout: str) -> list[dict]:
+        """The tool.execution_complete events' data of `--output-format json`."""
+        out = []
+        for line in stdout.splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(ev, dict) and ev.get("type") == "tool.execution_complete":
+                out.append(ev.get("data") or {})
+        return out
+
+
+AGENTS: dict[str, Agent] = {a.name: a for a in (Claude(), Codex(), Gemini(), OpenCode(), Copilot())}

@@ -41,3 +41,4 @@ install_cli gemini @google/gemini-cli 0.61.0
 install_cli gemini-0.47 @google/gemini-cli 0.47.0
 install_cli codex @openai/codex 0.171.0
 install_cli opencode opencode-ai 1.18.33
+install_cli copilot @github/copilot 1.0.102

@@ -55,7 +55,7 @@ def _event(name: str = "PreToolUse", tool: str = "Shell") -> dict:
 
 
 def test_the_registry_lists_the_four_in_order_and_takes_a_fifth(quill):
-    assert list(CLIS) == ["claude", "codex", "gemini", "opencode", "quill"]
+    assert list(CLIS) == ["claude", "codex", "gemini", "opencode", "copilot", "quill"]
 
 
 def test_res_hook_and_res_run_take_it_as_agent(quill):
@@ -69,7 +69,7 @@ def test_res_hook_and_res_run_take_it_as_agent(quill):
     assert build_parser("hook").parse_args(["hook", "install", "--agent", "quill"]).agent == "quill"
     run = build_parser("run").parse_args(["run", "--mem", "1G", "--for", "1m", "--agent", "quill", "--", "true"])
     assert run.agent == "quill"
-    assert agent_kinds() == ("none", "claude", "codex", "gemini", "opencode", "quill")
+    assert agent_kinds() == ("none", "claude", "codex", "gemini", "opencode", "copilot", "quill")
 
 
 def test_its_output_is_digested_with_the_digest_its_record_names(quill):

@@ -154,6 +154,7 @@ def test_install_into_an_empty_home(home):
         f"gemini: installed in {p['gemini']} ({WHAT['gemini']} -> {CMD['gemini']})",
         f"opencode: installed in {home}/.config/opencode/plugins/res-gate.js (tool.execute.before bash, "
         f"tool.execute.after bash -> {RES} hook --agent opencode)",
+        f"copilot: installed in {home}/.copilot/hooks/res.json (preToolUse, postToolUse -> {RES} hook --agent copilot)",
     ]
     for cli in ("claude", "codex", "gemini"):
         data = json.loads(p[cli].read_text())
@@ -185,7 +186,8 @@ def test_a_second_run_changes_nothing_and_says_so(home):
     code, lines = run()
     assert code == 0
     assert [line.split(" in ")[0] for line in lines] == ["claude: already installed", "codex: already installed",
-                                                         "gemini: already installed", "opencode: already installed"]
+                                                         "gemini: already installed", "opencode: already installed",
+                                                         "copilot: already installed"]
     assert snapshot(home) == before
 
 
@@ -209,7 +211,7 @@ def test_uninstall_takes_out_what_install_put_in(home):
 
 def test_uninstall_with_no_files_writes_none(home):
     code, lines = run(uninstall=True)
-    assert code == 0 and len(lines) == 4 and all(" not installed in " in line for line in lines)
+    assert code == 0 and len(lines) == 5 and all(" not installed in " in line for line in lines)
     assert snapshot(home) == {}
 
 
@@ -526,6 +528,7 @@ def test_an_older_install_gets_the_session_start_entry_added(home):
         f"gemini: updated in {p['gemini']} ({WHAT['gemini']} -> {CMD['gemini']}; added {', '.join(EVENTS['gemini'][1:])})",
         f"opencode: already installed in {home}/.config/opencode/plugins/res-gate.js (tool.execute.before bash, "
         f"tool.execute.after bash -> {RES} hook --agent opencode)",
+        f"copilot: already installed in {home}/.copilot/hooks/res.json (preToolUse, postToolUse -> {RES} hook --agent copilot)",
     ]
     for cli in ("claude", "codex", "gemini"):
         assert json.loads(p[cli].read_text()) == {"hooks": both(cli)}
@@ -1029,9 +1032,13 @@ def test_project_scope_writes_into_the_checkouts_root(home, tmp_path):
     assert installed("claude", "project", cwd=str(root)) is True and installed("claude") is False
     assert lines[5] == (f"opencode: installed in {root}/.opencode/plugins/res-gate.js (tool.execute.before bash, "
                         f"tool.execute.after bash -> {RES} hook --agent opencode)")
+    assert lines[6] == (f"copilot: installed in {root}/.github/hooks/res.json (preToolUse, postToolUse -> "
+                        f"{RES} hook --agent copilot)")
     code, lines = run(scope="project", uninstall=True, cwd=str(root))
-    assert code == 0 and len(lines) == 4
+    assert code == 0 and len(lines) == 5
     assert lines[3] == f"opencode: removed {root}/.opencode/plugins/res-gate.js"
+    assert lines[4] == f"copilot: removed {root}/.github/hooks/res.json"
+    assert not (root / ".github" / "hooks" / "res.json").exists()
     assert not (root / ".opencode" / "plugins" / "res-gate.js").exists()
     assert tomllib.loads((home / ".codex" / "config.toml").read_text()) == {}
 

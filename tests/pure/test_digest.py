@@ -466,5 +466,5 @@ def test_every_agent_the_command_line_accepts_has_a_digest():
     from reconciler.core.digest import _kinds
 
     assert set(agent_kinds()) == set(_kinds())
-    with pytest.raises(DigestError, match=r"unknown agent 'aider' \(known: none, claude, codex, gemini, opencode\)"):
+    with pytest.raises(DigestError, match=r"unknown agent 'aider' \(known: none, claude, codex, gemini, opencode, copilot\)"):
         make_digest("aider", TABLE)
