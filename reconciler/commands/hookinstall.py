@@ -19,12 +19,12 @@ they release what a command admitted in place booked, docs/agent-hooks.md):
 
     opencode  $OPENCODE_CONFIG_DIR/plugins/res-gate.js, else $XDG_CONFIG_HOME/opencode/plugins/res-gate.js,
             else ~/.config/opencode/plugins/res-gate.js; project .opencode/plugins/res-gate.js
-            a plugin of res's own (OPENCODE_PLUGIN, the res path in it): its tool.execute.before hands
+            a plugin of res's own (config/ownhookfiles.OPENCODE_PLUGIN, the res path in it): its tool.execute.before hands
             the bash tool's call to C and sets args.command or throws the refusal; its
             tool.execute.after hands C the post-tool event. Written whole; uninstall removes it only
             while it is byte for byte what res writes (another file there is left, and said so)
     copilot $COPILOT_HOME/hooks/res.json, else ~/.copilot/hooks/res.json; project .github/hooks/res.json
-            a hooks file of res's own (copilot_hooks): {"version": 1, "hooks": {"preToolUse": [{"type":
+            a hooks file of res's own (config/ownhookfiles.copilot_hooks): {"version": 1, "hooks": {"preToolUse": [{"type":
             "command", "bash": C, "timeoutSec": 30}], "postToolUse": [… C, "timeoutSec": 10]}}. Written
             whole and removed as OpenCode's plugin is
 
@@ -41,8 +41,8 @@ after the other, and uninstall cuts out the same bytes in the reverse order, so 
 entry of ours comes back byte for byte and comments are never touched. Each edit is checked: the
 edited text, parsed again, must be the old data with exactly that change, else nothing is written.
 
-Pure parts (text in, text out): `edit_settings` (on config/jsonedit.py) and Codex's trust entries
-(config/codextrust.py). The I/O around them: `install`, `installed` (for `res doctor`). Import-light:
+Pure parts (text in, text out): `edit_settings` (on config/jsonedit.py), Codex's trust entries
+(config/codextrust.py) and the whole files of res's own (config/ownhookfiles.py). The I/O around them: `install`, `installed` (for `res doctor`). Import-light:
 json and os; shlex, tomllib and tomlkit only where used. Formats and sources: docs/agent-hooks.md.
 """
 from __future__ import annotations
@@ -56,6 +56,7 @@ from reconciler.config.agenthome import named_config_dir, settings_path
 from reconciler.config.codextrust import codex_trust, hook_hash, project_trusted, trust_key
 from reconciler.config.gitrepo import project_root
 from reconciler.config.jsonedit import SettingsError
+from reconciler.config.ownhookfiles import OWN_FILES, hook_command
 from reconciler.core.agentclis import CLIS, HookEntry
 
 MAX_FILE = 4 << 20  # a settings file bigger than this is not one
@@ -66,13 +67,6 @@ def _entries(cli: str) -> tuple[HookEntry, ...]:
     takes them out in the reverse order); the first is the gate's. The post-tool events release what a
     command admitted in place booked (docs/agent-hooks.md)."""
     return CLIS[cli].entries
-
-
-def hook_command(res: str, cli: str) -> str:
-    """The command a CLI runs: `<res> hook --agent <cli>`, the path quoted for the shell if it must be."""
-    import shlex
-
-    return f"{shlex.quote(res)} hook --agent {cli}"
 
 
 def _event_spec(cli: str, event: str | None) -> HookEntry:
@@ -309,83 +303,14 @@ def _disabled_note(cli: str, data: dict) -> str:
     return ""
 
 
-# ---------------------------------------------------------------- OpenCode: a plugin file
-
-# OpenCode 1.18 loads every {plugin,plugins}/*.{js,ts} of its config directories at start (Bun runs
-# it); a plugin's tool.execute.before gets the tool's args object, which the tool then runs with (so
-# setting args.command rewrites it), and a throw fails the call with the error's text as its result.
-# The legacy shape (every export a function) loads on every 1.18 release. @@RES@@: the res path, a JSON
-# string. The event sent is core/hooks.py's OpenCode input; no output, or any failure: the call goes on
-# as it is (a hook that never ends is killed after GATE_HOOK_TIMEOUT_S).
-OPENCODE_PLUGIN = """\
-// res's gate for OpenCode, written by `res hook install --agent opencode` (docs/agent-hooks.md);
-// `res hook install --agent opencode --uninstall` removes it while it is as written.
-import { spawn } from "node:child_process"
-
-const RES = @@RES@@
-
-function ask(event) {
-  return new Promise((resolve) => {
-    let out = ""
-    const p = spawn(RES, ["hook", "--agent", "opencode"], { stdio: ["pipe", "pipe", "ignore"] })
-    const timer = setTimeout(() => p.kill("SIGKILL"), @@TIMEOUT_MS@@)
-    p.stdout.on("data", (d) => { out += d })
-    p.stdin.on("error", () => {})
-    p.on("error", () => { clearTimeout(timer); resolve(null) })
-    p.on("close", () => {
-      clearTimeout(timer)
-      try { resolve(out.trim() ? JSON.parse(out) : null) } catch { resolve(null) }
-    })
-    p.stdin.end(JSON.stringify(event))
-  })
-}
-
-function event(name, input, args, directory) {
-  return { hook_event_name: name, tool_name: input.tool, tool_input: args, session_id: input.sessionID,
-           tool_use_id: input.callID, cwd: directory }
-}
-
-export const ResGate = async ({ directory }) => ({
-  "tool.execute.before": async (input, output) => {
-    if (input.tool !== "bash" || !output.args || typeof output.args.command !== "string") return
-    const answer = await ask(event("tool.execute.before", input, output.args, directory))
-    if (answer && typeof answer.deny === "string") throw new Error(answer.deny)
-    if (answer && typeof answer.command === "string") output.args.command = answer.command
-  },
-  "tool.execute.after": async (input) => {
-    if (input.tool === "bash") await ask(event("tool.execute.after", input, input.args || {}, directory))
-  },
-})
-"""
-
-
-def opencode_plugin(res: str) -> str:
-    """The plugin file `res hook install --agent opencode` writes, running `res` (an absolute path)."""
-    from reconciler.core.agentclis import GATE_HOOK_TIMEOUT_S
-
-    return (OPENCODE_PLUGIN.replace("@@RES@@", json.dumps(res))
-            .replace("@@TIMEOUT_MS@@", str(GATE_HOOK_TIMEOUT_S * 1000)))
-
-
-def _plugin_res(text: str) -> str | None:
-    """The res path of a plugin file res wrote (any res path), else None: the file is someone else's,
-    or was changed since."""
-    head, mark, tail = OPENCODE_PLUGIN.partition("@@RES@@")
-    if not (text.startswith(head) and mark):
-        return None
-    try:
-        res, end = json.JSONDecoder().raw_decode(text, len(head))
-    except ValueError:
-        return None
-    if not isinstance(res, str) or not os.path.isabs(res) or text != opencode_plugin(res):
-        return None
-    return res
+# ---------------------------------------------------------------- OpenCode's plugin, Copilot's hooks file
+# (their text: config/ownhookfiles.py)
 
 
 def _install_own_file(cli: str, path: str, uninstall: bool, res: str) -> list[str]:
     """OpenCode's plugin, Copilot's hooks file: the file of res's own written (or removed), and the line
     saying what was done. Removed only while it is byte for byte what res wrote."""
-    make, res_of, events, noun = _OWN_FILES[cli]
+    make, res_of, events, noun = OWN_FILES[cli]
     text, _ = _read(path)
     want = make(res)
     ours = res_of(text) if text is not None else None
@@ -406,46 +331,6 @@ def _install_own_file(cli: str, path: str, uninstall: bool, res: str) -> list[st
     if ours is not None:
         return [f"{cli}: updated in {path} ({what}; was {hook_command(ours, cli)})"]
     return [f"{cli}: installed in {path} ({what})"]
-
-
-# ---------------------------------------------------------------- Copilot CLI: a hooks file of res's own
-
-
-def copilot_hooks(res: str) -> str:
-    """The hooks file `res hook install --agent copilot` writes, running `res` (an absolute path).
-    Copilot reads every hooks/*.json of its user directory (and a repository's .github/hooks/) and runs
-    every entry in each, so res's entries live in a file of their own that no one else edits."""
-    from reconciler.core.agentclis import GATE_HOOK_TIMEOUT_S, POST_HOOK_TIMEOUT_S
-
-    command = hook_command(res, "copilot")
-    doc = {"version": 1, "hooks": {
-        "preToolUse": [{"type": "command", "bash": command, "timeoutSec": GATE_HOOK_TIMEOUT_S}],
-        "postToolUse": [{"type": "command", "bash": command, "timeoutSec": POST_HOOK_TIMEOUT_S}]}}
-    return json.dumps(doc, indent=2) + "\n"
-
-
-def _copilot_res(text: str) -> str | None:
-    """The res path of a hooks file res wrote (any res path), else None (someone else's, or changed)."""
-    import shlex
-
-    try:
-        command = json.loads(text)["hooks"]["preToolUse"][0]["bash"]
-        head, sep, tail = command.rpartition(" hook --agent copilot")
-        words = shlex.split(head) if sep and not tail else []
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return None
-    if len(words) != 1 or not os.path.isabs(words[0]) or text != copilot_hooks(words[0]):
-        return None
-    return words[0]
-
-
-# What each whole file of res's is: (its text for a res path, the res path of a text of it, what it does,
-# what it is called).
-_OWN_FILES = {
-    "opencode": (lambda res: opencode_plugin(res), lambda text: _plugin_res(text),
-                 "tool.execute.before bash, tool.execute.after bash", "plugin"),
-    "copilot": (lambda res: copilot_hooks(res), lambda text: _copilot_res(text), "preToolUse, postToolUse", "hooks file"),
-}
 
 
 # ---------------------------------------------------------------- Codex: hook trust
@@ -569,7 +454,7 @@ def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: s
     SettingsError (one line): nothing was written for this CLI."""
     command = hook_command(res, cli)
     path = settings_path(cli, scope, environ, cwd)
-    if cli in _OWN_FILES:
+    if cli in OWN_FILES:
         return _install_own_file(cli, path, uninstall, res)
     text, mode = _read(path)
     change = edit_settings(cli, text, command, uninstall, name=path)
@@ -642,8 +527,8 @@ def installed(agent: str, scope: str = "user", home_env=None, cwd: str | None = 
     try:
         path = settings_path(agent, scope, environ, cwd)
         text, _ = _read(path)
-        if agent in _OWN_FILES:
-            return text is not None and _OWN_FILES[agent][1](text) is not None
+        if agent in OWN_FILES:
+            return text is not None and OWN_FILES[agent][1](text) is not None
         if text is None or not text.strip():
             return False
         doc = jsonedit.parse(text, specs[0].comments, path)

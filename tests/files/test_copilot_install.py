@@ -8,7 +8,8 @@ import stat
 
 import pytest
 
-from reconciler.commands.hookinstall import copilot_hooks, install, installed
+from reconciler.commands.hookinstall import install, installed
+from reconciler.config.ownhookfiles import copilot_hooks
 
 RES = "/opt/res/bin/res"
 

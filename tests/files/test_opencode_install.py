@@ -9,7 +9,8 @@ import stat
 
 import pytest
 
-from reconciler.commands.hookinstall import install, installed, opencode_plugin
+from reconciler.commands.hookinstall import install, installed
+from reconciler.config.ownhookfiles import opencode_plugin
 from reconciler.config.agentsettings import opencode_rules
 
 RES = "/opt/res/bin/res"

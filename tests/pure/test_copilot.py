@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from reconciler.commands.hookinstall import _copilot_res, copilot_hooks
+from reconciler.config.ownhookfiles import copilot_hooks, copilot_res
 from reconciler.config.agentsettings import copilot_rules
 from reconciler.core.agents import unread_output
 from reconciler.core.digest import make_digest
@@ -109,11 +109,11 @@ def test_the_hooks_file_res_writes_and_knows_again():
     assert doc == {"version": 1, "hooks": {
         "preToolUse": [{"type": "command", "bash": "'/opt/res bin/res' hook --agent copilot", "timeoutSec": 30}],
         "postToolUse": [{"type": "command", "bash": "'/opt/res bin/res' hook --agent copilot", "timeoutSec": 10}]}}
-    assert _copilot_res(text) == "/opt/res bin/res"
-    assert _copilot_res(text.replace("30", "31")) is None
-    assert _copilot_res(text + "\n") is None
-    assert _copilot_res(copilot_hooks("relative/res")) is None
-    assert _copilot_res("{}") is None and _copilot_res("not json") is None
+    assert copilot_res(text) == "/opt/res bin/res"
+    assert copilot_res(text.replace("30", "31")) is None
+    assert copilot_res(text + "\n") is None
+    assert copilot_res(copilot_hooks("relative/res")) is None
+    assert copilot_res("{}") is None and copilot_res("not json") is None
 
 
 def test_res_run_says_copilots_output_carries_no_usage():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.commands.hookinstall import OPENCODE_PLUGIN, _plugin_res, opencode_plugin
+from reconciler.config.ownhookfiles import OPENCODE_PLUGIN, opencode_plugin, plugin_res
 from reconciler.core.digest import make_digest
 from reconciler.core.hookrules import (ADMIT, REWRITE, Rules, decide, opencode_allows, opencode_allows_program,
                                        opencode_ordered, opencode_pattern_covers)
@@ -151,8 +151,8 @@ def test_the_digest_takes_opencodes_cost_where_it_priced_the_call_and_fails_on_a
 def test_the_plugin_names_res_once_and_is_recognised_only_as_written():
     text = opencode_plugin("/opt/res bin/res")
     assert '"/opt/res bin/res"' in text and "@@" not in text and "30000" in text
-    assert _plugin_res(text) == "/opt/res bin/res"
-    assert _plugin_res(text.replace("bash", "shell")) is None
-    assert _plugin_res(text + "\n") is None
-    assert _plugin_res(opencode_plugin("relative/res")) is None
+    assert plugin_res(text) == "/opt/res bin/res"
+    assert plugin_res(text.replace("bash", "shell")) is None
+    assert plugin_res(text + "\n") is None
+    assert plugin_res(opencode_plugin("relative/res")) is None
     assert OPENCODE_PLUGIN.count("@@RES@@") == 1
