@@ -384,7 +384,9 @@ def test_read_failure_every_time_fails_the_job_after_three_and_stops_it(fres):
 
 def test_soak_random_sigkills_lose_nothing_and_count_nothing_twice(fres):
     res = fres
-    res.env["RES_MAX_CONCURRENT_SESSIONS"] = "2"  # sessions wait their turn: a run of ~150 s of work
+    # Sessions wait their turn: ~75 s of work (50 sessions of 80-160 lines, 25 ms apart, two at a
+    # time), about as long as the 100 kills take, so the kills fall all through it.
+    res.env["RES_MAX_CONCURRENT_SESSIONS"] = "2"
     seed = int(os.environ.get("RES_SOAK_SEED") or random.randrange(1, 1 << 30))
     rng = random.Random(seed)
     # Printed first, so a failing run's report names it: RES_SOAK_SEED=<seed> makes the same run.
@@ -404,7 +406,7 @@ def test_soak_random_sigkills_lose_nothing_and_count_nothing_twice(fres):
         # The last few wait for a second gate, opened only after the last kill: however fast or slow
         # this machine is, the kills fall while sessions are still to run.
         gate = res.tmp / ("go" if k < total - 3 else "go-last")
-        ids.append(agent(res, n, 0.05, *extra, mem="64M", queue=True, wrap=marks / f"m{k}", gate=gate))
+        ids.append(agent(res, n, 0.025, *extra, mem="64M", queue=True, wrap=marks / f"m{k}", gate=gate))
     assert ids == [f"r-{k + 1}" for k in range(total)]
     (res.tmp / "go").touch()  # the sessions started so far wait for this: the run begins with the kills
 
