@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from reconciler.core.agentclis import CLIS
 from reconciler.core.agents import codex_call, model_from_command
 from reconciler.core.codex import CodexDigest
 from reconciler.core.digest import make_digest
@@ -138,7 +139,7 @@ def _asked_model(req) -> str | None:
     command line says (`-m`)."""
     if req.model:
         return req.model
-    if req.agent == "codex" and req.model_from:
+    if req.model_from and req.agent in CLIS and CLIS[req.agent].model_source:
         return None  # read, and not known: the digest prices it at the dearest rates, and says why
     return model_from_command(req.cmd)
 

@@ -286,7 +286,11 @@ def _game_rewrite(call, rules) -> str | None:
     decided = decide(call.cli, call.permission_mode, call.command, commands, rules()) if commands is not None else None
     if decided is not None and decided != ADMIT:  # (admitted in place: the line is the CLI's to judge)
         return "grant" if decided == GRANT else "rewrite"
-    return "rewrite" if call.cli in ("claude", "shell") else None
+    if call.cli == "shell":  # a shim's line runs anyway
+        return "rewrite"
+    from reconciler.core.agentclis import CLIS, behaviour
+
+    return "rewrite" if call.cli in CLIS and behaviour(call.cli).PREFIX_SHOWN else None
 
 
 def res_program() -> list[str]:

@@ -57,7 +57,7 @@ from reconciler.config.codextrust import codex_trust, hook_hash, project_trusted
 from reconciler.config.gitrepo import project_root
 from reconciler.config.jsonedit import SettingsError
 from reconciler.config.ownhookfiles import OWN_FILES, hook_command
-from reconciler.core.agentclis import CLIS, HookEntry
+from reconciler.core.agentclis import CLIS, HookEntry, behaviour
 
 MAX_FILE = 4 << 20  # a settings file bigger than this is not one
 
@@ -163,9 +163,9 @@ def edit_settings(cli: str, text: str | None, command: str, uninstall: bool = Fa
     `name` names the file in errors. SettingsError: the file is not what the CLI would read, has its
     own `res hook` entry (install), or the edit could not be made safely."""
     specs = _entries(cli)
-    if cli == "gemini" and "$" in command:  # Gemini CLI expands $VAR in every settings string
-        raise SettingsError(f"{name}: the res path in {command!r} has a '$', which Gemini CLI would expand; "
-                            "nothing written")
+    refusal = behaviour(cli).settings_refusal(command, name)  # (Gemini CLI expands $VAR in every settings string)
+    if refusal:
+        raise SettingsError(refusal)
     if text is None or not text.strip():
         if uninstall:
             return Change(text or "", "absent")
@@ -291,16 +291,8 @@ def _check(text: str, want: dict, cli: str, spec: HookEntry, name: str, command:
 
 
 def _disabled_note(cli: str, data: dict) -> str:
-    """A setting in the same file that keeps every hook, or this one, from running."""
-    if cli == "claude" and data.get("disableAllHooks") is True:
-        return 'but "disableAllHooks": true in this file turns every hook off'
-    conf = data.get("hooksConfig")
-    if cli == "gemini" and isinstance(conf, dict):
-        if conf.get("enabled") is False:
-            return 'but "hooksConfig.enabled": false in this file turns every hook off'
-        if isinstance(conf.get("disabled"), list) and "res gate" in conf["disabled"]:
-            return 'but "hooksConfig.disabled" in this file lists "res gate"'
-    return ""
+    """A setting in the same file that keeps every hook, or this one, from running (its CLI's module says)."""
+    return behaviour(cli).disabled_note(data)
 
 
 # ---------------------------------------------------------------- OpenCode's plugin, Copilot's hooks file
@@ -459,8 +451,9 @@ def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: s
     text, mode = _read(path)
     change = edit_settings(cli, text, command, uninstall, name=path)
     config = config_text = new_config = None
-    if cli == "codex":  # read and edited before anything is written: a broken config.toml stops both files
-        config = os.path.join(named_config_dir("codex", environ), "config.toml")
+    trust = behaviour(cli).TRUST_CONFIG  # Codex's config.toml: the trust of each hook written
+    if trust:  # read and edited before anything is written: a broken config.toml stops both files
+        config = os.path.join(named_config_dir(cli, environ), trust)
         config_text, config_mode = _read(config)
         new_config = config_text or ""
         for spec in _entries(cli):  # each event's keys on their own: positions count within one event's list
@@ -488,11 +481,9 @@ def install_one(cli: str, scope: str, uninstall: bool, environ, cwd: str, res: s
     lines = [line]
     if not uninstall and scope == "project":
         root = project_root(cwd)
-        if cli == "codex" and not project_trusted(config_text, root):
-            lines.append(f"codex: note: Codex reads {path} only in a trusted project (say yes when codex asks, or set "
-                         f'[projects."{root}"] trust_level = "trusted" in {config})')
-        if cli == "gemini":
-            lines.append(f"gemini: note: Gemini CLI reads {path} only when started in {root}, in a trusted folder")
+        note = behaviour(cli).project_note(path, root, config, project_trusted(config_text, root) if trust else None)
+        if note:
+            lines.append(note)
     return lines
 
 

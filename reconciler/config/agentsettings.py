@@ -34,8 +34,8 @@ import os
 
 from reconciler.config.agenthome import config_dir, user_home
 from reconciler.core.agentclis import CLIS
-from reconciler.core.hookrules import (ALL, Rules, codex_guarded, gemini_guarded, guarded_by, opencode_ordered,
-                                       tool_pattern)
+from reconciler.core.shellrules import (ALL, Rules, codex_guarded, gemini_guarded, guarded_by, opencode_ordered,
+                                        tool_pattern)
 
 MAX_FILE = 1 << 20
 EVERYTHING_GUARDED = frozenset({ALL})
@@ -432,7 +432,7 @@ def _opencode_dirs(cwd: str | None) -> list[str]:
 
 
 def opencode_rules(cwd: str | None, environ, argvs: list[list[str]]) -> Rules:
-    """OpenCode's bash rules in force (core/hookrules.opencode_ordered), from every config source in
+    """OpenCode's bash rules in force (core/shellrules.opencode_ordered), from every config source in
     its order; --auto from its command line. A file that cannot be read, a value not read, or any
     agent-level permission: nothing runs unasked as far as the gate knows."""
     nothing = Rules(False, (), EVERYTHING_GUARDED)
@@ -494,18 +494,33 @@ def copilot_rules(environ, argvs: list[list[str]]) -> Rules:
     return Rules(unasked, tuple(allow), guarded_by(deny), any_path=every or "--allow-all-paths" in words)
 
 
+# Each CLI's reader as its record names it (rules_reader): the session's rules from the hook call, the
+# environment and the CLI's own command lines.
+def claude_session_rules(call, environ, argvs: list[list[str]]) -> Rules:
+    return claude_rules(call.permission_mode, call.cwd, environ, argvs)
+
+
+def codex_session_rules(call, environ, argvs: list[list[str]]) -> Rules:
+    return codex_rules(call.permission_mode, call.cwd, environ, argvs)
+
+
+def gemini_session_rules(call, environ, argvs: list[list[str]]) -> Rules:
+    return gemini_rules(call.cwd, environ, argvs)
+
+
+def opencode_session_rules(call, environ, argvs: list[list[str]]) -> Rules:
+    return opencode_rules(call.cwd, environ, argvs)
+
+
+def copilot_session_rules(call, environ, argvs: list[list[str]]) -> Rules:
+    return copilot_rules(environ, argvs)
+
+
 def rules_for(call, environ) -> Rules:
-    """The rules of the session that sent this hook call (core.hooks.Call). A shim's call ("shell"):
-    the program was already going to run; running it through res asks nobody anything."""
+    """The rules of the session that sent this hook call (core.hooks.Call), read by the reader its
+    CLI's record names. A shim's call ("shell"): the program was already going to run; running it
+    through res asks nobody anything."""
     if call.cli == "shell":
         return Rules(True, (), frozenset())
     argvs = cli_argvs(ancestors_argv(), call.cli)
-    if call.cli == "codex":
-        return codex_rules(call.permission_mode, call.cwd, environ, argvs)
-    if call.cli == "gemini":
-        return gemini_rules(call.cwd, environ, argvs)
-    if call.cli == "opencode":
-        return opencode_rules(call.cwd, environ, argvs)
-    if call.cli == "copilot":
-        return copilot_rules(environ, argvs)
-    return claude_rules(call.permission_mode, call.cwd, environ, argvs)
+    return globals()[CLIS[call.cli].rules_reader](call, environ, argvs)

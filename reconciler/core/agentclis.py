@@ -1,20 +1,24 @@
-"""The agent CLIs res gates and reads (Claude Code, Codex, Gemini CLI, OpenCode, GitHub Copilot CLI), one record each, and the one list of them (CLIS, in the order
-lists show them). Everything that names the CLIs reads it: the command line's `--agent` choices
-(`res hook`, `res run`, entry.py's dispatch of `res hook`), the gate's hook input (core/hooks.py),
-`res hook install` and `res doctor`'s gates (where each one's files are, what is written in them),
-the processes a note may be owned by (core/agents.agent_name), the session id in a caller's
-environment (observed/asker.py), the digest of `res run --agent` (core/digest.py) and where a
-session's model is read (commands/run.py). Where a CLI's files are on this machine is resolved in
-config/agenthome.py, from the fields here.
+"""The agent CLIs res gates and reads (Claude Code, Codex, Gemini CLI, OpenCode, GitHub Copilot CLI), one
+record each, and the one list of them (CLIS, in the order lists show them). Everything that names the
+CLIs reads it: the command line's `--agent` choices (`res hook`, `res run`, entry.py's dispatch of `res
+hook`), the gate (core/hooks.py: which CLI an input is from, its call, its answers; core/hookrules.py:
+its rules' decision; config/agentsettings.py: the reader of its rules), `res hook install` and `res
+doctor`'s gates (where each one's files are, what is written in them), the processes a note may be
+owned by (core/agents.agent_name), the session id in a caller's environment (observed/asker.py), the
+digest of `res run --agent` and its output's hint (core/digest.py, core/agents.unread_output), the
+spend margin (core/spend.py) and where a session's model is read (commands/run.py, apply/attach.py).
+Where a CLI's files are on this machine is resolved in config/agenthome.py, from the fields here.
 
-What differs between the CLIs beyond these facts (the hook output each understands, what its rules
-allow, its digest's format, Codex's hook trust) is code, branched on the CLI's name where it is used:
-core/hooks.py, core/hookrules.py, config/agentsettings.py, core/codex.py and core/gemini.py,
-commands/hookinstall.py (OpenCode's gate is a plugin file, Copilot's a hooks file of res's own, not settings
-entries). Sources: docs/agent-hooks.md, docs/agent-output.md.
+What differs between the CLIs beyond these facts is each one's module, core/clis/<name>.py (how its
+hook input becomes the gate's call, its rewrite, note and refusal, its part of the rule decision, the
+output format `res run --agent` reads, what `res hook install` says or refuses for it), which its
+record names and `behaviour(name)` imports when first asked: `res hook` imports only the one CLI's
+module it is called for. What must stay on the config floor (reading its rules, its model) is named
+here by the function's name (rules_reader, model_source). No caller compares a CLI's name. Sources:
+docs/agent-hooks.md, docs/agent-output.md.
 
-Pure and import-light: collections only (`res hook` imports it before every agent shell command;
-namedtuple, not dataclasses or typing: those cost the hook ~3-7 ms).
+Pure and import-light: collections only, and each CLI's module when asked (`res hook` imports this
+before every agent shell command; namedtuple, not dataclasses or typing: those cost the hook ~3-7 ms).
 """
 from __future__ import annotations
 
@@ -56,8 +60,38 @@ HookEntry = namedtuple("HookEntry", "event matcher handler comments label", defa
 #   digest         its output digest for `res run --agent`: the class's name in core/digest.py's kinds
 #   model_source   None: its output names the model; else the function of config/agentmodel.py that reads
 #                  it from the CLI's own files at submit time
+#   rules_reader   the function of config/agentsettings.py that reads its session's rules for the gate
+#   behaviour      a function returning its module (core/clis/), imported only when first asked: how its
+#                  hook input is read and answered, its rules' decision, its output's hint, its install's notes
 AgentCli = namedtuple("AgentCli", "name programs package home_var home_default home_sub home_realpath project_dir "
-                                  "hooks_file shell_tools pre_event post_events entries session_var digest model_source")
+                                  "hooks_file shell_tools pre_event post_events entries session_var digest model_source "
+                                  "rules_reader behaviour")
+
+
+# Each CLI's module, imported when first asked (`res hook` imports only the one CLI it is called for).
+def _claude():
+    from reconciler.core.clis import claude
+    return claude
+
+
+def _codex():
+    from reconciler.core.clis import codex
+    return codex
+
+
+def _gemini():
+    from reconciler.core.clis import gemini
+    return gemini
+
+
+def _opencode():
+    from reconciler.core.clis import opencode
+    return opencode
+
+
+def _copilot():
+    from reconciler.core.clis import copilot
+    return copilot
 
 
 def _plain(timeout_s: int) -> tuple:
@@ -76,7 +110,7 @@ CLAUDE = AgentCli(
      HookEntry("PostToolUse", "Bash", _plain(POST_HOOK_TIMEOUT_S), False),
      HookEntry("PostToolUseFailure", "Bash", _plain(POST_HOOK_TIMEOUT_S), False)),
     "CLAUDE_CODE_SESSION_ID",  # from 2.1.132 (CHANGELOG)
-    "ClaudeDigest", None)
+    "ClaudeDigest", None, "claude_session_rules", _claude)
 
 CODEX = AgentCli(
     "codex", ("codex", "codex.js", "codex.exe"), "/@openai/codex", "CODEX_HOME", ".codex", "", True, ".codex",
@@ -85,7 +119,7 @@ CODEX = AgentCli(
      HookEntry("SessionStart", None, _plain(SESSION_HOOK_TIMEOUT_S), False, "session_start"),
      HookEntry("PostToolUse", "Bash", _plain(POST_HOOK_TIMEOUT_S), False, "post_tool_use")),
     "CODEX_THREAD_ID",  # codex-rs/protocol/src/shell_environment.rs
-    "CodexDigest", "codex_session")
+    "CodexDigest", "codex_session", "codex_session_rules", _codex)
 
 GEMINI = AgentCli(
     "gemini", ("gemini",), "/gemini-cli/", "GEMINI_CLI_HOME", ".gemini", ".gemini", False, ".gemini",
@@ -94,7 +128,7 @@ GEMINI = AgentCli(
      HookEntry("SessionStart", None, _named(SESSION_HOOK_TIMEOUT_S * 1000), True),
      HookEntry("AfterTool", "^run_shell_command$", _named(POST_HOOK_TIMEOUT_S * 1000), True)),
     None,  # Gemini CLI gives its shell commands no session id
-    "GeminiDigest", None)
+    "GeminiDigest", None, "gemini_session_rules", _gemini)
 
 OPENCODE = AgentCli(
     "opencode", ("opencode",), "/opencode-ai/", "OPENCODE_CONFIG_DIR", ".config/opencode", "", False, ".opencode",
@@ -103,7 +137,7 @@ OPENCODE = AgentCli(
     "plugins/res-gate.js", ("bash",), "tool.execute.before", ("tool.execute.after",),
     (),  # no settings entries: the plugin is the whole install
     None,  # OpenCode 1.18 gives its shell commands no session id
-    "OpenCodeDigest", None)
+    "OpenCodeDigest", None, "opencode_session_rules", _opencode)
 
 COPILOT = AgentCli(
     "copilot", ("copilot",), "/@github/copilot", "COPILOT_HOME", ".copilot", "", False, ".github",
@@ -115,8 +149,13 @@ COPILOT = AgentCli(
     "COPILOT_AGENT_SESSION_ID",  # in its bash tool's environment (measured on 1.0.102)
     # --output-format json names no tokens (they are only in its session-state events.jsonl): the exit
     # code decides, as --agent none
-    "NullDigest", None)
+    "NullDigest", None, "copilot_session_rules", _copilot)
 
 # The registry: name -> record. Read it when it is needed, never copied at import time (a test plants
 # a CLI in it for the length of the test).
 CLIS: dict[str, AgentCli] = {cli.name: cli for cli in (CLAUDE, CODEX, GEMINI, OPENCODE, COPILOT)}
+
+
+def behaviour(name: str):
+    """The module of a registered CLI's behaviour (core/clis/), imported now if it was not yet."""
+    return CLIS[name].behaviour()

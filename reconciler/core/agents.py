@@ -25,7 +25,7 @@ import posixpath
 import re
 from typing import Any, NamedTuple
 
-from reconciler.core.agentclis import CLIS
+from reconciler.core.agentclis import CLIS, behaviour
 
 
 def agent_kinds() -> tuple[str, ...]:
@@ -37,38 +37,15 @@ MODEL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]+-]{0,199}$")  # what res
 VERSION = re.compile(r"^(\d{1,6})\.(\d{1,6})\.(\d{1,6})(?:[-+][0-9A-Za-z.-]{1,40})?$")
 
 
-def _flag_value(cmd: list[str], names: tuple[str, ...]) -> str | None:
-    """The value of the last of `names` on a command line (`--x v`, `--x=v`, `-x v`)."""
-    found = None
-    for i, arg in enumerate(cmd):
-        for name in names:
-            if arg == name and i + 1 < len(cmd):
-                found = cmd[i + 1]
-            elif arg.startswith(name + "="):
-                found = arg.split("=", 1)[1]
-    return found
-
-
 def unread_output(agent: str, cmd: list[str]) -> str | None:
     """Why a session's command line keeps its spend from res until it ends (a cost budget then cannot
-    stop it mid-run), if it does: the format res reads is not the one asked for. Only where the
-    program is the agent's own CLI: a wrapper's arguments say nothing of what it runs."""
+    stop it mid-run), if it does: the format res reads is not the one asked for (the CLI's module says,
+    core/clis/). Only where the program is the agent's own CLI: a wrapper's arguments say nothing of
+    what it runs."""
     program = cmd[0].rsplit("/", 1)[-1] if cmd else ""
     if agent not in CLIS or program not in CLIS[agent].programs:
         return None
-    if agent == "gemini" and _flag_value(cmd, ("--output-format", "-o")) == "json":
-        return "gemini --output-format json reports its usage only at its end (--output-format stream-json streams it)"
-    if agent == "gemini" and _flag_value(cmd, ("--output-format", "-o")) in (None, "text"):
-        return "gemini prints text unless given --output-format stream-json, and res cannot read its usage"
-    if agent == "claude" and _flag_value(cmd, ("--output-format",)) != "stream-json":
-        return "claude -p prints its usage only as stream-json (--output-format stream-json --verbose)"
-    if agent == "codex" and "--json" not in cmd and "--experimental-json" not in cmd:
-        return "codex exec prints its usage only with --json"
-    if agent == "opencode" and _flag_value(cmd, ("--format",)) != "json":
-        return "opencode run prints its usage only with --format json"
-    if agent == "copilot":
-        return "copilot prints no token counts (its --output-format json has none), so res reads no spend from it"
-    return None
+    return behaviour(agent).unread_output(cmd)
 
 
 def model_from_command(cmd: list[str]) -> str | None:

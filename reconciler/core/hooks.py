@@ -17,17 +17,18 @@ versions and what each field does: docs/agent-hooks.md.
                                               its input is {sessionId, cwd, toolName, toolArgs} with no
                                               event name: a postToolUse one carries toolResult
 
-A refusal is a deny with its reason, which each CLI hands the model as the tool's result.
+A refusal is a deny with its reason, which each CLI hands the model as the tool's result. What differs
+between them is each CLI's module (core/clis/): this module reads and answers through the one the
+input came from.
 
-Import-light: nothing but built-ins and the registry (the hook runs before every agent shell command).
+Import-light: nothing but built-ins, the registry and that one CLI's module (the hook runs before
+every agent shell command).
 """
 from __future__ import annotations
 
 from collections import namedtuple
 
-from reconciler.core.agentclis import CLIS
-
-CLAUDE_BASH_TIMEOUT_S = 120  # the Bash tool's default timeout (tools reference); its input may say other
+from reconciler.core.agentclis import CLIS, behaviour
 
 
 # (collections.namedtuple, not typing.NamedTuple: `res hook` imports this module, and typing costs it ~3 ms)
@@ -40,21 +41,14 @@ Call = namedtuple("Call", "cli command cwd tool_input permission_mode timeout_s 
 
 
 def cli_of(event: dict, told: str | None = None) -> str | None:
-    """Which CLI sent this input: `told` (--agent), else its shape: Gemini's event is BeforeTool;
-    Codex's PreToolUse carries `turn_id` and `model`, Claude Code's does not."""
+    """Which CLI sent this input: `told` (--agent), else its shape: the first CLI in the registry's
+    order whose module claims it (Gemini's event is BeforeTool; Codex's PreToolUse carries `turn_id`
+    and `model`, Claude Code's does not)."""
     if told in CLIS:
         return told
-    name = event.get("hook_event_name")
-    if name in ("BeforeTool", "AfterTool"):
-        return "gemini"
-    if name in ("tool.execute.before", "tool.execute.after"):
-        return "opencode"
-    if name is None and "toolName" in event and "toolArgs" in event:
-        return "copilot"
-    if name in ("PreToolUse", "PostToolUse"):
-        return "codex" if "turn_id" in event else "claude"
-    if name == "PostToolUseFailure":
-        return "claude"
+    for name in CLIS:
+        if behaviour(name).claims(event):
+            return name
     return None
 
 
@@ -67,10 +61,10 @@ def read_call(event: object, told: str | None = None, post: bool = False) -> Cal
     if cli is None:
         return None
     spec = CLIS[cli]
-    if cli == "copilot":
-        event = _copilot_event(event)
-        if event is None:
-            return None
+    mine = behaviour(cli)
+    event = mine.hook_event(event)
+    if event is None:
+        return None
     if post and event.get("hook_event_name") not in spec.post_events:
         return None
     if not post and event.get("hook_event_name", spec.pre_event) != spec.pre_event:
@@ -84,34 +78,17 @@ def read_call(event: object, told: str | None = None, post: bool = False) -> Cal
     if not isinstance(command, str) or not command.strip():
         return None
     cwd = event.get("cwd") if isinstance(event.get("cwd"), str) else None
-    if cli in ("gemini", "opencode"):  # the directory the command runs in, given relative to the CLI's
-        sub = tool_input.get("dir_path" if cli == "gemini" else "workdir")
-        if isinstance(sub, str) and sub and cwd:
-            import posixpath
+    sub = mine.run_dir(tool_input)  # the directory the command runs in, given relative to the CLI's
+    if isinstance(sub, str) and sub and cwd:
+        import posixpath
 
-            cwd = posixpath.normpath(posixpath.join(cwd, sub))
+        cwd = posixpath.normpath(posixpath.join(cwd, sub))
     mode = event.get("permission_mode") if isinstance(event.get("permission_mode"), str) else None
     session = event.get("session_id")
     session = session if isinstance(session, str) and 0 < len(session) <= 200 else None
-    call_id = event.get("tool_use_id") if cli != "gemini" else None
+    call_id = mine.call_id(event)
     call_id = call_id if isinstance(call_id, str) and 0 < len(call_id) <= 200 else None
-    return Call(cli, command, cwd, tool_input, mode, _timeout_s(cli, tool_input), session, call_id)
-
-
-def _copilot_event(event: dict) -> dict | None:
-    """Copilot CLI's camelCase input in the shape read_call reads: the event from its fields (a
-    postToolUse input carries toolResult), toolArgs an object or a JSON string of one (both seen)."""
-    args = event.get("toolArgs")
-    if isinstance(args, str):
-        import json
-
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return None
-    return {"hook_event_name": "postToolUse" if "toolResult" in event else "preToolUse",
-            "tool_name": event.get("toolName"), "tool_input": args, "cwd": event.get("cwd"),
-            "session_id": event.get("sessionId")}
+    return Call(cli, command, cwd, tool_input, mode, mine.timeout_s(tool_input), session, call_id)
 
 
 def hold_id(call: Call) -> str | None:
@@ -127,58 +104,20 @@ def hold_id(call: Call) -> str | None:
     return "h-" + hashlib.sha256(f"{call.cli}\0{call.session}\0{what}".encode("utf-8", "surrogateescape")).hexdigest()[:24]
 
 
-def _timeout_s(cli: str, tool_input: dict) -> int | None:
-    """How long the CLI's shell tool lets the command run: Claude Code's Bash and OpenCode's bash tool
-    both take `timeout` in ms, 120 s unless the call says other."""
-    if cli not in ("claude", "opencode") or tool_input.get("run_in_background") is True:
-        return None
-    ms = tool_input.get("timeout")
-    if type(ms) in (int, float) and 0 < ms <= 86_400_000:
-        return max(int(ms // 1000), 1)
-    return CLAUDE_BASH_TIMEOUT_S
-
-
 def rewrite_output(call: Call, command: str, context: str | None, grant: bool = False) -> dict:
     """The hook output that runs `command` instead (every other field of the tool input kept);
     `grant`: answered with the CLI's "allow" (core/hookrules.decide said GRANT). Codex takes a rewrite
     only with it; Gemini has none."""
-    if call.cli == "opencode":  # res's plugin sets args.command; no context, no decision (none exists)
-        return {"command": command}
-    updated = dict(call.tool_input)
-    updated["command"] = command
-    if call.cli == "copilot":  # the args the tool runs with, whole (a field left out is gone); never "allow"
-        return {"modifiedArgs": updated}
-    if call.cli == "gemini":
-        out: dict = {"hookSpecificOutput": {"hookEventName": "BeforeTool", "tool_input": updated}}
-        if context:
-            out["hookSpecificOutput"]["additionalContext"] = context
-        return out
-    spec: dict = {"hookEventName": "PreToolUse", "updatedInput": updated}
-    if grant or call.cli == "codex":
-        spec = {"hookEventName": "PreToolUse", "permissionDecision": "allow",
-                "permissionDecisionReason": "res: heavy work runs as a res job; the session's own rules allow it",
-                "updatedInput": updated}
-    if context:
-        spec["additionalContext"] = context
-    return {"hookSpecificOutput": spec}
+    return behaviour(call.cli).rewrite_answer(call, command, context, grant)
 
 
 def note_output(call: Call, context: str) -> dict | None:
     """The hook output that lets the command run as it is and tells the agent `context` (no decision,
     no rewrite: the CLI judges it exactly as without the hook). Codex takes no context without a
     rewrite, Gemini CLI, OpenCode and Copilot CLI none at all before a tool: None (nothing is said)."""
-    if call.cli == "claude":
-        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "additionalContext": context}}
-    return None
+    return behaviour(call.cli).note_answer(call, context)
 
 
 def deny_output(call: Call, reason: str) -> dict:
     """The hook output that refuses the command, `reason` going to the model."""
-    if call.cli == "gemini":
-        return {"decision": "deny", "reason": reason}
-    if call.cli == "opencode":  # res's plugin throws it: the model gets `Error: <reason>` as the tool's result
-        return {"deny": reason}
-    if call.cli == "copilot":  # the model gets `Denied by preToolUse hook: <reason>`
-        return {"permissionDecision": "deny", "permissionDecisionReason": reason}
-    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
-                                   "permissionDecisionReason": reason}}
+    return behaviour(call.cli).deny_answer(call, reason)

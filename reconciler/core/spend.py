@@ -6,6 +6,7 @@ the line parsers.
 """
 from __future__ import annotations
 
+from reconciler.core.agentclis import CLIS, behaviour
 from reconciler.core.digestbase import DigestState
 
 # Calls Claude Code makes that never show as assistant lines (titles, summaries, checks: a Haiku
@@ -25,9 +26,9 @@ def running_spend_usd(state: DigestState | None) -> float:
     up, whichever is larger, with the margin for calls no line shows. Never below what was reported."""
     if state is None:
         return 0.0
-    # Only Claude Code makes model calls its output never shows; Codex's and Gemini's reported usage
-    # is the whole of it.
-    margin = BACKGROUND_MARGIN if state.agent == "claude" else 0.0
+    # Only Claude Code makes model calls its output never shows (its module's UNSHOWN_CALLS); the
+    # others' reported usage is the whole of it.
+    margin = BACKGROUND_MARGIN if state.agent in CLIS and behaviour(state.agent).UNSHOWN_CALLS else 0.0
     running = max(state.spend_usd, state.estimate_usd * (1 + margin))
     if unknown_format(state):
         running = max(running, state.lines * UNKNOWN_LINE_USD)

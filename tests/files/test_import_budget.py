@@ -30,8 +30,9 @@ BUDGET: dict[str, set[str]] = {
         "json.scanner", "keyword", "operator", "re", "re._casefix", "re._compiler", "re._constants",
         "re._parser", "reconciler", "reconciler.commands", "reconciler.commands.hook", "reconciler.config",
         "reconciler.config.gatefile", "reconciler.config.gitrepo", "reconciler.config.stateroot",
-        "reconciler.core", "reconciler.core.agentclis", "reconciler.core.gate", "reconciler.core.hooks",
-        "reconciler.core.shellline", "reconciler.core.sizing", "reconciler.entry",
+        "reconciler.core", "reconciler.core.agentclis", "reconciler.core.clis", "reconciler.core.clis.claude",
+        "reconciler.core.gate", "reconciler.core.hooks", "reconciler.core.shellline", "reconciler.core.sizing",
+        "reconciler.entry",
         "reprlib", "select", "shlex", "types"
     },
     "hook, a heavy command the loop is asked about": {
@@ -42,8 +43,9 @@ BUDGET: dict[str, set[str]] = {
         "reconciler.config", "reconciler.config.agenthome", "reconciler.config.agentsettings", "reconciler.config.files",
         "reconciler.config.gatefile",
         "reconciler.config.gitrepo", "reconciler.config.stateroot", "reconciler.core", "reconciler.core.agentclis",
-        "reconciler.core.gate", "reconciler.core.hookrules",
-        "reconciler.core.hooks", "reconciler.core.shellline", "reconciler.core.sizing", "reconciler.entry", "reconciler.loop",
+        "reconciler.core.clis", "reconciler.core.clis.claude", "reconciler.core.gate", "reconciler.core.hookrules",
+        "reconciler.core.hooks", "reconciler.core.shellline", "reconciler.core.shellrules", "reconciler.core.sizing",
+        "reconciler.entry", "reconciler.loop",
         "reconciler.loop.client", "reconciler.loop.protocol", "reprlib", "select", "selectors", "shlex", "socket", "types",
         "typing",
         "warnings"

@@ -11,7 +11,8 @@ from reconciler.config.ownhookfiles import copilot_hooks, copilot_res
 from reconciler.config.agentsettings import copilot_rules
 from reconciler.core.agents import unread_output
 from reconciler.core.digest import make_digest
-from reconciler.core.hookrules import ADMIT, REWRITE, Rules, copilot_covered, decide
+from reconciler.core.hookrules import decide
+from reconciler.core.shellrules import ADMIT, REWRITE, Rules, copilot_covered
 from reconciler.core.hooks import cli_of, deny_output, hold_id, note_output, read_call, rewrite_output
 
 FIX = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "hooks"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core import gate, hooks
+from reconciler.core import clis, gate, hooks
 from reconciler.core.gate import Heavy, TableError, judge, line_fingerprint, make_table, rewritten, verdict
 from reconciler.core.shellline import fingerprint, program_of
 
@@ -216,7 +216,7 @@ def test_each_clis_input_is_read():
     assert (claude.cli, codex.cli, gemini.cli) == ("claude", "codex", "gemini")
     assert codex.command == "echo ORIGINAL-COMMAND" and codex.permission_mode == "bypassPermissions"
     assert gemini.command == "echo ORIGINAL > original.txt" and gemini.cwd.endswith("/work")
-    assert claude.timeout_s == hooks.CLAUDE_BASH_TIMEOUT_S and codex.timeout_s is None
+    assert claude.timeout_s == clis.CLAUDE_BASH_TIMEOUT_S and codex.timeout_s is None
     assert hooks.read_call(sample("gemini-0.61.0-sessionstart.json")) is None
 
 
@@ -255,8 +255,9 @@ def test_deny_outputs():
 # ---------------------------------------------------------------- never a grant (core/hookrules.py, config/agentsettings.py)
 
 from reconciler.config import agentsettings  # noqa: E402
-from reconciler.core.hookrules import (ADMIT, ALL, GRANT, REWRITE, Rules, claude_covered, claude_pattern_covers,  # noqa: E402
-                                       codex_guarded, decide, gemini_covered, gemini_guarded)
+from reconciler.core.hookrules import decide  # noqa: E402
+from reconciler.core.shellrules import (ADMIT, ALL, GRANT, REWRITE, Rules, claude_covered, claude_pattern_covers,  # noqa: E402
+                                        codex_guarded, gemini_covered, gemini_guarded)
 from reconciler.core.shellline import simple_commands  # noqa: E402
 
 

@@ -395,7 +395,8 @@ def test_print_config_is_the_settings_snippet():
 
 
 HOT = ("json", "json.decoder", "json.scanner", "json.encoder", "shlex", "reconciler.commands", "reconciler.commands.hook",
-       "reconciler.core", "reconciler.core.agentclis", "reconciler.core.hooks", "reconciler.core.gate", "reconciler.core.shellline",
+       "reconciler.core", "reconciler.core.agentclis", "reconciler.core.clis", "reconciler.core.clis.claude",
+       "reconciler.core.hooks", "reconciler.core.gate", "reconciler.core.shellline",
        "reconciler.core.sizing", "reconciler.config", "reconciler.config.gatefile",
        "reconciler.config.gitrepo", "reconciler.config.stateroot")
 
@@ -425,7 +426,7 @@ def test_the_hot_path_imports_almost_nothing(state):
     on, new = p.stdout.strip().split(" ", 1)
     # game mode's prefix reads the session's rules (core/hookrules.py: an allowed line stays allowed)
     game_on = HOT + ("reconciler.config.agenthome", "reconciler.config.agentsettings", "reconciler.config.files",
-                     "reconciler.core.hookrules")
+                     "reconciler.core.hookrules", "reconciler.core.shellrules")
     assert on == "True" and all(m in game_on for m in ast.literal_eval(new)), new
     game(state, "on = false\n")
     p = run()

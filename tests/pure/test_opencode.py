@@ -11,8 +11,9 @@ import pytest
 
 from reconciler.config.ownhookfiles import OPENCODE_PLUGIN, opencode_plugin, plugin_res
 from reconciler.core.digest import make_digest
-from reconciler.core.hookrules import (ADMIT, REWRITE, Rules, decide, opencode_allows, opencode_allows_program,
-                                       opencode_ordered, opencode_pattern_covers)
+from reconciler.core.hookrules import decide
+from reconciler.core.shellrules import (ADMIT, REWRITE, Rules, opencode_allows, opencode_allows_program, opencode_ordered,
+                                        opencode_pattern_covers)
 from reconciler.core.hooks import cli_of, deny_output, note_output, read_call, rewrite_output
 from reconciler.core.pricing import load_pricing
 

@@ -23,7 +23,7 @@ FORBIDDEN_ATTRS = {("datetime", "now"), ("datetime", "today"), ("date", "today")
 
 
 def core_modules() -> list[Path]:
-    return sorted(CORE.glob("*.py"))
+    return sorted(CORE.rglob("*.py"))
 
 
 def problems(source: str, name: str) -> list[str]:

@@ -1,0 +1,85 @@
+"""GitHub Copilot CLI: its camelCase hook input ({sessionId, cwd, toolName, toolArgs}, no event name: a
+postToolUse one carries toolResult), its answers (modifiedArgs, the whole args object; never "allow"),
+its part of the gate's rule decision and its output's hint (the interface: core/clis/__init__.py;
+sources: docs/agent-hooks.md, docs/agent-output.md)."""
+from __future__ import annotations
+
+from reconciler.core.clis import updated_input
+
+UNSHOWN_CALLS = False
+PREFIX_SHOWN = False
+TRUST_CONFIG = None
+
+
+def claims(event: dict) -> bool:
+    return event.get("hook_event_name") is None and "toolName" in event and "toolArgs" in event
+
+
+def hook_event(event: dict) -> dict | None:
+    """Its input in the shape core/hooks.read_call reads: the event from its fields (a postToolUse input
+    carries toolResult), toolArgs an object or a JSON string of one (both seen)."""
+    args = event.get("toolArgs")
+    if isinstance(args, str):
+        import json
+
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    return {"hook_event_name": "postToolUse" if "toolResult" in event else "preToolUse",
+            "tool_name": event.get("toolName"), "tool_input": args, "cwd": event.get("cwd"),
+            "session_id": event.get("sessionId")}
+
+
+def run_dir(tool_input: dict) -> None:
+    return None
+
+
+def call_id(event: dict) -> object:
+    return event.get("tool_use_id")
+
+
+def timeout_s(tool_input: dict) -> None:
+    return None
+
+
+def rewrite_answer(call, command: str, context: str | None, grant: bool) -> dict:
+    return {"modifiedArgs": updated_input(call, command)}  # the args the tool runs with, whole; never "allow"
+
+
+def note_answer(call, context: str) -> None:
+    return None
+
+
+def deny_answer(call, reason: str) -> dict:
+    return {"permissionDecision": "deny", "permissionDecisionReason": reason}  # `Denied by preToolUse hook: <reason>`
+
+
+def decide(mode: str | None, line: str, commands: list[list[str]], rules) -> str | None:
+    """Its own rules judge `res run …`: REWRITE only where every shell command runs unasked and any path
+    may be named; in place where its shell rules cover the line and it names no path it may ask about."""
+    from reconciler.core.shellrules import ADMIT, REWRITE, copilot_covered, guarded
+
+    if guarded(commands, rules):
+        return None
+    if rules.unasked and rules.any_path:
+        return REWRITE
+    if not rules.any_path and "/" in line:  # a path it may ask about: the line may never run
+        return None
+    return ADMIT if copilot_covered(line, ("*",) if rules.unasked else rules.allow) else None
+
+
+def unread_output(cmd: list[str]) -> str:
+    return "copilot prints no token counts (its --output-format json has none), so res reads no spend from it"
+
+
+def settings_refusal(command: str, name: str) -> None:
+    return None
+
+
+def disabled_note(data: dict) -> str:
+    return ""
+
+
+def project_note(path: str, root: str, config: str | None, trusted: bool | None) -> None:
+    return None

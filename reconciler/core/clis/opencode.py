@@ -1,0 +1,71 @@
+"""OpenCode: res's plugin (config/ownhookfiles.py) hands its bash tool's calls to `res hook` in the
+shape read here (tool.execute.before, bash) and reads `{"command"}` (it sets args.command) or
+`{"deny"}` (it throws that line); its part of the gate's rule decision and its output's hint (the
+interface: core/clis/__init__.py; sources: docs/agent-hooks.md, docs/agent-output.md)."""
+from __future__ import annotations
+
+from reconciler.core.clis import flag_value, ms_timeout_s
+
+UNSHOWN_CALLS = False
+PREFIX_SHOWN = False
+TRUST_CONFIG = None
+
+
+def claims(event: dict) -> bool:
+    return event.get("hook_event_name") in ("tool.execute.before", "tool.execute.after")
+
+
+def hook_event(event: dict) -> dict:
+    return event
+
+
+def run_dir(tool_input: dict) -> object:
+    return tool_input.get("workdir")
+
+
+def call_id(event: dict) -> object:
+    return event.get("tool_use_id")
+
+
+def timeout_s(tool_input: dict) -> int | None:
+    return ms_timeout_s(tool_input)
+
+
+def rewrite_answer(call, command: str, context: str | None, grant: bool) -> dict:
+    return {"command": command}  # res's plugin sets args.command; no context, no decision (none exists)
+
+
+def note_answer(call, context: str) -> None:
+    return None
+
+
+def deny_answer(call, reason: str) -> dict:
+    return {"deny": reason}  # res's plugin throws it: the model gets `Error: <reason>` as the tool's result
+
+
+def decide(mode: str | None, line: str, commands: list[list[str]], rules) -> str | None:
+    """Its own matcher, read exactly (deny and ask loosely): no guarded set. REWRITE where its rules let
+    both the line and a `res …` line run unasked; in place where they would ask about `res …`."""
+    from reconciler.core.shellrules import ADMIT, REWRITE, REWRITE_PROGRAMS, opencode_allows, opencode_allows_program
+
+    if not opencode_allows(line, rules.ordered):
+        return None  # it would ask or refuse (or we cannot tell): a booking could outlive it
+    return REWRITE if all(opencode_allows_program(p, rules.ordered) for p in REWRITE_PROGRAMS) else ADMIT
+
+
+def unread_output(cmd: list[str]) -> str | None:
+    if flag_value(cmd, ("--format",)) != "json":
+        return "opencode run prints its usage only with --format json"
+    return None
+
+
+def settings_refusal(command: str, name: str) -> None:
+    return None
+
+
+def disabled_note(data: dict) -> str:
+    return ""
+
+
+def project_note(path: str, root: str, config: str | None, trusted: bool | None) -> None:
+    return None
