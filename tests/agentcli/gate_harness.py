@@ -87,6 +87,106 @@ def res_lines(text: str) -> list[str]:
     return [ln for ln in text.splitlines() if RES_LINE.match(ln)]
 
 
+def job_of(text: str) -> tuple[str | None, int | None]:
+    """The res job a tool result names (`r-N started`) and its exit code (`r-N done rc=…`), or None."""
+    ours = res_lines(text)
+    started = [m.group(1) for m in map(STARTED.match, ours) if m]
+    done = [int(m.group(2)) for m in map(DONE.match, ours) if m]
+    return (started[0] if started else None), (done[0] if done else None)
+
+
+@dataclass
+class Seen:
+    """What one session's model got back for its command."""
+
+    kind: str  # ran, refused
+    text: str  # what the model got
+    rc: int | None  # the exit code the CLI recorded
+
+    @property
+    def job(self) -> tuple[str | None, int | None]:
+        return job_of(self.text)
+
+
+# The project the gate's sessions are asked to test: two passing tests in a git checkout.
+SUITE = "def test_one():\n    assert 1 + 1 == 2\n\n\ndef test_two():\n    assert 'res'.upper() == 'RES'\n"
+
+
+def gate_project(base: Path) -> Path:
+    proj = base / "proj"
+    (proj / "tests").mkdir(parents=True)
+    (proj / "tests" / "test_two.py").write_text(SUITE)
+    subprocess.run(["git", "init", "-q", str(proj)], check=True, capture_output=True)
+    return proj
+
+
+def gate_environ() -> dict:
+    """What reaches res from the test (its state directory, policy, names, the user manager), and the
+    PATH that finds `res`."""
+    keep = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
+    of_a_job = ("RES_ID", "RES_BY", "RES_TASK", "RES_CPUS", "RES_MEM_MB")
+    env = {k: v for k, v in os.environ.items() if (k.startswith("RES_") and k not in of_a_job) or k in keep}
+    env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
+    return env
+
+
+@pytest.fixture
+def loop(res):
+    """The test's res with its loop (`res serve`) running, as an agent's machine has it."""
+    from clihelp import PY, wait_for
+
+    serve = res.popen([PY, "-m", "reconciler.cli", "serve"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(lambda: (res.state / "serve.sock").exists() and res("status").code == 0, "the loop answers")
+    try:
+        yield res
+    finally:
+        serve.terminate()
+
+
+def entries_of(res) -> list[dict]:
+    return res.status_all()["jobs"]
+
+
+def took_part_only_as_it_may(res, name: str, expect: str, plain: Seen, gated: Seen, job_rc: int | None = None) -> None:
+    """The gate's promise, checked on one session run twice, without res's hook (`plain`) and with it
+    (`gated`): the model got the same, and res took the part `expect` says: "job" (the command ran as a
+    res job, which ended with the session's rc, `job_rc` if given), "in place" (it ran as the session
+    runs it, booked by a note the post-tool event releases) or "untouched" (no job, no note)."""
+    from clihelp import wait_for
+
+    assert gated.kind == plain.kind and gated.rc == plain.rc, (name, plain, gated)
+    assert meaningful(gated.text) == meaningful(plain.text), (gated.text, plain.text)
+    job, rc = gated.job
+    entries = entries_of(res)
+    if expect == "job":
+        assert job is not None and rc == plain.rc and (job_rc is None or rc == job_rc), \
+            f"{name}: not run as a res job: {gated.text}"
+        jobs = [e for e in entries if e["kind"] != "note"]
+        assert len(jobs) == 1 and jobs[0]["id"] == job and jobs[0]["state"] == "done", entries
+        return
+    assert job is None, f"{name}: a res job where the session runs it itself: {gated.text}"
+    notes = [e for e in entries if e["kind"] == "note"]
+    assert [e for e in entries if e["kind"] != "note"] == [], entries
+    if expect == "untouched":
+        assert notes == [], f"{name}: booked where a rule of the session's may be about the line: {notes}"
+        return
+    assert len(notes) == 1 and notes[0]["title"].endswith("(in place)"), notes
+    # the post-tool event released it: nothing of the session's is still held
+    wait_for(lambda: all(e["state"] != "running" for e in entries_of(res)), "the booking released", 60)
+
+
+def file_tree(root: Path) -> dict[str, bytes | None]:
+    """Every file and directory under `root`, relative, with its bytes (None: a directory)."""
+    out: dict[str, bytes | None] = {}
+    for d, dirs, files in os.walk(root):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(d, name), root)] = None
+        for name in files:
+            p = os.path.join(d, name)
+            out[os.path.relpath(p, root)] = open(p, "rb").read()
+    return out
+
+
 def meaningful(text: str) -> list[str]:
     """The lines of a command's output to compare with the same command run without the gate: res's
     own lines and blank lines out, trailing blanks off, and a duration (`297 passed in 1.09s`) blanked."""

@@ -23,7 +23,6 @@ fails). Nothing asserts on time.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -37,13 +36,12 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from clihelp import PY, nproc, res, wait_for  # noqa: E402,F401  (res: the fixture)
-from gate_harness import AGENTS, DONE, STARTED, meaningful, res_lines, run_group  # noqa: E402
+from clihelp import nproc, res, wait_for  # noqa: E402,F401  (res: the fixture)
+from gate_harness import AGENTS, entries_of, file_tree, gate_environ, gate_project, loop, run_group, Seen, took_part_only_as_it_may  # noqa: E402,F401  (loop: the fixture)
 
 pytestmark = pytest.mark.systemd
 
 LINE = "python3 -m pytest -q -p no:cacheprovider tests"  # by name: a path outside the project asks (paths)
-SUITE = "def test_one():\n    assert 1 + 1 == 2\n\n\ndef test_two():\n    assert 'res'.upper() == 'RES'\n"
 CP = AGENTS["copilot"]
 
 
@@ -62,36 +60,6 @@ SCENARIOS = [
     Scenario("an allow rule for the line", (f"--allow-tool=shell(python3:*)",), "in place"),
     Scenario("a deny rule", ("--allow-all-tools", f"--deny-tool=shell(python3)"), "untouched"),
 ]
-
-
-@dataclass
-class Seen:
-    kind: str  # ran, refused
-    text: str  # what the model got
-    rc: int | None  # the exit code Copilot recorded (shellExecution.exitCode)
-
-    @property
-    def job(self) -> tuple[str | None, int | None]:
-        ours = res_lines(self.text)
-        started = [m.group(1) for m in map(STARTED.match, ours) if m]
-        done = [int(m.group(2)) for m in map(DONE.match, ours) if m]
-        return (started[0] if started else None), (done[0] if done else None)
-
-
-def _project(base: Path) -> Path:
-    proj = base / "proj"
-    (proj / "tests").mkdir(parents=True)
-    (proj / "tests" / "test_two.py").write_text(SUITE)
-    subprocess.run(["git", "init", "-q", str(proj)], check=True, capture_output=True)
-    return proj
-
-
-def _environ() -> dict:
-    keep = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
-    of_a_job = ("RES_ID", "RES_BY", "RES_TASK", "RES_CPUS", "RES_MEM_MB")
-    env = {k: v for k, v in os.environ.items() if (k.startswith("RES_") and k not in of_a_job) or k in keep}
-    env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
-    return env
 
 
 def _install(env: dict, proj: Path, uninstall: bool = False) -> str:
@@ -117,26 +85,12 @@ def _session(base: Path, proj: Path, sc: Scenario, gated: bool) -> Seen:
     s = CP.session(base / ("gated" if gated else "plain"), [LINE], proj)
     with s:
         env = CP.environment(s)
-        env.update(_environ())
+        env.update(gate_environ())
         if gated:
             assert "copilot: installed in" in _install(env, proj)
         run = run_group(CP.argv(s, sc.args), env, proj, 240)
         assert not run.timed_out and run.rc == 0, run.context()
         return _seen(s, run)
-
-
-@pytest.fixture
-def loop(res):
-    serve = res.popen([PY, "-m", "reconciler.cli", "serve"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: (res.state / "serve.sock").exists() and res("status").code == 0, "the loop answers")
-    try:
-        yield res
-    finally:
-        serve.terminate()
-
-
-def _entries(res) -> list[dict]:
-    return res.status_all()["jobs"]
 
 
 @pytest.mark.parametrize("sc", SCENARIOS, ids=[s.name for s in SCENARIOS])
@@ -145,29 +99,15 @@ def test_the_model_gets_what_it_would_have_got_and_res_takes_part_only_as_it_may
     res = loop
     base = Path(tempfile.mkdtemp(prefix="res-cp-", dir="/var/tmp"))
     try:
-        proj = _project(base)
+        proj = gate_project(base)
         plain = _session(base, proj, sc, False)
-        assert _entries(res) == [], "res took part in a session without its hook"
+        assert entries_of(res) == [], "res took part in a session without its hook"
         gated = _session(base, proj, sc, True)
         print(f"\ncopilot: {sc.name}: without the gate {plain.kind} rc={plain.rc}: {plain.text[:200]!r}; "
               f"with it {gated.kind} rc={gated.rc}: {gated.text[:400]!r}")
-        assert gated.kind == plain.kind and gated.rc == plain.rc, (sc.name, plain, gated)
-        assert meaningful(gated.text) == meaningful(plain.text), (gated.text, plain.text)
-        job, rc = gated.job
-        entries = _entries(res)
-        if sc.expect == "job":
-            assert job is not None and rc == plain.rc == 0, f"{sc.name}: not run as a res job: {gated.text}"
-            jobs = [e for e in entries if e["kind"] != "note"]
-            assert len(jobs) == 1 and jobs[0]["id"] == job and jobs[0]["state"] == "done", entries
-        else:
-            assert job is None, f"{sc.name}: a res job where the session runs it itself: {gated.text}"
-            notes = [e for e in entries if e["kind"] == "note"]
-            assert [e for e in entries if e["kind"] != "note"] == [], entries
-            if sc.expect == "untouched":
-                assert plain.kind == "refused" and notes == [], f"{sc.name}: booked where a deny rule may be about the line: {notes}"
-            else:
-                assert len(notes) == 1 and notes[0]["title"].endswith("(in place)"), notes
-                wait_for(lambda: all(e["state"] != "running" for e in _entries(res)), "the booking released", 60)
+        if sc.expect == "untouched":  # here only a deny rule leaves a line alone
+            assert plain.kind == "refused", (sc.name, plain)
+        took_part_only_as_it_may(res, sc.name, sc.expect, plain, gated, job_rc=0)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -185,15 +125,15 @@ def test_a_refusal_when_busy_reaches_the_model_and_uninstall_restores_the_files(
     assert note.code == 0, str(note)
     note_id = note.out.split()[0]
     try:
-        proj = _project(base)
+        proj = gate_project(base)
         s = CP.session(base / "s", [LINE], proj)
         with s:
             env = CP.environment(s)
-            env.update(_environ())
+            env.update(gate_environ())
             hooks = s.home / ".copilot" / "hooks"
             hooks.mkdir(parents=True)
             (hooks / "other.json").write_text('{"version": 1, "hooks": {}}\n')  # someone else's: left as it is
-            before = _tree(hooks)
+            before = file_tree(hooks)
             _install(env, proj)
             run = run_group(CP.argv(s), env, proj, 240)
             assert not run.timed_out and run.rc == 0, run.context()
@@ -203,21 +143,10 @@ def test_a_refusal_when_busy_reaches_the_model_and_uninstall_restores_the_files(
             assert seen.kind == "refused" and event["error"]["message"] == seen.text, event
             assert seen.text.startswith("Denied by preToolUse hook: res: not run:"), seen.text
             assert f'"held by the test" ({note_id}' in seen.text and re.search(r"retry after ~\d\d:\d\d", seen.text)
-            assert [e for e in _entries(res) if e["kind"] != "note"] == [], "the refusal made a job"
+            assert [e for e in entries_of(res) if e["kind"] != "note"] == [], "the refusal made a job"
             assert "copilot: removed" in _install(env, proj, uninstall=True)
-            assert _tree(hooks) == before
+            assert file_tree(hooks) == before
     finally:
         res.ok("release", note_id)
         shutil.rmtree(base, ignore_errors=True)
 
-
-def _tree(root: Path) -> dict[str, bytes | None]:
-    """Every file and directory under `root`, relative, with its bytes (None: a directory)."""
-    out: dict[str, bytes | None] = {}
-    for d, dirs, files in os.walk(root):
-        for name in dirs:
-            out[os.path.relpath(os.path.join(d, name), root)] = None
-        for name in files:
-            p = os.path.join(d, name)
-            out[os.path.relpath(p, root)] = open(p, "rb").read()
-    return out

@@ -39,15 +39,14 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests"))
 from anthropic_api import AnthropicAPI, Turn, Usage  # noqa: E402
-from clihelp import PY, res, wait_for  # noqa: E402,F401  (res: the fixture)
-from gate_harness import AGENTS, DONE, STARTED, meaningful, res_lines, run_group  # noqa: E402
+from clihelp import res  # noqa: E402,F401  (res: the fixture)
+from gate_harness import AGENTS, gate_project, job_of, loop, meaningful, run_group  # noqa: E402,F401  (loop: the fixture)
 from test_claude_cli import cli_env  # noqa: E402
 
 pytestmark = pytest.mark.systemd
 
 LINE = "python3 -m pytest -q -p no:cacheprovider tests"
 RULE = "Bash(python3 -m pytest:*)"
-SUITE = "def test_one():\n    assert 1 + 1 == 2\n\n\ndef test_two():\n    assert 'res'.upper() == 'RES'\n"
 U = Usage(input_tokens=100, output_tokens=10)
 
 
@@ -83,18 +82,7 @@ class Seen:
 
     @property
     def job(self) -> tuple[str | None, int | None]:
-        ours = res_lines(self.text)
-        started = [m.group(1) for m in map(STARTED.match, ours) if m]
-        done = [int(m.group(2)) for m in map(DONE.match, ours) if m]
-        return (started[0] if started else None), (done[0] if done else None)
-
-
-def _project(base: Path) -> Path:
-    proj = base / "proj"
-    (proj / "tests").mkdir(parents=True)
-    (proj / "tests" / "test_two.py").write_text(SUITE)
-    subprocess.run(["git", "init", "-q", str(proj)], check=True, capture_output=True)
-    return proj
+        return job_of(self.text)
 
 
 def _session(base: Path, proj: Path, sc: Scenario, gated: bool, environ: dict) -> Seen:
@@ -143,16 +131,6 @@ def claude():
     return AGENTS["claude"].installed()
 
 
-@pytest.fixture
-def loop(res):
-    serve = res.popen([PY, "-m", "reconciler.cli", "serve"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: (res.state / "serve.sock").exists() and res("status").code == 0, "the loop answers")
-    try:
-        yield res
-    finally:
-        serve.terminate()
-
-
 def _environ() -> dict:
     keep = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
     of_a_job = ("RES_ID", "RES_BY", "RES_TASK", "RES_CPUS", "RES_MEM_MB")
@@ -163,7 +141,7 @@ def _environ() -> dict:
 def test_the_model_gets_what_it_would_have_got_and_heavy_work_runs_as_a_job(sc, claude, loop):
     base = Path(tempfile.mkdtemp(prefix="res-modes-", dir="/var/tmp"))
     try:
-        proj = _project(base)
+        proj = gate_project(base)
         plain = _session(base, proj, sc, False, _environ())
         gated = _session(base, proj, sc, True, _environ())
         print(f"\n{sc.name}: without the gate {plain.kind} {plain.denials}; with it {gated.kind} {gated.denials}")

@@ -35,7 +35,6 @@ Skipped where the CLI is not installed, unless CI is set (then it fails). Nothin
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -48,8 +47,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from clihelp import PY, res, wait_for  # noqa: E402,F401  (res: the fixture)
-from gate_harness import AGENTS, DONE, STARTED, meaningful, res_lines, run_group  # noqa: E402
+from clihelp import res  # noqa: E402,F401  (res: the fixture)
+from gate_harness import AGENTS, entries_of, gate_environ, gate_project, loop, run_group, Seen, took_part_only_as_it_may  # noqa: E402,F401  (loop: the fixture)
 
 pytestmark = pytest.mark.systemd
 
@@ -57,7 +56,6 @@ pytestmark = pytest.mark.systemd
 # PATH anew, and this interpreter is the one with pytest.
 LINE = f"{sys.executable} -m pytest -q -p no:cacheprovider tests"
 PART = f"{LINE} && python3 -c 'print(1)'"
-SUITE = "def test_one():\n    assert 1 + 1 == 2\n\n\ndef test_two():\n    assert 'res'.upper() == 'RES'\n"
 PROMPT = "Please check that this project's tests pass."  # nothing about res
 ALLOWED = {"tools": {"allowed": [f"run_shell_command({sys.executable} -m pytest)"]}}
 
@@ -97,28 +95,6 @@ SCENARIOS = [
     Scenario("gemini", "part of a line", expect="untouched", line=PART, gemini_settings=ALLOWED),
     Scenario("gemini", "no rule", expect="untouched"),
 ]
-
-
-@dataclass
-class Seen:
-    kind: str  # ran, refused
-    text: str
-    rc: int | None
-
-    @property
-    def job(self) -> tuple[str | None, int | None]:
-        ours = res_lines(self.text)
-        started = [m.group(1) for m in map(STARTED.match, ours) if m]
-        done = [int(m.group(2)) for m in map(DONE.match, ours) if m]
-        return (started[0] if started else None), (done[0] if done else None)
-
-
-def _project(base: Path) -> Path:
-    proj = base / "proj"
-    (proj / "tests").mkdir(parents=True)
-    (proj / "tests" / "test_two.py").write_text(SUITE)
-    subprocess.run(["git", "init", "-q", str(proj)], check=True, capture_output=True)
-    return proj
 
 
 def _argv(sc: Scenario, path: Path) -> list[str]:
@@ -180,57 +156,16 @@ def _session(base: Path, proj: Path, sc: Scenario, gated: bool, environ: dict) -
         return Seen("refused" if r.rc is None else "ran", r.text, r.rc)
 
 
-@pytest.fixture
-def loop(res):
-    serve = res.popen([PY, "-m", "reconciler.cli", "serve"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: (res.state / "serve.sock").exists() and res("status").code == 0, "the loop answers")
-    try:
-        yield res
-    finally:
-        serve.terminate()
-
-
-def _environ() -> dict:
-    """What reaches res from the test (its state directory, policy, names, the user manager), and the
-    PATH that finds `res`."""
-    keep = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
-    of_a_job = ("RES_ID", "RES_BY", "RES_TASK", "RES_CPUS", "RES_MEM_MB")
-    env = {k: v for k, v in os.environ.items() if (k.startswith("RES_") and k not in of_a_job) or k in keep}
-    env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
-    return env
-
-
-def _entries(res) -> list[dict]:
-    return res.status_all()["jobs"]
-
-
 @pytest.mark.parametrize("sc", SCENARIOS, ids=[s.id for s in SCENARIOS])
 def test_the_model_gets_what_it_would_have_got_and_res_takes_part_only_as_it_may(sc, loop):
     res = loop
     base = Path(tempfile.mkdtemp(prefix="res-modes-", dir="/var/tmp"))
     try:
-        proj = _project(base)
-        plain = _session(base, proj, sc, False, _environ())
-        assert _entries(res) == [], "res took part in a session without its hook"
-        gated = _session(base, proj, sc, True, _environ())
+        proj = gate_project(base)
+        plain = _session(base, proj, sc, False, gate_environ())
+        assert entries_of(res) == [], "res took part in a session without its hook"
+        gated = _session(base, proj, sc, True, gate_environ())
         print(f"\n{sc.id}: without the gate {plain.kind} rc={plain.rc}; with it {gated.kind} rc={gated.rc}")
-        assert gated.kind == plain.kind and gated.rc == plain.rc, (sc.id, plain, gated)
-        assert meaningful(gated.text) == meaningful(plain.text), (gated.text, plain.text)
-        job, rc = gated.job
-        entries = _entries(res)
-        if sc.expect == "job":
-            assert job is not None and rc == plain.rc, f"{sc.id}: not run as a res job: {gated.text}"
-            jobs = [e for e in entries if e["kind"] != "note"]
-            assert len(jobs) == 1 and jobs[0]["id"] == job and jobs[0]["state"] == "done", entries
-        else:
-            assert job is None, f"{sc.id}: a res job where the session runs it itself: {gated.text}"
-            notes = [e for e in entries if e["kind"] == "note"]
-            assert [e for e in entries if e["kind"] != "note"] == [], entries
-            if sc.expect == "untouched":
-                assert notes == [], f"{sc.id}: booked where a rule of the session's may be about the line: {notes}"
-            else:
-                assert len(notes) == 1 and notes[0]["title"].endswith("(in place)"), notes
-                # the post-tool event released it: nothing of the session's is still held
-                wait_for(lambda: all(e["state"] != "running" for e in _entries(res)), "the booking released", 60)
+        took_part_only_as_it_may(res, sc.id, sc.expect, plain, gated)
     finally:
         shutil.rmtree(base, ignore_errors=True)

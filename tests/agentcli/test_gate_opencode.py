@@ -21,7 +21,6 @@ Nothing asserts on time.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -36,14 +35,13 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from clihelp import PY, nproc, res, wait_for  # noqa: E402,F401  (res: the fixture)
-from gate_harness import AGENTS, DONE, STARTED, meaningful, res_lines, run_group  # noqa: E402
+from clihelp import nproc, res, wait_for  # noqa: E402,F401  (res: the fixture)
+from gate_harness import AGENTS, entries_of, file_tree, gate_environ, gate_project, loop, run_group, Seen, took_part_only_as_it_may  # noqa: E402,F401  (loop: the fixture)
 
 pytestmark = pytest.mark.systemd
 
 LINE = f"{sys.executable} -m pytest -q -p no:cacheprovider tests"
 RULE = f"{sys.executable} -m pytest *"
-SUITE = "def test_one():\n    assert 1 + 1 == 2\n\n\ndef test_two():\n    assert 'res'.upper() == 'RES'\n"
 OC = AGENTS["opencode"]
 
 
@@ -64,41 +62,11 @@ SCENARIOS = [
 ]
 
 
-@dataclass
-class Seen:
-    kind: str  # ran, refused
-    text: str  # what the model got
-    rc: int | None  # the exit code OpenCode recorded (metadata.exit)
-
-    @property
-    def job(self) -> tuple[str | None, int | None]:
-        ours = res_lines(self.text)
-        started = [m.group(1) for m in map(STARTED.match, ours) if m]
-        done = [int(m.group(2)) for m in map(DONE.match, ours) if m]
-        return (started[0] if started else None), (done[0] if done else None)
-
-
-def _project(base: Path) -> Path:
-    proj = base / "proj"
-    (proj / "tests").mkdir(parents=True)
-    (proj / "tests" / "test_two.py").write_text(SUITE)
-    subprocess.run(["git", "init", "-q", str(proj)], check=True, capture_output=True)
-    return proj
-
-
-def _environ() -> dict:
-    keep = ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")
-    of_a_job = ("RES_ID", "RES_BY", "RES_TASK", "RES_CPUS", "RES_MEM_MB")
-    env = {k: v for k, v in os.environ.items() if (k.startswith("RES_") and k not in of_a_job) or k in keep}
-    env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
-    return env
-
-
 def _session(base: Path, proj: Path, sc: Scenario, gated: bool) -> tuple[Seen, Any]:
     s = OC.session(base / ("gated" if gated else "plain"), [LINE], proj)
     with s:
         env = OC.environment(s)
-        env.update(_environ())
+        env.update(gate_environ())
         OC.point_at(s.home, s.api, sc.permission)
         if gated:
             r = subprocess.run(["res", "hook", "install", "--agent", "opencode", "--user"], env=env, cwd=str(proj),
@@ -120,49 +88,19 @@ def _session(base: Path, proj: Path, sc: Scenario, gated: bool) -> tuple[Seen, A
         return Seen("ran", results[0].text, st.get("metadata", {}).get("exit")), run
 
 
-@pytest.fixture
-def loop(res):
-    serve = res.popen([PY, "-m", "reconciler.cli", "serve"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(lambda: (res.state / "serve.sock").exists() and res("status").code == 0, "the loop answers")
-    try:
-        yield res
-    finally:
-        serve.terminate()
-
-
-def _entries(res) -> list[dict]:
-    return res.status_all()["jobs"]
-
-
 @pytest.mark.parametrize("sc", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_the_model_gets_what_it_would_have_got_and_res_takes_part_only_as_it_may(sc, loop):
     OC.installed()
     res = loop
     base = Path(tempfile.mkdtemp(prefix="res-oc-", dir="/var/tmp"))
     try:
-        proj = _project(base)
+        proj = gate_project(base)
         plain, _ = _session(base, proj, sc, False)
-        assert _entries(res) == [], "res took part in a session without its plugin"
+        assert entries_of(res) == [], "res took part in a session without its plugin"
         gated, _ = _session(base, proj, sc, True)
         print(f"\nopencode: {sc.name}: without the gate {plain.kind} rc={plain.rc}: {plain.text[:200]!r}; "
               f"with it {gated.kind} rc={gated.rc}: {gated.text[:400]!r}")
-        assert gated.kind == plain.kind and gated.rc == plain.rc, (sc.name, plain, gated)
-        assert meaningful(gated.text) == meaningful(plain.text), (gated.text, plain.text)
-        job, rc = gated.job
-        entries = _entries(res)
-        if sc.expect == "job":
-            assert job is not None and rc == plain.rc == 0, f"{sc.name}: not run as a res job: {gated.text}"
-            jobs = [e for e in entries if e["kind"] != "note"]
-            assert len(jobs) == 1 and jobs[0]["id"] == job and jobs[0]["state"] == "done", entries
-        else:
-            assert job is None, f"{sc.name}: a res job where the session runs it itself: {gated.text}"
-            notes = [e for e in entries if e["kind"] == "note"]
-            assert [e for e in entries if e["kind"] != "note"] == [], entries
-            if sc.expect == "untouched":
-                assert notes == [], f"{sc.name}: booked where a rule of the session's may be about the line: {notes}"
-            else:
-                assert len(notes) == 1 and notes[0]["title"].endswith("(in place)"), notes
-                wait_for(lambda: all(e["state"] != "running" for e in _entries(res)), "the booking released", 60)
+        took_part_only_as_it_may(res, sc.name, sc.expect, plain, gated, job_rc=0)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -180,14 +118,14 @@ def test_a_refusal_when_busy_reaches_the_model_as_the_tools_error_and_uninstall_
     assert note.code == 0, str(note)
     note_id = note.out.split()[0]
     try:
-        proj = _project(base)
+        proj = gate_project(base)
         s = OC.session(base / "s", [LINE], proj)
         with s:
             env = OC.environment(s)
-            env.update(_environ())
+            env.update(gate_environ())
             OC.point_at(s.home, s.api, {"bash": {RULE: "allow"}})
             config = s.home / ".config" / "opencode"
-            before = _tree(config)
+            before = file_tree(config)
             r = subprocess.run(["res", "hook", "install", "--agent", "opencode", "--user"], env=env, cwd=str(proj),
                                capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
             assert r.returncode == 0, (r.stdout, r.stderr)
@@ -200,27 +138,16 @@ def test_a_refusal_when_busy_reaches_the_model_as_the_tools_error_and_uninstall_
             assert states[0]["status"] == "error" and states[0]["error"] == text, states
             assert text.startswith("res: not run:") and f'"held by the test" ({note_id}' in text, text
             assert re.search(r"retry after ~\d\d:\d\d", text), text
-            assert [e for e in _entries(res) if e["kind"] != "note"] == [], "the refusal made a job"
+            assert [e for e in entries_of(res) if e["kind"] != "note"] == [], "the refusal made a job"
             # uninstall: the files as they were before the install, byte for byte (OpenCode's own
             # start-up litter, .gitignore and the like, is set aside: it is OpenCode's, not res's)
             r = subprocess.run(["res", "hook", "install", "--agent", "opencode", "--user", "--uninstall"], env=env,
                                cwd=str(proj), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
             assert r.returncode == 0 and "opencode: removed" in r.stdout, (r.stdout, r.stderr)
-            after = _tree(config)
+            after = file_tree(config)
             litter = {p for p in set(after) - set(before) if not p.startswith("plugins/")}
             assert {p: v for p, v in after.items() if p not in litter} == before, (before, after)
     finally:
         res.ok("release", note_id)
         shutil.rmtree(base, ignore_errors=True)
 
-
-def _tree(root: Path) -> dict[str, bytes | None]:
-    """Every file and directory under `root`, relative, with its bytes (None: a directory)."""
-    out: dict[str, bytes | None] = {}
-    for d, dirs, files in os.walk(root):
-        for name in dirs:
-            out[os.path.relpath(os.path.join(d, name), root)] = None
-        for name in files:
-            p = os.path.join(d, name)
-            out[os.path.relpath(p, root)] = open(p, "rb").read()
-    return out

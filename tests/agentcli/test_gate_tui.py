@@ -36,7 +36,8 @@ from anthropic_api import AnthropicAPI, Turn  # noqa: E402
 from clihelp import keep_artifact as _keep, res, wait_for  # noqa: E402,F401  (res: the fixture)
 from gate_harness import AGENTS  # noqa: E402
 from test_claude_cli import cli_env  # noqa: E402
-from test_gate_modes import LINE, RULE, U, _environ, _project, loop  # noqa: E402,F401  (loop: the fixture)
+from gate_harness import gate_project, loop  # noqa: E402,F401  (loop: the fixture)
+from test_gate_modes import LINE, RULE, U, _environ  # noqa: E402
 
 pytestmark = [pytest.mark.systemd,
               pytest.mark.skipif(shutil.which("tmux") is None and not os.environ.get("CI"),
@@ -100,7 +101,7 @@ def _session(base: Path, proj: Path, gated: bool, environ: dict, allow: bool = T
 def test_an_allowed_test_command_in_the_tui_runs_as_a_job_with_no_prompt(loop, tmp_path):
     base = Path(tempfile.mkdtemp(prefix="res-tui-", dir="/var/tmp"))
     try:
-        proj = _project(base)
+        proj = gate_project(base)
         for gated in (False, True):
             screens, transcript = _session(base, proj, gated, _environ())
             name = "gated" if gated else "plain"
@@ -129,7 +130,7 @@ def test_with_no_rule_the_person_is_asked_about_their_own_command_as_without_the
     check above looks for) is Claude Code's own, about the command the model asked for."""
     base = Path(tempfile.mkdtemp(prefix="res-tui-", dir="/var/tmp"))
     try:
-        proj = _project(base)
+        proj = gate_project(base)
         screens, _ = _session(base, proj, True, _environ(), allow=False)
         _keep("tui-gated-no-rule-screens.txt", "\n\n==== next capture\n".join(screens), tmp_path)
         shown = screens[-1]
