@@ -530,11 +530,12 @@ def installed(agent: str, scope: str = "user", home_env=None, cwd: str | None = 
             if not ours:
                 return False
             found.append((spec, [groups[i]["hooks"][0]["command"] for i in ours], ours))
-        if agent != "codex":
+        trust = behaviour(agent).TRUST_CONFIG  # Codex's: every entry trusted there too
+        if not trust:
             return True
         import tomllib
 
-        config, _ = _read(os.path.join(named_config_dir("codex", environ), "config.toml"))
+        config, _ = _read(os.path.join(named_config_dir(agent, environ), trust))
         hooks = tomllib.loads(config or "").get("hooks")
         state = hooks.get("state") if isinstance(hooks, dict) else None
         state = state if isinstance(state, dict) else {}
