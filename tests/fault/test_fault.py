@@ -384,8 +384,8 @@ def test_read_failure_every_time_fails_the_job_after_three_and_stops_it(fres):
 
 def test_soak_random_sigkills_lose_nothing_and_count_nothing_twice(fres):
     res = fres
-    # Sessions wait their turn: ~75 s of work (50 sessions of 80-160 lines, 25 ms apart, two at a
-    # time), about as long as the 100 kills take, so the kills fall all through it.
+    # Sessions wait their turn: ~50 s of work (50 sessions of 80-160 lines, 15 ms apart, two at a
+    # time), about as long as the 60 kills take, so the kills fall all through it.
     res.env["RES_MAX_CONCURRENT_SESSIONS"] = "2"
     seed = int(os.environ.get("RES_SOAK_SEED") or random.randrange(1, 1 << 30))
     rng = random.Random(seed)
@@ -393,7 +393,7 @@ def test_soak_random_sigkills_lose_nothing_and_count_nothing_twice(fres):
     print(f"\n[7] soak seed {seed} (RES_SOAK_SEED={seed} repeats this run)")
     marks = res.tmp / "marks"
     marks.mkdir()
-    total, kill_count = 50, 100
+    total, kill_count = 50, 60
     plan = []
     for k in range(total):
         n = rng.randrange(80, 160)
@@ -406,16 +406,16 @@ def test_soak_random_sigkills_lose_nothing_and_count_nothing_twice(fres):
         # The last few wait for a second gate, opened only after the last kill: however fast or slow
         # this machine is, the kills fall while sessions are still to run.
         gate = res.tmp / ("go" if k < total - 3 else "go-last")
-        ids.append(agent(res, n, 0.025, *extra, mem="64M", queue=True, wrap=marks / f"m{k}", gate=gate))
+        ids.append(agent(res, n, 0.015, *extra, mem="64M", queue=True, wrap=marks / f"m{k}", gate=gate))
     assert ids == [f"r-{k + 1}" for k in range(total)]
     (res.tmp / "go").touch()  # the sessions started so far wait for this: the run begins with the kills
 
-    # 100 SIGKILLs, each of a reconciler that is still running: a `res serve` killed at a random
+    # 60 SIGKILLs, each of a reconciler that is still running: a `res serve` killed at a random
     # moment of its life, then a one-shot `res reconcile` killed at a random moment of its pass, ...
     loop, kills, kinds = first, 0, []
     t0 = time.monotonic()
     while kills < kill_count:
-        time.sleep(rng.uniform(0.3, 2.0) if loop.args[0] == "serve" else rng.uniform(0.2, 0.9))
+        time.sleep(rng.uniform(0.2, 1.2) if loop.args[0] == "serve" else rng.uniform(0.2, 0.9))
         if loop.kill():
             kills += 1
             kinds.append(loop.args[0])
