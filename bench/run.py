@@ -2,7 +2,7 @@
 numbers.
 
     python3 bench/run.py            the full run (about 15 minutes: j watches an idle loop for 10)
-    python3 bench/run.py --smoke    a small, fast version for CI (well under a minute)
+    python3 bench/run.py --smoke    a small version for CI (~2.5 min here: t waits out its limits)
     python3 bench/run.py --only b,c a subset
     python3 bench/run.py --fresh-venv --only a,h,i,j   as a user's install runs res: a new venv, a
                                     regular `pip install .`, these benchmarks by its interpreter
