@@ -84,24 +84,42 @@ def claude_covered(line: str, patterns: Iterable[str]) -> bool:
     start with no assignment or wrapper, and match a rule by its raw text; `cd` into a relative
     directory inside the working one is read-only (Claude Code runs it unasked)."""
     patterns = [p for p in patterns if p.strip()]
-    if not line.strip() or len(line) > CLAUDE_LONGEST:
+    commands = plain_commands(line)
+    if commands is None:
         return False
-    parts = _SEPARATORS.split(line.strip())
-    for part in parts:
-        words = [w for w in part.split(" ") if w not in _FD_ONLY]
-        text = " ".join(words)
-        if not text or "" in words or _NOT_PLAIN.search(text):
-            return False
+    for words in commands:
         first = words[0]
-        if "=" in first or posixpath.basename(first) in _CLAUDE_WRAPPERS:
+        if posixpath.basename(first) in _CLAUDE_WRAPPERS:
             return False
         if first == "find" and any(w in ("-exec", "-execdir", "-delete", "-ok", "-okdir") for w in words):
             return False
-        if first == "cd" and len(words) == 2 and not words[1].startswith(("/", "-")) and ".." not in words[1].split("/"):
+        if local_cd(words):
             continue
-        if not any(claude_pattern_covers(p, text) for p in patterns):
+        if not any(claude_pattern_covers(p, " ".join(words)) for p in patterns):
             return False
     return True
+
+
+def plain_commands(line: str) -> list[list[str]] | None:
+    """The words of each command of `line` (fd duplications and /dev/null redirections set aside), or
+    None where the matchers of the CLIs might read it otherwise than this (claude_covered): a command
+    that is not plain words single-spaced, one that starts with an assignment, an empty line or one
+    longer than CLAUDE_LONGEST. What Claude Code's, Copilot CLI's and OpenCode's rules are read on."""
+    if not line.strip() or len(line) > CLAUDE_LONGEST:
+        return None
+    commands = []
+    for part in _SEPARATORS.split(line.strip()):
+        words = [w for w in part.split(" ") if w not in _FD_ONLY]
+        text = " ".join(words)
+        if not text or "" in words or _NOT_PLAIN.search(text) or "=" in words[0]:
+            return None
+        commands.append(words)
+    return commands
+
+
+def local_cd(words: list[str]) -> bool:
+    """`cd` into a relative directory inside the working one: Claude Code and OpenCode run it unasked."""
+    return words[0] == "cd" and len(words) == 2 and not words[1].startswith(("/", "-")) and ".." not in words[1].split("/")
 
 
 def claude_pattern_covers(pattern: str, text: str) -> bool:
@@ -154,16 +172,10 @@ def copilot_covered(line: str, patterns: Iterable[str]) -> bool:
     rule of several words only the whole text. Never looser: plain words only, as claude_covered reads
     them."""
     patterns = [p.strip() for p in patterns if p.strip()]
-    if not line.strip() or len(line) > CLAUDE_LONGEST or not patterns:
+    commands = plain_commands(line)
+    if commands is None or not patterns:
         return False
-    for part in _SEPARATORS.split(line.strip()):
-        words = [w for w in part.split(" ") if w not in _FD_ONLY]
-        text = " ".join(words)
-        if not text or "" in words or _NOT_PLAIN.search(text) or "=" in words[0]:
-            return False
-        if not any(_copilot_rule_covers(p, text, words) for p in patterns):
-            return False
-    return True
+    return all(any(_copilot_rule_covers(p, " ".join(words), words) for p in patterns) for words in commands)
 
 
 def _copilot_rule_covers(pattern: str, text: str, words: list[str]) -> bool:
@@ -206,18 +218,11 @@ def opencode_allows(line: str, ordered: Iterable[tuple[str, str]]) -> bool:
     any deny or ask rule that could loosely be about its program; `cd` into a relative directory
     inside the working one gives no pattern (OpenCode skips cd)."""
     ordered = list(ordered)
-    if not ordered or not line.strip() or len(line) > CLAUDE_LONGEST:
+    commands = plain_commands(line)
+    if not ordered or commands is None:
         return False
-    for part in _SEPARATORS.split(line.strip()):
-        words = [w for w in part.split(" ") if w not in _FD_ONLY]
-        text = " ".join(words)
-        if not text or "" in words or _NOT_PLAIN.search(text) or "=" in words[0]:
-            return False
-        if words[0] == "cd" and len(words) == 2 and not words[1].startswith(("/", "-")) and ".." not in words[1].split("/"):
-            continue
-        if not _opencode_last(ordered, text, posixpath.basename(words[0])):
-            return False
-    return True
+    return all(local_cd(words) or _opencode_last(ordered, " ".join(words), posixpath.basename(words[0]))
+               for words in commands)
 
 
 def opencode_allows_program(program: str, ordered: Iterable[tuple[str, str]]) -> bool:
