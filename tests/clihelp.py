@@ -359,3 +359,15 @@ RATE_IN, RATE_OUT = _sonnet_rates()  # USD per 1M tokens (the fake agent's model
 def token_cost(k: int) -> float:
     """What k fake-agent events cost at the table's rate: event i has i input tokens and 1 output token."""
     return (RATE_IN * k * (k + 1) / 2 + RATE_OUT * k) / 1e6
+
+
+def file_tree(root: Path) -> dict[str, bytes | None]:
+    """Every file and directory under `root`, relative, with its bytes (None: a directory)."""
+    out: dict[str, bytes | None] = {}
+    for d, dirs, files in os.walk(root):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(d, name), root)] = None
+        for name in files:
+            p = os.path.join(d, name)
+            out[os.path.relpath(p, root)] = open(p, "rb").read()
+    return out

@@ -43,6 +43,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+from clihelp import file_tree  # noqa: E402,F401  (the tests take it from here)
 from anthropic_api import AnthropicAPI, Turn as ClaudeTurn, Usage as ClaudeUsage  # noqa: E402
 from gemini_api import GeminiAPI, Turn as GeminiTurn, Usage as GeminiUsage  # noqa: E402
 from openai_api import OpenAIServer, Reply, Usage as OpenAIUsage  # noqa: E402
@@ -175,16 +177,19 @@ def took_part_only_as_it_may(res, name: str, expect: str, plain: Seen, gated: Se
     wait_for(lambda: all(e["state"] != "running" for e in entries_of(res)), "the booking released", 60)
 
 
-def file_tree(root: Path) -> dict[str, bytes | None]:
-    """Every file and directory under `root`, relative, with its bytes (None: a directory)."""
-    out: dict[str, bytes | None] = {}
-    for d, dirs, files in os.walk(root):
-        for name in dirs:
-            out[os.path.relpath(os.path.join(d, name), root)] = None
-        for name in files:
-            p = os.path.join(d, name)
-            out[os.path.relpath(p, root)] = open(p, "rb").read()
-    return out
+def hold_every_cpu(res) -> str:
+    """Make the machine busy for a heavy `pytest` line, as the refusal tests need it: the policy books
+    every CPU for one (the gate waits 5 s at most) and a note holds them all; the note's id (release it)."""
+    from clihelp import nproc, wait_for
+
+    n = nproc()
+    (res.tmp / "policy.toml").write_text(f'gate_wait_s = 5\nuser_reserve_gb = 0.5\ncpu_overcommit = 1\n'
+                                         f'[gate_heavy_add]\n"pytest" = {{ mem_gb = 0.25, cpus = {n}, minutes = 0.5 }}\n')
+    wait_for(lambda: json.loads((res.state / "gate.json").read_text()).get("wait_s") == 5
+             if (res.state / "gate.json").exists() else False, "the loop publishes the policy", 60)
+    note = res("note", "--cpus", str(n), "--mem", "0.1G", "--for", "30m", "held by the test")
+    assert note.code == 0, str(note)
+    return note.out.split()[0]
 
 
 def meaningful(text: str) -> list[str]:

@@ -36,8 +36,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from clihelp import nproc, res, wait_for  # noqa: E402,F401  (res: the fixture)
-from gate_harness import AGENTS, entries_of, file_tree, gate_environ, gate_project, loop, run_group, Seen, took_part_only_as_it_may  # noqa: E402,F401  (loop: the fixture)
+from clihelp import res  # noqa: E402,F401  (res: the fixture)
+from gate_harness import AGENTS, entries_of, file_tree, gate_environ, gate_project, hold_every_cpu, loop, run_group, Seen, took_part_only_as_it_may  # noqa: E402,F401  (loop: the fixture)
 
 pytestmark = pytest.mark.systemd
 
@@ -115,15 +115,8 @@ def test_the_model_gets_what_it_would_have_got_and_res_takes_part_only_as_it_may
 def test_a_refusal_when_busy_reaches_the_model_and_uninstall_restores_the_files(loop):
     CP.installed()
     res = loop
-    n = nproc()
-    (res.tmp / "policy.toml").write_text(f'gate_wait_s = 5\nuser_reserve_gb = 0.5\ncpu_overcommit = 1\n'
-                                         f'[gate_heavy_add]\n"pytest" = {{ mem_gb = 0.25, cpus = {n}, minutes = 0.5 }}\n')
-    wait_for(lambda: json.loads((res.state / "gate.json").read_text()).get("wait_s") == 5
-             if (res.state / "gate.json").exists() else False, "the loop publishes the policy", 60)
+    note_id = hold_every_cpu(res)
     base = Path(tempfile.mkdtemp(prefix="res-cp-busy-", dir="/var/tmp"))
-    note = res("note", "--cpus", str(n), "--mem", "0.1G", "--for", "30m", "held by the test")
-    assert note.code == 0, str(note)
-    note_id = note.out.split()[0]
     try:
         proj = gate_project(base)
         s = CP.session(base / "s", [LINE], proj)

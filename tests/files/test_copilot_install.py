@@ -3,13 +3,13 @@
 another file there left alone, and the file removed only while it is byte for byte what res wrote."""
 from __future__ import annotations
 
-import os
 import stat
 
 import pytest
 
 from reconciler.commands.hookinstall import install, installed
 from reconciler.config.ownhookfiles import copilot_hooks
+from tests.clihelp import file_tree
 
 RES = "/opt/res/bin/res"
 
@@ -31,21 +31,11 @@ def _run(**kw):
     return install("copilot", **kw)
 
 
-def _tree(root) -> dict:
-    out = {}
-    for d, dirs, files in os.walk(root):
-        for n in dirs:
-            out[os.path.relpath(os.path.join(d, n), root)] = None
-        for n in files:
-            out[os.path.relpath(os.path.join(d, n), root)] = open(os.path.join(d, n), "rb").read()
-    return out
-
-
 def test_install_writes_the_hooks_file_and_uninstall_restores_the_directory(home):
     hooks = home / ".copilot" / "hooks"
     hooks.mkdir(parents=True)
     (hooks / "mine.json").write_text('{"version": 1, "hooks": {"sessionStart": []}}\n')
-    before = _tree(home)
+    before = file_tree(home)
     path = hooks / "res.json"
     code, lines = _run()
     assert code == 0 and lines == [f"copilot: installed in {path} (preToolUse, postToolUse -> {RES} hook --agent copilot)"]
@@ -56,7 +46,7 @@ def test_install_writes_the_hooks_file_and_uninstall_restores_the_directory(home
     assert code == 0 and lines[0].endswith(f"; was {RES} hook --agent copilot)")
     code, lines = _run(uninstall=True)
     assert code == 0 and lines == [f"copilot: removed {path}"]
-    assert _tree(home) == before and installed("copilot") is False
+    assert file_tree(home) == before and installed("copilot") is False
     assert _run(uninstall=True)[1] == [f"copilot: not installed in {path}"]
 
 
