@@ -73,3 +73,18 @@ def flag_value(cmd: list[str], names: tuple[str, ...]) -> str | None:
                 found = arg.split("=", 1)[1]
     return found
 
+
+# What a CLI without such a thing answers (a module names them: `run_dir = timeout_s = nothing`).
+def as_is(event: dict) -> dict:
+    """Its input is already in the shape core/hooks.read_call reads."""
+    return event
+
+
+def nothing(*_args) -> None:
+    """It has none of this (a directory, a timeout, a note, a refusal of its settings, a project's note)."""
+    return None
+
+
+def no_disabled_note(data: dict) -> str:
+    """No setting of its file turns its hooks off."""
+    return ""

@@ -3,7 +3,7 @@ decision, its output's hint and its install's notes (the interface: core/clis/__
 docs/agent-hooks.md, docs/agent-output.md)."""
 from __future__ import annotations
 
-from reconciler.core.clis import flag_value, ms_timeout_s, pre_tool_deny, pre_tool_rewrite, updated_input
+from reconciler.core.clis import as_is, flag_value, ms_timeout_s, nothing, pre_tool_deny, pre_tool_rewrite, updated_input
 
 UNSHOWN_CALLS = True  # it makes model calls its output never shows (core/spend.py's margin)
 PREFIX_SHOWN = True  # it asks about the line either way: the prompt simply shows game mode's prefix
@@ -16,12 +16,6 @@ def claims(event: dict) -> bool:
     return (name in ("PreToolUse", "PostToolUse") and "turn_id" not in event) or name == "PostToolUseFailure"
 
 
-def hook_event(event: dict) -> dict:
-    return event
-
-
-def run_dir(tool_input: dict) -> None:
-    return None
 
 
 def call_id(event: dict) -> object:
@@ -69,9 +63,6 @@ def unread_output(cmd: list[str]) -> str | None:
     return None
 
 
-def settings_refusal(command: str, name: str) -> None:
-    return None
-
 
 def disabled_note(data: dict) -> str:
     """A setting in the same file that keeps every hook from running."""
@@ -80,5 +71,6 @@ def disabled_note(data: dict) -> str:
     return ""
 
 
-def project_note(path: str, root: str, config: str | None, trusted: bool | None) -> None:
-    return None
+# Where it has nothing of its own: the interface's defaults (core/clis/__init__.py)
+hook_event = as_is
+run_dir = settings_refusal = project_note = nothing

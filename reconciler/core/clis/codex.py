@@ -4,7 +4,7 @@ install's notes and hook trust (the interface: core/clis/__init__.py; sources: d
 docs/agent-output.md)."""
 from __future__ import annotations
 
-from reconciler.core.clis import pre_tool_deny, pre_tool_rewrite, updated_input
+from reconciler.core.clis import as_is, no_disabled_note, nothing, pre_tool_deny, pre_tool_rewrite, updated_input
 
 UNSHOWN_CALLS = False
 PREFIX_SHOWN = False  # it takes a rewrite only with its allow
@@ -15,20 +15,11 @@ def claims(event: dict) -> bool:
     return event.get("hook_event_name") in ("PreToolUse", "PostToolUse") and "turn_id" in event
 
 
-def hook_event(event: dict) -> dict:
-    return event
-
-
-def run_dir(tool_input: dict) -> None:
-    return None
 
 
 def call_id(event: dict) -> object:
     return event.get("tool_use_id")
 
-
-def timeout_s(tool_input: dict) -> None:
-    return None
 
 
 def rewrite_answer(call, command: str, context: str | None, grant: bool) -> dict:
@@ -61,12 +52,6 @@ def unread_output(cmd: list[str]) -> str | None:
     return None
 
 
-def settings_refusal(command: str, name: str) -> None:
-    return None
-
-
-def disabled_note(data: dict) -> str:
-    return ""
 
 
 def project_note(path: str, root: str, config: str | None, trusted: bool | None) -> str | None:
@@ -74,3 +59,9 @@ def project_note(path: str, root: str, config: str | None, trusted: bool | None)
         return None
     return (f"codex: note: Codex reads {path} only in a trusted project (say yes when codex asks, or set "
             f'[projects."{root}"] trust_level = "trusted" in {config})')
+
+
+# Where it has nothing of its own: the interface's defaults (core/clis/__init__.py)
+hook_event = as_is
+run_dir = timeout_s = settings_refusal = nothing
+disabled_note = no_disabled_note

@@ -4,7 +4,7 @@ its part of the gate's rule decision and its output's hint (the interface: core/
 sources: docs/agent-hooks.md, docs/agent-output.md)."""
 from __future__ import annotations
 
-from reconciler.core.clis import updated_input
+from reconciler.core.clis import no_disabled_note, nothing, updated_input
 
 UNSHOWN_CALLS = False
 PREFIX_SHOWN = False
@@ -31,24 +31,15 @@ def hook_event(event: dict) -> dict | None:
             "session_id": event.get("sessionId")}
 
 
-def run_dir(tool_input: dict) -> None:
-    return None
-
 
 def call_id(event: dict) -> object:
     return event.get("tool_use_id")
 
 
-def timeout_s(tool_input: dict) -> None:
-    return None
-
 
 def rewrite_answer(call, command: str, context: str | None, grant: bool) -> dict:
     return {"modifiedArgs": updated_input(call, command)}  # the args the tool runs with, whole; never "allow"
 
-
-def note_answer(call, context: str) -> None:
-    return None
 
 
 def deny_answer(call, reason: str) -> dict:
@@ -73,13 +64,6 @@ def unread_output(cmd: list[str]) -> str:
     return "copilot prints no token counts (its --output-format json has none), so res reads no spend from it"
 
 
-def settings_refusal(command: str, name: str) -> None:
-    return None
-
-
-def disabled_note(data: dict) -> str:
-    return ""
-
-
-def project_note(path: str, root: str, config: str | None, trusted: bool | None) -> None:
-    return None
+# Where it has nothing of its own: the interface's defaults (core/clis/__init__.py)
+run_dir = timeout_s = note_answer = settings_refusal = project_note = nothing
+disabled_note = no_disabled_note

@@ -3,7 +3,7 @@ part of the gate's rule decision, its output's hint and its install's notes (the
 core/clis/__init__.py; sources: docs/agent-hooks.md, docs/agent-output.md)."""
 from __future__ import annotations
 
-from reconciler.core.clis import flag_value, updated_input
+from reconciler.core.clis import as_is, flag_value, nothing, updated_input
 
 UNSHOWN_CALLS = False
 PREFIX_SHOWN = False  # outside YOLO its policy engine would ask about a prefixed line it would have run
@@ -14,9 +14,6 @@ def claims(event: dict) -> bool:
     return event.get("hook_event_name") in ("BeforeTool", "AfterTool")
 
 
-def hook_event(event: dict) -> dict:
-    return event
-
 
 def run_dir(tool_input: dict) -> object:
     return tool_input.get("dir_path")
@@ -26,9 +23,6 @@ def call_id(event: dict) -> None:
     return None  # it gives none: core/hooks.hold_id pairs its events by the command
 
 
-def timeout_s(tool_input: dict) -> None:
-    return None
-
 
 def rewrite_answer(call, command: str, context: str | None, grant: bool) -> dict:
     """hookSpecificOutput.tool_input (never a decision: a hook cannot grant)."""
@@ -37,9 +31,6 @@ def rewrite_answer(call, command: str, context: str | None, grant: bool) -> dict
         out["hookSpecificOutput"]["additionalContext"] = context
     return out
 
-
-def note_answer(call, context: str) -> None:
-    return None
 
 
 def deny_answer(call, reason: str) -> dict:
@@ -89,3 +80,8 @@ def disabled_note(data: dict) -> str:
 
 def project_note(path: str, root: str, config: str | None, trusted: bool | None) -> str:
     return f"gemini: note: Gemini CLI reads {path} only when started in {root}, in a trusted folder"
+
+
+# Where it has nothing of its own: the interface's defaults (core/clis/__init__.py)
+hook_event = as_is
+timeout_s = note_answer = nothing

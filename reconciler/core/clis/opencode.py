@@ -4,7 +4,7 @@ shape read here (tool.execute.before, bash) and reads `{"command"}` (it sets arg
 interface: core/clis/__init__.py; sources: docs/agent-hooks.md, docs/agent-output.md)."""
 from __future__ import annotations
 
-from reconciler.core.clis import flag_value, ms_timeout_s
+from reconciler.core.clis import as_is, flag_value, ms_timeout_s, no_disabled_note, nothing
 
 UNSHOWN_CALLS = False
 PREFIX_SHOWN = False
@@ -14,9 +14,6 @@ TRUST_CONFIG = None
 def claims(event: dict) -> bool:
     return event.get("hook_event_name") in ("tool.execute.before", "tool.execute.after")
 
-
-def hook_event(event: dict) -> dict:
-    return event
 
 
 def run_dir(tool_input: dict) -> object:
@@ -34,9 +31,6 @@ def timeout_s(tool_input: dict) -> int | None:
 def rewrite_answer(call, command: str, context: str | None, grant: bool) -> dict:
     return {"command": command}  # res's plugin sets args.command; no context, no decision (none exists)
 
-
-def note_answer(call, context: str) -> None:
-    return None
 
 
 def deny_answer(call, reason: str) -> dict:
@@ -59,13 +53,7 @@ def unread_output(cmd: list[str]) -> str | None:
     return None
 
 
-def settings_refusal(command: str, name: str) -> None:
-    return None
-
-
-def disabled_note(data: dict) -> str:
-    return ""
-
-
-def project_note(path: str, root: str, config: str | None, trusted: bool | None) -> None:
-    return None
+# Where it has nothing of its own: the interface's defaults (core/clis/__init__.py)
+hook_event = as_is
+note_answer = settings_refusal = project_note = nothing
+disabled_note = no_disabled_note
