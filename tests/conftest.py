@@ -49,15 +49,78 @@ TIER_MARKS = {"pure": ("pure",), "files": ("files",), "systemd": ("systemd",), "
               "agentcli": ("agentcli",)}
 
 
+# The tiers that mostly wait run beside the rest, each in a worker of its own and in its own order
+# (pyproject's addopts: `-n auto --dist loadgroup`, pytest-xdist): the cluster tier waits on Slurm's
+# periods, the kill tiers on SIGKILLs and leases (13 % and 30 % of both cores measured alone,
+# docs/design-notes.md). Every other tier stays in one worker, in order, as before.
+SIDE_BY_SIDE = {"slurm": "cluster", "fault": "kills", "hostile": "kills"}
+REST = "rest"
+TESTS = Path(__file__).resolve().parent
+
+
 def pytest_collection_modifyitems(config, items):
-    here = Path(__file__).parent
     for item in items:
         try:
-            tier = Path(str(item.path)).relative_to(here).parts[0]
+            tier = Path(str(item.path)).relative_to(TESTS).parts[0]
         except ValueError:
             continue
         for mark in TIER_MARKS.get(tier, ()):
             item.add_marker(getattr(pytest.mark, mark))
+        item.add_marker(pytest.mark.xdist_group(SIDE_BY_SIDE.get(tier, REST)))
+
+
+def run_groups(args: list[str], invoked_in: Path) -> set[str]:
+    """The worker groups a run of `args` (pytest's paths) holds: all of them for tests/ or above it."""
+    groups: set[str] = set()
+    for arg in args:
+        path = (invoked_in / arg.split("::")[0]).resolve()
+        if path == TESTS or TESTS.is_relative_to(path):
+            groups |= {REST, *SIDE_BY_SIDE.values()}
+        elif path.is_relative_to(TESTS):
+            groups.add(SIDE_BY_SIDE.get(path.relative_to(TESTS).parts[0], REST))
+        else:
+            groups.add(REST)
+    return groups
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per group the run holds (none where it holds one: the run is not split),
+    at most PYTEST_XDIST_AUTO_NUM_WORKERS where that is set (as res sets it for its jobs)."""
+    n = len(run_groups(config.args, config.invocation_params.dir))
+    try:
+        n = min(n, int(os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or n))
+    except ValueError:
+        pass
+    return n if n >= 2 else 0
+
+
+_BOOTED = pytest.StashKey[Path]()  # the private manager pytest_configure booted
+
+
+def pytest_configure(config):
+    """A run split over workers boots the private user manager here, before they start, so that
+    they share it (each would boot one of its own: two at once are not known to work, DESIGN §12)."""
+    if getattr(config, "workerinput", None) is not None or not config.getoption("tx", None):
+        return
+    if usermgr.manager_reachable() or (os.geteuid() != 0 and not os.path.isdir("/run/systemd/system")):
+        return
+    base = Path(tempfile.mkdtemp(prefix="res-usermgr-"))
+    try:
+        os.environ.update(usermgr.start(base))
+    except RuntimeError as e:
+        usermgr.stop(base)
+        shutil.rmtree(base, ignore_errors=True)
+        raise pytest.UsageError(f"could not boot a private user manager: {e}") from None
+    config.stash[_BOOTED] = base
+
+
+def pytest_unconfigure(config):
+    base = config.stash.get(_BOOTED, None)
+    if base is not None:
+        usermgr.stop(base)
+        shutil.rmtree(base, ignore_errors=True)
+
 
 
 def pytest_terminal_summary(terminalreporter):
