@@ -74,7 +74,9 @@ def cmd_run(a, paths: Paths) -> int:
         return _submit(paths, "job", fields, a.json)
     code, line, data = _submit_answer(paths, "job", fields, within=a.start_within)
     state = (data or {}).get("state")
-    if state not in ("queued", "running", "starting", "exited") or code != 0:
+    # "done": it ended before the answer came (a quick job, a busy machine, the same request asked
+    # again): still its output and its own exit code, never the submit's 0
+    if state not in ("queued", "running", "starting", "exited", "done") or code != 0:
         _print_answer(code, line, data, a.json)
         return code
     return _wait_for_job(paths, data, line, state, a, fields.get("start_by"))
@@ -91,7 +93,8 @@ def _wait_for_job(paths: Paths, data: dict, line: str, state: str, a, start_by: 
         if not a.json:
             print(text, file=sys.stderr, flush=True)
 
-    say(line)  # started, or queued (once: position, est. start, what it waits for)
+    if state != "done":  # (its done line comes at the end, as for any other)
+        say(line)  # started, or queued (once: position, est. start, what it waits for)
     started = (lambda: say(f"{job_id} started; log {follow.path}")) if state == "queued" else None
     quiet = a.json or a.tail is not None
     follow = LogFollower(Path(data.get("log") or paths.log(job_id)), on_start=started, echo=not quiet,

@@ -75,6 +75,23 @@ def test_run_wait_streams_the_output_and_exits_with_the_jobs_code(res):
     assert "killed at its memory limit" in r.err_lines[-1], str(r)
 
 
+def test_run_wait_on_a_job_that_ended_before_the_answer_still_exits_with_its_code(res):
+    """The answer to `res run --wait` may come after the job ended (a quick job on a busy machine; the
+    same request asked again with its --request-id): its output and its own exit code, never the
+    submit's 0 (a fresh-clone CI run once saw `r-1 done rc=3` with exit 0)."""
+    cmd = ["--request-id", "quick-3", "--mem", "128M", "--for", "1m", "--", "sh", "-c", "echo quick; exit 3"]
+    first = res("run", *cmd)
+    assert first.code == 0 and first.one_line().startswith("r-1 started"), str(first)
+    assert res("wait", "r-1", "--timeout", "1m").code == 3
+    again = res("run", "--wait", *cmd)  # the same request: the answer is the ended job
+    assert res.status("r-1")["state"] == "done" and "r-2" not in res("status", "--json").out, str(again)
+    assert again.code == 3 and again.out == "quick\n", str(again)
+    assert len(again.err_lines) == 1 and re.fullmatch(r"r-1 done rc=3 .*\(exit code 3\)", again.err_lines[0]), str(again)
+    again = res("run", "--wait", "--json", *cmd)
+    got = json.loads(again.out)
+    assert again.code == 3 and (got["id"], got["state"], got["exit_code"]) == ("r-1", "done", 3), str(again)
+
+
 def test_run_wait_on_a_queued_job_says_so_once_then_streams(res):
     go = res.tmp / "go"
     r = res("run", "--mem", "256M", "--for", "1m", "--lock", "gate", "--", "sh", "-c", BLOCK, str(go))
