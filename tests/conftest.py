@@ -58,6 +58,7 @@ REST = "rest"
 TESTS = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups off the marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
         try:
