@@ -49,16 +49,16 @@ TIER_MARKS = {"pure": ("pure",), "files": ("files",), "systemd": ("systemd",), "
               "agentcli": ("agentcli",)}
 
 
-# The tiers that mostly wait run beside the rest, each in a worker of its own and in its own order
-# (pyproject's addopts: `-n auto --dist loadgroup`, pytest-xdist): the cluster tier waits on Slurm's
-# periods, the kill tiers on SIGKILLs and leases (13 % and 30 % of both cores measured alone,
-# docs/design-notes.md). Every other tier stays in one worker, in order, as before.
-SIDE_BY_SIDE = {"slurm": "cluster", "fault": "kills", "hostile": "kills"}
+# The tiers that mostly wait run beside the rest, in a worker of their own and in their order
+# (pyproject's addopts: `-n auto`, pytest-xdist; the scheduler below): the cluster tier waits on
+# Slurm's periods, the kill tiers on SIGKILLs and leases (13 % and 30 % of both cores measured alone,
+# docs/design-notes.md). Every other tier stays in one worker, in order, as before. Two workers, not
+# three: each test beside one other at most (they share the one user manager and the machine's memory).
+SIDE_BY_SIDE = {"slurm": "waits", "fault": "waits", "hostile": "waits"}
 REST = "rest"
 TESTS = Path(__file__).resolve().parent
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups off the marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
         try:
@@ -67,7 +67,25 @@ def pytest_collection_modifyitems(config, items):
             continue
         for mark in TIER_MARKS.get(tier, ()):
             item.add_marker(getattr(pytest.mark, mark))
-        item.add_marker(pytest.mark.xdist_group(SIDE_BY_SIDE.get(tier, REST)))
+
+
+def group_of(nodeid: str) -> str:
+    """The worker group of a test by its id (`tests/slurm/test_x.py::test_y`: the cluster's)."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    return SIDE_BY_SIDE.get(parts[1], REST) if len(parts) > 2 and parts[0] == TESTS.name else REST
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduling with a tier group for a scope: each group goes whole to one worker,
+    in its order (not `--dist loadgroup`: under pytest 9.2 its marks no longer reach the test ids)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TierGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return TierGroups(config, log)
 
 
 def run_groups(args: list[str], invoked_in: Path) -> set[str]:

@@ -61,14 +61,20 @@ def tmp_tmpfs_used_gb(mounts_text: str | None = None) -> float | None:
 
 
 _ESCAPED_FROM = re.compile(r"RES_ESCAPED_FROM=(r-[1-9][0-9]{0,9})\b")
+# What res's own units carry in their environment: a job its exit record's path (runtime/jobunit.py),
+# a loop its state directory (loop/start.py). Such a unit outside these slices is another res's (a
+# second state directory: a test run's, a checkout's own), budgeted by that one, not an escape from this.
+_ANOTHER_RES = re.compile(r"(?:^|[\s\"])RES_(?:EXIT_RECORD|STATE_DIR)=")
 
 
 def stray_units(transient_dir: str, ours: tuple[str, ...], loop_prefix: str = "") -> list[tuple[str, str, str | None]]:
     """(name, slice, the job it was started from) of each transient service (systemd-run without
-    --scope) outside the agents slices, desktop ones (app-*, or in the desktop's slices) and res's
-    own loop (`loop_prefix`*, started by the first call: loop/start.py) excepted. The job is the one
-    its environment names (RES_ESCAPED_FROM, set by a job's systemd-run: apply/escape.py), else None.
-    Read from the manager's transient unit files: one directory listing, no D-Bus call per unit."""
+    --scope) outside the agents slices, desktop ones (app-*, or in the desktop's slices), res's own
+    loop (`loop_prefix`*, started by the first call: loop/start.py) and another res's jobs and loops
+    (_ANOTHER_RES) excepted. The job is the one its environment names (RES_ESCAPED_FROM, set by a job's
+    systemd-run: apply/escape.py), else None; a unit that names one is listed whatever else it
+    carries. Read from the manager's transient unit files: one directory listing, no D-Bus call per
+    unit."""
     out = []
     try:
         entries = sorted(os.listdir(transient_dir))
@@ -80,6 +86,7 @@ def stray_units(transient_dir: str, ours: tuple[str, ...], loop_prefix: str = ""
         slice_name = "app.slice"  # systemd's default slice for user services
         complete = False
         escaped_from = None
+        res_own = False
         try:
             with open(os.path.join(transient_dir, name)) as f:
                 for line in f:
@@ -87,14 +94,18 @@ def stray_units(transient_dir: str, ours: tuple[str, ...], loop_prefix: str = ""
                         slice_name = line[6:].strip()
                     elif line.startswith("ExecStart="):
                         complete = True
-                    elif line.startswith("Environment=") and escaped_from is None:
-                        m = _ESCAPED_FROM.search(line)
-                        escaped_from = m.group(1) if m else None
+                    elif line.startswith("Environment="):
+                        if escaped_from is None:
+                            m = _ESCAPED_FROM.search(line)
+                            escaped_from = m.group(1) if m else None
+                        res_own = res_own or _ANOTHER_RES.search(line[12:]) is not None
         except OSError:
             continue
         if not complete:
             continue  # being written (systemd appends setting by setting): judged on a later pass
         if slice_name in ours or slice_name in DESKTOP_SLICES or slice_name.startswith("app-"):
+            continue
+        if res_own and escaped_from is None:
             continue
         out.append((name, slice_name, escaped_from))
     return out

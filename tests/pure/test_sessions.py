@@ -277,6 +277,23 @@ def test_stray_services_from_transient_unit_files(tmp_path):
     assert stray_units(str(tmp_path / "missing"), ()) == []
 
 
+def test_another_res_jobs_and_loops_are_not_strays_but_a_marked_escape_is(tmp_path):
+    """A second res on the same manager (another state directory: a test run beside the user's own)
+    runs its jobs and its loop in slices of its own: its to budget, not escapes from this one; an
+    escape that also carries such a variable is still one (hand-built files, in the quoting systemd
+    writes an Environment= of several assignments with)."""
+    from reconciler.observed.machine import stray_units
+
+    files = {"res2-r-1.service": '[Service]\nSlice=other-jobs.slice\nEnvironment="PATH=/usr/bin" "RES_EXIT_RECORD=/s/exit/r-1"\nExecStart=x\n',
+             "res2-serve-ab.service": '[Service]\nEnvironment="RES_STATE_DIR=/s" "PATH=/usr/bin"\nExecStart=x\n',
+             "run-u4.service": '[Service]\nEnvironment="RES_ESCAPED_FROM=r-3" "RES_STATE_DIR=/s"\nExecStart=x\n',
+             "run-u5.service": '[Service]\nEnvironment="MY_RES_STATE_DIR=/s"\nExecStart=x\n'}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert stray_units(str(tmp_path), ("agents.slice", "agents-jobs.slice")) == [("run-u4.service", "app.slice", "r-3"),
+                                                                                ("run-u5.service", "app.slice", None)]
+
+
 def test_the_loop_the_first_call_started_is_not_a_stray(tmp_path):
     """Found in a trial: `res status` warned about res's own loop (started by the first call as a
     transient service in app.slice) as an agent's stray service."""
