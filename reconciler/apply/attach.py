@@ -89,6 +89,8 @@ def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_r
             if rest:
                 digest.push(rest.decode("utf-8", "replace"))
                 offset += len(rest)
+            if not digest.finished:
+                _read_session_usage(rec, digest)
             digest.finish(final_rc)
     except AttachError:
         raise
@@ -97,6 +99,20 @@ def ingest(rec: JobRecord, log_path: Path, pricing: PricingTable | None, final_r
         # (ATTACH_FAILURES_MAX), so even a bug in a digest is said and never retried without end.
         raise AttachError(" ".join(f"{type(e).__name__}: {e}".split())[:300]) from None
     return copy(rec, **{"log_offset": offset, "digest": digest.state}), reached_end
+
+
+def _read_session_usage(rec: JobRecord, digest) -> None:
+    """For a CLI whose output names its session but not what it used (its record's usage_source): that
+    from the CLI's own file of the session, what was written since the job started, handed to the
+    digest once, as its output ends (a pass that crashes before committing reads it again, the same)."""
+    cli = CLIS.get(rec.request.agent)
+    if cli is None or cli.usage_source is None or not digest.session_id or rec.started is None:
+        return
+    from reconciler.config import agentusage
+
+    found = getattr(agentusage, cli.usage_source)(digest.session_id, rec.request.env, rec.request.cwd, rec.started)
+    if found is not None:
+        digest.session_file(*found)
 
 
 def thread_before(rec: JobRecord, records):

@@ -6,7 +6,8 @@ its rules' decision; config/agentsettings.py: the reader of its rules), `res hoo
 doctor`'s gates (where each one's files are, what is written in them), the processes a note may be
 owned by (core/agents.agent_name), the session id in a caller's environment (observed/asker.py), the
 digest of `res run --agent` and its output's hint (core/digest.py, core/agents.unread_output), the
-spend margin (core/spend.py) and where a session's model is read (commands/run.py, apply/attach.py).
+spend margin (core/spend.py), where a session's model is read (commands/run.py, apply/attach.py) and
+where its usage is, if its output does not say (config/agentusage.py, read by apply/attach.py).
 Where a CLI's files are on this machine is resolved in config/agenthome.py, from the fields here.
 
 What differs between the CLIs beyond these facts is each one's module, core/clis/<name>.py (how its
@@ -63,9 +64,11 @@ HookEntry = namedtuple("HookEntry", "event matcher handler comments label", defa
 #   rules_reader   the function of config/agentsettings.py that reads its session's rules for the gate
 #   behaviour      a function returning its module (core/clis/), imported only when first asked: how its
 #                  hook input is read and answered, its rules' decision, its output's hint, its install's notes
+#   usage_source   None: its output says what the session used; else the function of config/agentusage.py
+#                  that reads it from the CLI's own files once the job's output has been read to its end
 AgentCli = namedtuple("AgentCli", "name programs package home_var home_default home_sub home_realpath project_dir "
                                   "hooks_file shell_tools pre_event post_events entries session_var digest model_source "
-                                  "rules_reader behaviour")
+                                  "rules_reader behaviour usage_source", defaults=(None,))
 
 
 # Each CLI's module, imported when first asked (`res hook` imports only the one CLI it is called for).
@@ -147,9 +150,9 @@ COPILOT = AgentCli(
     "hooks/res.json", ("bash",), "preToolUse", ("postToolUse",),
     (),  # no entries in a settings file: the hooks file is the whole install
     "COPILOT_AGENT_SESSION_ID",  # in its bash tool's environment (measured on 1.0.102)
-    # --output-format json names no tokens (they are only in its session-state events.jsonl): the exit
-    # code decides, as --agent none
-    "NullDigest", None, "copilot_session_rules", _copilot)
+    # --output-format json names no tokens, only its session (last line): they are in the session's
+    # events.jsonl under $COPILOT_HOME/session-state/, read at the job's end
+    "CopilotDigest", None, "copilot_session_rules", _copilot, "copilot_session_usage")
 
 # The registry: name -> record. Read it when it is needed, never copied at import time (a test plants
 # a CLI in it for the length of the test).

@@ -551,11 +551,12 @@ def _keep(d: dict, key: str, value) -> None:
 
 def _kinds() -> dict[str, type[Digest]]:
     from reconciler.core.codex import CodexDigest
+    from reconciler.core.copilot import CopilotDigest
     from reconciler.core.gemini import GeminiDigest
     from reconciler.core.opencode import OpenCodeDigest
 
-    # what a CLI's record calls its digest (NullDigest: its output carries no usage, Copilot CLI's)
-    named = {d.__name__: d for d in (ClaudeDigest, CodexDigest, GeminiDigest, OpenCodeDigest, NullDigest)}
+    # what a CLI's record calls its digest (NullDigest: its output carries no usage)
+    named = {d.__name__: d for d in (ClaudeDigest, CodexDigest, GeminiDigest, OpenCodeDigest, CopilotDigest, NullDigest)}
     return {"none": NullDigest, **{name: named[cli.digest] for name, cli in CLIS.items()}}
 
 

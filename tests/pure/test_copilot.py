@@ -7,10 +7,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from reconciler.config.ownhookfiles import copilot_hooks, copilot_res
 from reconciler.config.agentsettings import copilot_rules
 from reconciler.core.agents import unread_output
+from reconciler.core.copilot import BASE_INPUT_TOKENS, CopilotDigest
 from reconciler.core.digest import make_digest
+from reconciler.core.pricing import load_pricing
+from reconciler.core.spend import spend_is_estimated
 from reconciler.core.hookrules import decide
 from reconciler.core.shellrules import ADMIT, REWRITE, Rules, copilot_covered
 from reconciler.core.hooks import cli_of, deny_output, hold_id, note_output, read_call, rewrite_output
@@ -117,6 +122,97 @@ def test_the_hooks_file_res_writes_and_knows_again():
     assert copilot_res("{}") is None and copilot_res("not json") is None
 
 
-def test_res_run_says_copilots_output_carries_no_usage():
-    assert make_digest("copilot", None).agent == "none"
-    assert "no token counts" in unread_output("copilot", ["copilot", "-p", "hi", "--output-format", "json"])
+# ---------------------------------------------------------------- `res run --agent copilot`
+
+STREAMS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "copilot"
+TABLE = load_pricing((Path(__file__).resolve().parents[2] / "policies" / "pricing.toml").read_text())
+SID = "b119262f-b7f4-47f8-91e4-fcc27293636a"
+
+
+def _digest(name: str) -> CopilotDigest:
+    d = make_digest("copilot", TABLE)
+    d.push_lines((STREAMS / name).read_bytes())
+    return d
+
+
+def _events(name: str) -> list[dict]:
+    return [json.loads(line) for line in (STREAMS / name).read_text().splitlines()]
+
+
+def test_res_run_reads_copilot_only_with_json_output():
+    assert unread_output("copilot", ["copilot", "-p", "hi", "--output-format", "json"]) is None
+    assert "--output-format json" in unread_output("copilot", ["copilot", "-p", "hi"])
+    assert unread_output("copilot", ["copilot", "-p", "hi", "--output-format=text"]) is not None
+
+
+def test_the_stream_estimates_each_model_call_and_names_the_session():
+    """The real 1.0.102 stream: two model calls (one tool call, one answer), no token count; until the
+    session's file is read, each call is estimated (its base prompt and what it was shown), so a cost
+    budget sees a running session's spend grow; the last line names the session."""
+    d = _digest("copilot-1.0.102-stream-tool-bash.jsonl")
+    assert d.iterations == 2 and d.session_id == SID and d.model == "loop-model"
+    assert d.input_tokens >= 2 * BASE_INPUT_TOKENS and d.output_tokens > 0 and d.spend_usd > 0
+    assert d.model_note == "no price for model 'loop-model'"  # the dearest rates, said
+    assert spend_is_estimated(d.state)  # the last line came, but what it used is still an estimate
+    d.finish(0)
+    assert d.outcome == "success"
+
+
+def test_this_runs_usage_records_replace_the_estimates_exactly():
+    """At the end, the session file's usage records of this run are the spend: the first run's two
+    calls (1000 prompt with 200 cached + 30 out; 1200 + 5), priced by res's table at the model each
+    names; the resumed run's one call (1500 with 1000 cached + 7) only, never the first run's again."""
+    events = _events("copilot-1.0.102-resumed.events.jsonl")
+    resumed_at = next(i for i, e in enumerate(events) if e["type"] == "session.resume")
+    first = [e["data"]["usage"] for e in events[:resumed_at] if e["type"] == "session.usage_record"]
+    second = [e["data"]["usage"] for e in events[resumed_at:] if e["type"] == "session.usage_record"]
+    shutdowns = [e["data"] for e in events if e["type"] == "session.shutdown"]
+    assert (len(first), len(second), len(shutdowns)) == (2, 1, 2)
+
+    d = _digest("copilot-1.0.102-stream-tool-bash.jsonl")
+    d.session_file(first, shutdowns[:1])
+    assert (d.input_tokens, d.cache_read_tokens, d.output_tokens, d.cache_write_tokens) == (800 + 1200, 200, 35, 0)
+    want = TABLE.cost_tokens("loop-model", 800, 30, 0, 200) + TABLE.cost_tokens("loop-model", 1200, 5)
+    assert d.spend_usd == pytest.approx(want) and d.estimate_usd == pytest.approx(want)
+    assert not spend_is_estimated(d.state) and d.iterations == 2
+
+    d = _digest("copilot-1.0.102-stream-resumed.jsonl")
+    assert d.session_id == SID and d.iterations == 1
+    d.session_file(second, shutdowns[1:])  # its shutdown holds the whole session's running totals: not used
+    assert (d.input_tokens, d.cache_read_tokens, d.output_tokens) == (500, 1000, 7)
+    assert d.spend_usd == pytest.approx(TABLE.cost_tokens("loop-model", 500, 7, 0, 1000))
+
+
+def test_a_session_file_without_usage_records_counts_its_shutdowns_per_model():
+    """1.0.55-1 (a public session file) writes no usage record: the shutdown's modelMetrics, per model,
+    inputTokens less the cached and cache-written tokens (81666 = 8 + 54064 + 27594), each priced at
+    its own model."""
+    events = _events("copilot-1.0.55-1-prompt-subagent.events.jsonl")
+    assert not [e for e in events if e["type"] == "session.usage_record"]
+    d = make_digest("copilot", TABLE)
+    d.session_file([], [e["data"] for e in events if e["type"] == "session.shutdown"])
+    assert (d.input_tokens, d.cache_read_tokens, d.cache_write_tokens, d.output_tokens) == \
+        (8 + 17, 54064 + 13964, 27594 + 3069, 521 + 226)
+    want = (TABLE.cost_tokens("claude-opus-4.7-1m-internal", 8, 521, 27594, 54064)
+            + TABLE.cost_tokens("claude-haiku-4.5", 17, 226, 3069, 13964))
+    assert d.spend_usd == pytest.approx(want)
+
+
+def test_a_hostile_record_is_set_aside_and_the_rest_counts():
+    ok = {"model": "m", "inputTokens": 100, "outputTokens": 10, "cacheReadTokens": 0, "cacheWriteTokens": 0}
+    d = make_digest("copilot", TABLE)
+    d.session_file([ok, dict(ok, inputTokens=10 ** 400), dict(ok, outputTokens=-5), "not a record"], [])
+    assert d.set_aside == 2 and "copilot's session file" in d.set_aside_note
+    assert (d.input_tokens, d.output_tokens) == (100, 10)
+    d = make_digest("copilot", TABLE)
+    d.push_lines((STREAMS / "copilot-1.0.102-stream-tool-bash.jsonl").read_bytes())
+    before = d.spend_usd
+    d.session_file([], [])  # nothing of this run in the file: the estimates stand
+    assert d.spend_usd == before > 0
+
+
+def test_a_failed_run_says_so():
+    d = make_digest("copilot", TABLE)
+    d.push('{"type":"result","timestamp":"2026-12-08T00:05:39.833Z","sessionId":"x","exitCode":1,"usage":{}}')
+    d.finish(1)
+    assert d.outcome == "failure" and d.failure_reason == "copilot exit code 1"

@@ -60,8 +60,13 @@ def decide(mode: str | None, line: str, commands: list[list[str]], rules) -> str
     return ADMIT if copilot_covered(line, ("*",) if rules.unasked else rules.allow) else None
 
 
-def unread_output(cmd: list[str]) -> str:
-    return "copilot prints no token counts (its --output-format json has none), so res reads no spend from it"
+def unread_output(cmd: list[str]) -> str | None:
+    """Its spend is read from its session's file, which only --output-format json's last line names."""
+    from reconciler.core.clis import flag_value
+
+    if flag_value(cmd, ("--output-format",)) == "json":
+        return None
+    return "copilot names its session, where res reads its usage, only with --output-format json"
 
 
 # Where it has nothing of its own: the interface's defaults (core/clis/__init__.py)
