@@ -154,7 +154,6 @@ class CodexCall(NamedTuple):
     oss: bool = False  # --oss: a local model provider
 
 
-_CODEX_PROGRAMS = CLIS["codex"].programs
 # Options of `codex` / `codex exec` that take a value (the next argument, or joined with `=`).
 _CODEX_VALUED = {"-c", "--config", "-m", "--model", "-p", "--profile", "-s", "--sandbox", "-a",
                  "--ask-for-approval", "-C", "--cd", "-i", "--image", "--add-dir", "--output-schema",
@@ -165,9 +164,10 @@ _CODEX_VALUED = {"-c", "--config", "-m", "--model", "-p", "--profile", "-s", "--
 def codex_program_index(cmd: list[str]) -> int | None:
     """Where the Codex CLI is in a command (`codex …`, `/path/codex.js …`, `node …/codex.js …`,
     `npx @openai/codex …`); None for a command that is no Codex session res can read."""
+    programs = CLIS["codex"].programs  # (its module imported only when a command is looked at)
     for i, arg in enumerate(cmd[:4]):
         base = posixpath.basename(arg)
-        if base in _CODEX_PROGRAMS or re.fullmatch(r"@openai/codex(@[\w.+-]+)?", arg):
+        if base in programs or re.fullmatch(r"@openai/codex(@[\w.+-]+)?", arg):
             return i
     return None
 

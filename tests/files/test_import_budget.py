@@ -65,7 +65,7 @@ BUDGET: dict[str, set[str]] = {
         "re._casefix", "re._compiler", "re._constants", "re._parser", "reconciler", "reconciler.cli",
         "reconciler.commands", "reconciler.commands.base", "reconciler.config",
         "reconciler.config.deadline", "reconciler.config.environ", "reconciler.config.gitrepo",
-        "reconciler.config.paths", "reconciler.config.stateroot", "reconciler.core", "reconciler.core.agentclis",
+        "reconciler.config.paths", "reconciler.config.stateroot", "reconciler.core", "reconciler.core.agentclis", "reconciler.core.clis",
         "reconciler.core.agents", "reconciler.core.quantities", "reconciler.entry", "reconciler.loop", "reconciler.loop.client",
         "reconciler.loop.protocol", "reconciler.observed", "reconciler.observed.asker", "reconciler.observed.procs", "reprlib",
         "select", "selectors", "socket", "types", "typing", "urllib", "urllib.parse", "warnings"

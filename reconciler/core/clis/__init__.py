@@ -1,6 +1,9 @@
-"""One module per agent CLI res gates and reads: what differs between them beyond the facts of their
-records (core/agentclis.py, the one registry, names each one's module and imports it when first asked;
-`res hook` imports only the module of the CLI it is called for). Each module holds, for its CLI:
+"""One module per agent CLI res gates and reads: its record (RECORD, an AgentCli below: the facts every
+part of res reads) and what differs between them beyond facts (core/agentclis.py, the one registry,
+imports a CLI's module when its record is first asked for; `res hook` imports only the module of the CLI
+it is called for). Each module holds, for its CLI:
+
+    RECORD                   its facts (AgentCli's fields, below)
 
     claims(event)            is a hook input without `--agent` this CLI's (its shape)
     hook_event(event)        its input in the shape core/hooks.read_call reads (None: not read)
@@ -22,6 +25,65 @@ imports this package and, only inside its rule decision, core/shellrules.py; nev
 core/hooks.py (they import it).
 """
 from __future__ import annotations
+
+from collections import namedtuple
+
+# What `res hook install` gives each entry it writes (a shell command waits for the gate's; past it the
+# CLI runs the command unbooked): a wait in the hook ends well before it.
+GATE_HOOK_TIMEOUT_S = 30
+SESSION_HOOK_TIMEOUT_S = 10  # SessionStart's: one note to the loop (a 1 s wait at most, commands/hook.py)
+POST_HOOK_TIMEOUT_S = 10  # a post-tool event's: one release to the loop (a 1 s wait at most, commands/hook.py)
+
+# One entry `res hook install` writes under "hooks" in a CLI's settings file: event (the key under
+# "hooks"), matcher (None: the group has none: every tool, every source), handler (the handler's fields
+# in order, ("command", None) standing for the command), comments (the CLI reads the file with // and
+# /* */ comments), label (Codex: the event's label in a trust key and its hash).
+HookEntry = namedtuple("HookEntry", "event matcher handler comments label", defaults=("",))
+
+# One agent CLI:
+#   name           its `--agent` name, and the name its process goes by (comm, or the script a runtime runs)
+#   programs       the names its program has on a command line (is a `res run --agent` command the CLI itself?)
+#   package        a path inside its npm package, as its process's command line may show it
+#   home_var       the variable that moves its user directory
+#   home_default   its user directory under $HOME where home_var is unset or empty (one under .config/
+#                  moves with $XDG_CONFIG_HOME, as OpenCode's does)
+#   home_sub       its user directory under $home_var ("": home_var names that directory itself)
+#   home_realpath  True: the CLI resolves $home_var's links (Codex canonicalizes CODEX_HOME), and `res hook
+#                  install` names files under it so (Codex's trust keys must be the paths Codex computes);
+#                  False: the path is only made absolute
+#   project_dir    its folder in a project (a checkout's root)
+#   hooks_file     the file its hooks are in, in its user directory and in its project folder (OpenCode: the
+#                  plugin file res writes)
+#   shell_tools    hook input: the names of its shell tool
+#   pre_event      hook input: the event before a tool runs
+#   post_events    hook input: the events after a tool ran: each releases what its pre-tool event booked
+#                  (admission in place, docs/agent-hooks.md; Claude Code says a failed command apart)
+#   entries        what `res hook install` writes, in the order it adds them (uninstall: the reverse);
+#                  the first is the gate's (none: a CLI whose gate is a plugin file, OpenCode)
+#   session_var    the variable its shell commands find its session's id in (None: it gives them none)
+#   digest         its output digest for `res run --agent`: the class's name in core/digest.py's kinds
+#   model_source   None: its output names the model; else the function of config/agentmodel.py that reads
+#                  it from the CLI's own files at submit time
+#   rules_reader   the function of config/agentsettings.py that reads its session's rules for the gate
+#   behaviour      None: its module is the one its record is in (core/clis/<name>.py); a CLI planted
+#                  elsewhere (a test's) names a function returning its module: how its hook input is read
+#                  and answered, its rules' decision, its output's hint, its install's notes
+#   usage_source   None: its output says what the session used; else the function of config/agentusage.py
+#                  that reads it from the CLI's own files once the job's output has been read to its end
+AgentCli = namedtuple("AgentCli", "name programs package home_var home_default home_sub home_realpath project_dir "
+                                  "hooks_file shell_tools pre_event post_events entries session_var digest model_source "
+                                  "rules_reader behaviour usage_source", defaults=(None,))
+
+
+def plain_handler(timeout_s: int) -> tuple:
+    """A hook entry's handler: its type, the command (None: the one res writes), its timeout in s."""
+    return ("type", "command"), ("command", None), ("timeout", timeout_s)
+
+
+def named_handler(timeout_ms: int) -> tuple:
+    """Gemini CLI's: with a name, the timeout in ms."""
+    return ("type", "command"), ("name", "res gate"), ("command", None), ("timeout", timeout_ms)
+
 
 CLAUDE_BASH_TIMEOUT_S = 120  # the Bash tool's default timeout (tools reference); its input may say other
 

@@ -3,7 +3,9 @@ decision, its output's hint and its install's notes (the interface: core/clis/__
 docs/agent-hooks.md, docs/agent-output.md)."""
 from __future__ import annotations
 
-from reconciler.core.clis import as_is, flag_value, ms_timeout_s, nothing, pre_tool_deny, pre_tool_rewrite, updated_input
+from reconciler.core.clis import (AgentCli, GATE_HOOK_TIMEOUT_S, HookEntry, POST_HOOK_TIMEOUT_S, SESSION_HOOK_TIMEOUT_S, as_is, flag_value,
+                                  ms_timeout_s, nothing, plain_handler, pre_tool_deny, pre_tool_rewrite,
+                                  updated_input)
 
 UNSHOWN_CALLS = True  # it makes model calls its output never shows (core/spend.py's margin)
 PREFIX_SHOWN = True  # it asks about the line either way: the prompt simply shows game mode's prefix
@@ -74,3 +76,14 @@ def disabled_note(data: dict) -> str:
 # Where it has nothing of its own: the interface's defaults (core/clis/__init__.py)
 hook_event = as_is
 run_dir = settings_refusal = project_note = nothing
+
+# Its record: the facts every part of res reads (the fields: core/clis/__init__.py's AgentCli)
+RECORD = AgentCli(
+    "claude", ("claude",), "/claude-code/", "CLAUDE_CONFIG_DIR", ".claude", "", False, ".claude", "settings.json",
+    ("Bash",), "PreToolUse", ("PostToolUse", "PostToolUseFailure"),
+    (HookEntry("PreToolUse", "Bash", plain_handler(GATE_HOOK_TIMEOUT_S), False),
+     HookEntry("SessionStart", None, plain_handler(SESSION_HOOK_TIMEOUT_S), False),
+     HookEntry("PostToolUse", "Bash", plain_handler(POST_HOOK_TIMEOUT_S), False),
+     HookEntry("PostToolUseFailure", "Bash", plain_handler(POST_HOOK_TIMEOUT_S), False)),
+    "CLAUDE_CODE_SESSION_ID",  # from 2.1.132 (CHANGELOG)
+    "ClaudeDigest", None, "claude_session_rules", None)

@@ -4,7 +4,9 @@ install's notes and hook trust (the interface: core/clis/__init__.py; sources: d
 docs/agent-output.md)."""
 from __future__ import annotations
 
-from reconciler.core.clis import as_is, no_disabled_note, nothing, pre_tool_deny, pre_tool_rewrite, updated_input
+from reconciler.core.clis import (AgentCli, GATE_HOOK_TIMEOUT_S, HookEntry, POST_HOOK_TIMEOUT_S, SESSION_HOOK_TIMEOUT_S, as_is,
+                                  no_disabled_note, nothing, plain_handler, pre_tool_deny, pre_tool_rewrite,
+                                  updated_input)
 
 UNSHOWN_CALLS = False
 PREFIX_SHOWN = False  # it takes a rewrite only with its allow
@@ -65,3 +67,13 @@ def project_note(path: str, root: str, config: str | None, trusted: bool | None)
 hook_event = as_is
 run_dir = timeout_s = settings_refusal = nothing
 disabled_note = no_disabled_note
+
+# Its record: the facts every part of res reads (the fields: core/clis/__init__.py's AgentCli)
+RECORD = AgentCli(
+    "codex", ("codex", "codex.js", "codex.exe"), "/@openai/codex", "CODEX_HOME", ".codex", "", True, ".codex",
+    "hooks.json", ("Bash",), "PreToolUse", ("PostToolUse",),
+    (HookEntry("PreToolUse", "Bash", plain_handler(GATE_HOOK_TIMEOUT_S), False, "pre_tool_use"),
+     HookEntry("SessionStart", None, plain_handler(SESSION_HOOK_TIMEOUT_S), False, "session_start"),
+     HookEntry("PostToolUse", "Bash", plain_handler(POST_HOOK_TIMEOUT_S), False, "post_tool_use")),
+    "CODEX_THREAD_ID",  # codex-rs/protocol/src/shell_environment.rs
+    "CodexDigest", "codex_session", "codex_session_rules", None)

@@ -4,7 +4,7 @@ its part of the gate's rule decision and its output's hint (the interface: core/
 sources: docs/agent-hooks.md, docs/agent-output.md)."""
 from __future__ import annotations
 
-from reconciler.core.clis import no_disabled_note, nothing, updated_input
+from reconciler.core.clis import AgentCli, no_disabled_note, nothing, updated_input
 
 UNSHOWN_CALLS = False
 PREFIX_SHOWN = False
@@ -72,3 +72,16 @@ def unread_output(cmd: list[str]) -> str | None:
 # Where it has nothing of its own: the interface's defaults (core/clis/__init__.py)
 run_dir = timeout_s = note_answer = settings_refusal = project_note = nothing
 disabled_note = no_disabled_note
+
+# Its record: the facts every part of res reads (the fields: core/clis/__init__.py's AgentCli)
+RECORD = AgentCli(
+    "copilot", ("copilot",), "/@github/copilot", "COPILOT_HOME", ".copilot", "", False, ".github",
+    # a hooks file of res's own, written whole (Copilot loads every hooks/*.json of its user directory and
+    # a repository's .github/hooks/*.json, and runs every entry of each); its inputs name no event: a
+    # post-tool one is told apart by its toolResult (core/hooks.py)
+    "hooks/res.json", ("bash",), "preToolUse", ("postToolUse",),
+    (),  # no entries in a settings file: the hooks file is the whole install
+    "COPILOT_AGENT_SESSION_ID",  # in its bash tool's environment (measured on 1.0.102)
+    # --output-format json names no tokens, only its session (last line): they are in the session's
+    # events.jsonl under $COPILOT_HOME/session-state/, read at the job's end
+    "CopilotDigest", None, "copilot_session_rules", None, "copilot_session_usage")

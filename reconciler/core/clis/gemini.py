@@ -3,7 +3,8 @@ part of the gate's rule decision, its output's hint and its install's notes (the
 core/clis/__init__.py; sources: docs/agent-hooks.md, docs/agent-output.md)."""
 from __future__ import annotations
 
-from reconciler.core.clis import as_is, flag_value, nothing, updated_input
+from reconciler.core.clis import (AgentCli, GATE_HOOK_TIMEOUT_S, HookEntry, POST_HOOK_TIMEOUT_S, SESSION_HOOK_TIMEOUT_S, as_is, flag_value,
+                                  named_handler, nothing, updated_input)
 
 UNSHOWN_CALLS = False
 PREFIX_SHOWN = False  # outside YOLO its policy engine would ask about a prefixed line it would have run
@@ -85,3 +86,13 @@ def project_note(path: str, root: str, config: str | None, trusted: bool | None)
 # Where it has nothing of its own: the interface's defaults (core/clis/__init__.py)
 hook_event = as_is
 timeout_s = note_answer = nothing
+
+# Its record: the facts every part of res reads (the fields: core/clis/__init__.py's AgentCli)
+RECORD = AgentCli(
+    "gemini", ("gemini",), "/gemini-cli/", "GEMINI_CLI_HOME", ".gemini", ".gemini", False, ".gemini",
+    "settings.json", ("run_shell_command",), "BeforeTool", ("AfterTool",),
+    (HookEntry("BeforeTool", "^run_shell_command$", named_handler(GATE_HOOK_TIMEOUT_S * 1000), True),  # milliseconds
+     HookEntry("SessionStart", None, named_handler(SESSION_HOOK_TIMEOUT_S * 1000), True),
+     HookEntry("AfterTool", "^run_shell_command$", named_handler(POST_HOOK_TIMEOUT_S * 1000), True)),
+    None,  # Gemini CLI gives its shell commands no session id
+    "GeminiDigest", None, "gemini_session_rules", None)

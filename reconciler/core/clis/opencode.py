@@ -4,7 +4,7 @@ shape read here (tool.execute.before, bash) and reads `{"command"}` (it sets arg
 interface: core/clis/__init__.py; sources: docs/agent-hooks.md, docs/agent-output.md)."""
 from __future__ import annotations
 
-from reconciler.core.clis import as_is, flag_value, ms_timeout_s, no_disabled_note, nothing
+from reconciler.core.clis import AgentCli, as_is, flag_value, ms_timeout_s, no_disabled_note, nothing
 
 UNSHOWN_CALLS = False
 PREFIX_SHOWN = False
@@ -57,3 +57,13 @@ def unread_output(cmd: list[str]) -> str | None:
 hook_event = as_is
 note_answer = settings_refusal = project_note = nothing
 disabled_note = no_disabled_note
+
+# Its record: the facts every part of res reads (the fields: core/clis/__init__.py's AgentCli)
+RECORD = AgentCli(
+    "opencode", ("opencode",), "/opencode-ai/", "OPENCODE_CONFIG_DIR", ".config/opencode", "", False, ".opencode",
+    # not a settings file: a plugin of its own that hands the bash tool's calls to `res hook` (the same
+    # path under its user directory and a project's .opencode/; commands/hookinstall.py writes it whole)
+    "plugins/res-gate.js", ("bash",), "tool.execute.before", ("tool.execute.after",),
+    (),  # no settings entries: the plugin is the whole install
+    None,  # OpenCode 1.18 gives its shell commands no session id
+    "OpenCodeDigest", None, "opencode_session_rules", None)
