@@ -255,7 +255,26 @@ def cmd_doctor(paths: Paths, policy) -> tuple[int, list[str]]:
         pass  # no cwd: nothing to say about a repository
     gather_cluster(facts, paths, policy)
     facts.gates = gather_gates(os.environ)
+    facts.gate_broken = gate_load_error()
     return decide(facts)
+
+
+def gate_load_error() -> str | None:
+    """Why `res hook` could not load its own code here, if it could not: the gate's modules and every
+    agent CLI's (an install that lacks one answers every hook with no opinion, silently)."""
+    from importlib import import_module
+
+    try:
+        from reconciler.core.agentclis import CLIS, behaviour
+
+        for name in ("reconciler.commands.hook", "reconciler.commands.hookloop", "reconciler.core.hooks",
+                     "reconciler.core.hookrules", "reconciler.core.shellrules", "reconciler.config.agentsettings"):
+            import_module(name)
+        for cli in CLIS:
+            behaviour(cli)
+    except ImportError as e:
+        return " ".join(f"{type(e).__name__}: {e}".split())[:200]
+    return None
 
 
 def gather_gates(environ) -> tuple[tuple[str, bool | None, str], ...]:

@@ -53,6 +53,9 @@ class Facts:
     # The agent CLIs on this machine and the gate (`res hook install`): (cli, gated (None: its settings
     # file cannot be read), where it is gated or would be).
     gates: tuple[tuple[str, bool | None, str], ...] = ()
+    # The gate's own code could not be loaded in this install (a module missing from it): `res hook`
+    # then has no opinion on any command (it never gets in an agent's way), so every gate is open.
+    gate_broken: str | None = None
 
 
 def decide(f: Facts) -> tuple[int, list[str]]:
@@ -143,6 +146,9 @@ def decide(f: Facts) -> tuple[int, list[str]]:
     if f.cluster_checked:
         _cluster(f, good, fix)
 
+    if f.gate_broken:
+        fix(f"res hook cannot load its own code ({f.gate_broken}): every agent's heavy commands run as if "
+            "res were not there", "install res again (python3 -m pip install --force-reinstall <its source>)")
     for cli, gated, where in f.gates:
         if gated:
             good(f"{cli}: gated (res hook in {where})")

@@ -202,3 +202,14 @@ def test_which_agent_clis_are_gated():
         "res hook install --agent codex (writes /home/u/.codex/hooks.json)",
         "note gemini: whether it is gated is not known: /home/u/.gemini/settings.json cannot be read",
     ]
+
+
+def test_a_gate_that_cannot_load_its_code_is_a_gap_to_fix():
+    """An install that lacks one of the gate's modules answers every hook with no opinion (it never
+    gets in an agent's way): doctor says so and exits 1 (stop 47's regular installs lacked core/clis/)."""
+    code, lines = decide(healthy(gate_broken="ModuleNotFoundError: No module named 'reconciler.core.clis'"))
+    assert code == 1
+    assert any(ln.startswith("fix  res hook cannot load its own code (ModuleNotFoundError: No module named "
+                             "'reconciler.core.clis'): every agent's heavy commands run as if res were not there")
+               for ln in lines), lines
+    assert decide(healthy())[0] == 0
