@@ -153,8 +153,20 @@ class Res:
 
     # ------------------------------------------------------------ capacity
 
+    def pin(self, free_gb: float = 1.5) -> None:
+        """Agents may hold exactly `free_gb` (the policy's agents_mem_gb), whatever the machine has free
+        and whatever other work on it does meanwhile; the reserve and headroom 0, so what is really
+        free (--force's measure) is the machine's MemAvailable, far above any such figure here."""
+        self.env["RES_AGENTS_MEM_GB"] = f"{free_gb:g}"
+        self.env["RES_USER_RESERVE_GB"] = "0"
+        self.env["RES_SMALL_HEADROOM_GB"] = "0"
+        if meminfo_gb("MemAvailable") < free_gb + 2:
+            pytest.skip(f"machine too small to pin a {free_gb} GB budget")
+
     def shape(self, free_gb: float = 1.5) -> float:
-        """Set the user's reserve so that agents may use about `free_gb` now (no headroom)."""
+        """Set the user's reserve so that agents may use about `free_gb` now (no headroom): for the tests
+        about what is really free on the machine (pressure, the ladder, --force's measure); a test of
+        the ledger alone pins its budget (pin), which other work on the machine cannot move."""
         avail = meminfo_gb("MemAvailable")
         reserve = avail - free_gb
         if reserve < 1:

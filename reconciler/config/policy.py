@@ -93,6 +93,7 @@ class Policy(BaseSettings):
     game_reserve_cpus: float = Field(ge=0, le=4096)
     game_hours: float = Field(gt=0, le=24 * 365)
     small_headroom_gb: float = Field(ge=0, le=65536)
+    agents_mem_gb: float = Field(ge=0, le=65536)
     scratch_hours: float = Field(gt=0, le=24 * 365)
     clean_every_minutes: float = Field(ge=0, le=60 * 24 * 365)
     adopt_sessions: bool

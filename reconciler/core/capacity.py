@@ -239,7 +239,9 @@ def capacity(policy: Rules, game: Game, world: World, holding: list[JobRecord], 
 
     Memory (DESIGN §5.1): MemAvailable − reserve − headroom, less what running jobs (and the gate's
     bookings in place, measured by their processes) booked and do not use yet (max(0, book − in use):
-    what they use is already gone from MemAvailable), less the other notes.
+    what they use is already gone from MemAvailable), less the other notes; and never more than the
+    policy's agents_mem_gb less all they hold (their book, or their use where it is larger), where
+    that ceiling is set.
     CPUs are compressible: `cpu_overcommit` × the CPUs agents may use, less the running jobs' --cpus."""
     reserve_gb, reserve_cpus, on = reserves(policy, game, now, world.nproc, world.mem_total_gb)
     headroom_gb = headroom(policy, world.mem_total_gb)
@@ -248,6 +250,7 @@ def capacity(policy: Rules, game: Game, world: World, holding: list[JobRecord], 
     over = policy.cpu_overcommit
     cpus = over * (world.nproc - reserve_cpus)
     holders = []
+    held = 0.0  # all the local holders hold, for the policy's ceiling
     for rec in holding:
         req = rec.request
         if rec.where == "cluster":
@@ -262,9 +265,13 @@ def capacity(policy: Rules, game: Game, world: World, holding: list[JobRecord], 
         mem -= max(0.0, req.book - used) if measured else req.mem_gb
         cpus -= req.cpus
         holders.append(holder_of(rec, used, now))
+        held += holders[-1].held_gb
     # The largest request that could ever fit uses the user's (not the game) reserve: a job that
     # only fits once game mode ends may still wait for it in the queue.
     max_mem = world.mem_total_gb - user_reserve(policy, world.mem_total_gb) - headroom_gb
+    if policy.agents_mem_gb > 0:  # the user's ceiling: what agents may hold at once, whatever is free
+        mem = min(mem, policy.agents_mem_gb - held)
+        max_mem = min(max_mem, policy.agents_mem_gb)
     max_cpus = over * (world.nproc - cpu_reserve(policy.user_reserve_cpus, world.nproc))
     return Capacity(
         mem_gb=mem,

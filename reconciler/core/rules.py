@@ -16,6 +16,8 @@ class Rules:
     game_reserve_gb: float
     game_reserve_cpus: float
     small_headroom_gb: float
+    # The most agents may book at once whatever is free (0: no ceiling beyond the machine's), capacity.capacity.
+    agents_mem_gb: float
     # Memory pressure that holds back new work: PSI `full avg10` in percent, 0 ignores it (capacity.pressure_of);
     # held over it for a minute (`full avg60`), the ladder's red (ladder.py).
     pressure_full_pct: float

@@ -42,7 +42,7 @@ def rss_mb(pid: int) -> float:
 
 
 def test_a_job_cannot_forge_its_own_or_a_neighbours_exit_record(res):
-    res.shape(1.5)
+    res.pin(1.5)
     logs = res.state / "logs"
     forge = ('printf \'{"result":"success","code":"exited","status":"0","at":1,"invocation":"%s"}\' '
              '"$INVOCATION_ID" > "$RES_EXIT_RECORD"; ' + BLOCK)

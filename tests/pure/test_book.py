@@ -48,6 +48,22 @@ def test_a_running_job_counts_at_its_book_or_what_it_uses_whichever_is_more():
     assert over.holders[0].held_gb == pytest.approx(2.9)
 
 
+def test_the_policys_ceiling_bounds_what_agents_hold_whatever_the_machine_has_free():
+    """agents_mem_gb: never more than it less all they hold (a book, or the use where larger), however
+    much MemAvailable says, nor a request past it ever; 0 (shipped) leaves the machine to decide."""
+    capped = dataclasses.replace(POLICY, agents_mem_gb=3.0)
+    job = running(1, mem=3.5, book_gb=2.2)
+    for avail in (14.0, 20.0, 30.0):  # however much the machine has free beyond the reserve
+        cap = capacity(capped, Game(), world(avail=avail, jobs={"r-1": active(1.0)}), [job], NOW)
+        assert cap.mem_gb == pytest.approx(3.0 - 2.2) and cap.max_mem_gb == 3.0
+    used_more = capacity(capped, Game(), world(avail=30.0, jobs={"r-1": active(2.9)}), [job], NOW)
+    assert used_more.mem_gb == pytest.approx(3.0 - 2.9)
+    tight = capacity(capped, Game(), world(avail=POLICY.user_reserve_gb + POLICY.small_headroom_gb + 1.5), [], NOW)
+    assert tight.mem_gb == pytest.approx(1.5)  # the machine, when it has less: the smaller of the two
+    free = capacity(POLICY, Game(), world(avail=30.0), [], NOW)
+    assert POLICY.agents_mem_gb == 0 and free.mem_gb == pytest.approx(30.0 - POLICY.user_reserve_gb - POLICY.small_headroom_gb)
+
+
 def test_admission_starts_a_job_whose_book_fits_though_its_cap_does_not():
     hog = running(1, mem=9.0)  # nothing of it used yet: 3 GB free
     p = run_plan([booked(2, 5.0, 2.5), req(3, mem=5.0)], records=[hog], w=world(**W))

@@ -310,7 +310,7 @@ def test_overflow_sends_what_does_not_fit_here_to_the_cluster_never_with_on_loca
     leaves this machine: refused busy (exit 3: it could fit here once the local job ends), or queued
     here with --queue, and a further pass does not send that one to the cluster either."""
     cl.env["RES_OVERFLOW"] = "cluster"
-    cl.shape(free_gb=3.5)
+    cl.pin(free_gb=3.5)
     go = cl.tmp / "go"
     local = cl.started("sh", "-c", BLOCK, str(go), mem="2G", extra=("--on", "local"))
     assert cl.status(local)["where"] == "local"

@@ -78,7 +78,7 @@ def test_run_starts_a_unit_with_the_requested_properties(res):
 
 
 def test_busy_line_names_the_holder_free_memory_and_retry(res):
-    res.shape(1.5)
+    res.pin(1.5)
     hold, _ = blocker(res, "1")
     assert res.started(*hold, mem="1G", extra=("--title", "holder job", "--project", "proj-a")) == "r-1"
     r = res.run_job("true", mem="1G")
@@ -96,7 +96,7 @@ def test_busy_line_names_the_holder_free_memory_and_retry(res):
 
 
 def test_busy_line_names_holders_earliest_eta_first(res):
-    res.shape(1.5)
+    res.pin(1.5)
     late, _ = blocker(res, "1")
     early, _ = blocker(res, "2")
     assert res.started(*late, mem="512M", est="50m", extra=("--title", "late")) == "r-1"
@@ -128,7 +128,7 @@ def test_queue_is_fifo_with_backfill_and_starts_by_itself_when_the_head_fits(res
     """DESIGN §5.2 on real units: the head waits for memory and every CPU; a later entry that would
     still run when the head is expected to start waits behind it; one that ends before then (by its
     --for) starts at once (EASY backfill); once the holders are gone the head starts by itself."""
-    res.shape(1.5)
+    res.pin(1.5)
     res.env["RES_CPU_OVERCOMMIT"] = "1"  # the head takes every CPU there is, promised once
     n = nproc()
     hold, hold_go = blocker(res, "1")
@@ -215,7 +215,7 @@ def test_a_request_larger_than_the_whole_budget_can_never_fit(res):
 
 
 def test_force_fits_against_free_memory_ignoring_the_ledger(res):
-    res.shape(1.5)
+    res.pin(1.5)
     hold, hold_go = blocker(res, "1")
     assert res.started(*hold, mem="1G") == "r-1"
     r = res.run_job("true", mem="1G")
@@ -420,7 +420,7 @@ def test_wait_exits_with_the_jobs_own_code(res):
 
 
 def test_wait_on_an_entry_that_never_ran_exits_125(res):
-    res.shape(1.0)
+    res.pin(1.0)
     held, held_go = blocker(res, "1")
     assert res.started(*held, mem="768M") == "r-1"
     r = res.run_job("true", mem="512M")  # does not fit now: refused at once
@@ -528,7 +528,7 @@ def _plan_keys(plan: dict) -> list[tuple]:
 
 
 def test_dry_run_changes_nothing_and_replays_from_a_world_file(res):
-    res.shape(1.5)
+    res.pin(1.5)
     hold, hold_go = blocker(res, "1")
     assert res.started(*hold, mem="1G") == "r-1"
     go2 = res.tmp / "go-2"
@@ -599,7 +599,7 @@ def test_status_is_answered_by_the_loop_with_the_policy_it_enforces(res):
 
 def test_serve_answers_runs_and_is_the_single_writer(res):
     res.env["RES_TICK_S"] = "0.5"
-    res.shape(1.5)
+    res.pin(1.5)
     serve = serving(res)
     hold, hold_go = blocker(res, "1")
     assert res.started(*hold, mem="1G") == "r-1"
