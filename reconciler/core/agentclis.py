@@ -16,12 +16,11 @@ imports only X's. Its names (`name in CLIS`, iterating) import nothing. What mus
 is named in the record by the function's or class's name (its digest, rules_reader, model_source,
 usage_source). No caller compares a CLI's name. Sources: docs/agent-hooks.md, docs/agent-output.md.
 
-Pure and import-light: collections.abc only (`res hook` imports this before every agent
+Pure and import-light: nothing but the shapes' package (`res hook` imports this before every agent
 shell command).
 """
 from __future__ import annotations
 
-from collections.abc import MutableMapping
 
 # the shapes, re-exported where callers have always found them
 from reconciler.core.clis import (GATE_HOOK_TIMEOUT_S, POST_HOOK_TIMEOUT_S, SESSION_HOOK_TIMEOUT_S, AgentCli,  # noqa: F401
@@ -58,9 +57,10 @@ def _copilot():
 MODULES = {"claude": _claude, "codex": _codex, "gemini": _gemini, "opencode": _opencode, "copilot": _copilot}
 
 
-class Registry(MutableMapping):
+class Registry:
     """name -> record: each shipped CLI's RECORD, its module imported when first asked; a test plants
-    a CLI (or another record for a shipped one) for the length of the test, and takes it back."""
+    a CLI (or another record for a shipped one) for the length of the test, and takes it back. A
+    mapping's ways (not collections.abc's class: `res hook` would import it before every command)."""
 
     def __init__(self, modules: dict):
         self._modules = modules
@@ -88,6 +88,22 @@ class Registry(MutableMapping):
     def __setitem__(self, name: str, record: AgentCli) -> None:
         self._gone.discard(name)
         self._planted[name] = record
+
+    def get(self, name: str, default=None):
+        return self[name] if name in self else default
+
+    def keys(self):
+        return list(self)
+
+    def values(self):
+        return [self[n] for n in self]
+
+    def items(self):
+        return [(n, self[n]) for n in self]
+
+    def update(self, records: dict) -> None:
+        for name, record in records.items():
+            self[name] = record
 
     def __delitem__(self, name: str) -> None:
         if name in self._planted:
