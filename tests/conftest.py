@@ -8,7 +8,7 @@ import secrets
 import shutil
 import sys
 import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -69,12 +69,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, mark))
 
 
-def group_of(nodeid: str) -> str:
-    """The worker group of a test by its id (`tests/slurm/test_x.py::test_y`: the cluster's)."""
-    parts = nodeid.split("::", 1)[0].split("/")
-    return SIDE_BY_SIDE.get(parts[1], REST) if len(parts) > 2 and parts[0] == TESTS.name else REST
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """xdist's scope scheduling with a tier group for a scope: each group goes whole to one worker,
@@ -88,17 +82,23 @@ def pytest_xdist_make_scheduler(config, log):
     return TierGroups(config, log)
 
 
+def group_of(nodeid: str) -> str:
+    """The worker group of a test by its id, or of a path under the checkout (`tests/slurm/test_x.py::
+    test_y`, `tests/slurm`: the waiting tiers')."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    return SIDE_BY_SIDE.get(parts[1], REST) if len(parts) > 1 and parts[0] == TESTS.name else REST
+
+
 def run_groups(args: list[str], invoked_in: Path) -> set[str]:
     """The worker groups a run of `args` (pytest's paths) holds: all of them for tests/ or above it."""
     groups: set[str] = set()
     for arg in args:
         path = (invoked_in / arg.split("::")[0]).resolve()
-        if path == TESTS or TESTS.is_relative_to(path):
+        if TESTS.is_relative_to(path):
             groups |= {REST, *SIDE_BY_SIDE.values()}
-        elif path.is_relative_to(TESTS):
-            groups.add(SIDE_BY_SIDE.get(path.relative_to(TESTS).parts[0], REST))
         else:
-            groups.add(REST)
+            rel = path.relative_to(TESTS.parent).as_posix() if path.is_relative_to(TESTS.parent) else ""
+            groups.add(group_of(rel))
     return groups
 
 
@@ -114,7 +114,7 @@ def pytest_xdist_auto_num_workers(config):
     return n if n >= 2 else 0
 
 
-_BOOTED = pytest.StashKey[Path]()  # the private manager pytest_configure booted
+_BOOTED = pytest.StashKey[ExitStack]()  # the private manager pytest_configure booted
 
 
 def pytest_configure(config):
@@ -124,32 +124,15 @@ def pytest_configure(config):
         return
     if usermgr.manager_reachable() or (os.geteuid() != 0 and not os.path.isdir("/run/systemd/system")):
         return
-    base = Path(tempfile.mkdtemp(prefix="res-usermgr-"))
-    try:
-        os.environ.update(usermgr.start(base))
-    except RuntimeError as e:
-        usermgr.stop(base)
-        shutil.rmtree(base, ignore_errors=True)
-        raise pytest.UsageError(f"could not boot a private user manager: {e}") from None
-    config.stash[_BOOTED] = base
+    stack = ExitStack()
+    stack.enter_context(booted(usermgr, "res-usermgr-", "a private user manager"))
+    config.stash[_BOOTED] = stack
 
 
 def pytest_unconfigure(config):
-    base = config.stash.get(_BOOTED, None)
-    if base is not None:
-        usermgr.stop(base)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-
-def pytest_terminal_summary(terminalreporter):
-    """A run that skipped tests says why at its end, grouped by what this machine lacks, with the one
-    command that brings each in (tests/skips.py); `pytest -rs` still lists each skip."""
-    lines = skips.summary([skips.reason_of(r.longrepr) for r in terminalreporter.stats.get("skipped", [])])
-    if lines:
-        terminalreporter.write_sep("-", "skipped")
-        for line in lines:
-            terminalreporter.write_line(line)
+    stack = config.stash.get(_BOOTED, None)
+    if stack is not None:
+        stack.close()
 
 
 @contextmanager

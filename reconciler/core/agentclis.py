@@ -60,43 +60,36 @@ MODULES = {"claude": _claude, "codex": _codex, "gemini": _gemini, "opencode": _o
 class Registry:
     """name -> record: each shipped CLI's RECORD, its module imported when first asked; a test plants
     a CLI (or another record for a shipped one) for the length of the test, and takes it back. A
-    mapping's ways (not collections.abc's class: `res hook` would import it before every command)."""
+    mapping's ways that callers use (not collections.abc's class: `res hook` would import it before every
+    command)."""
 
     def __init__(self, modules: dict):
         self._modules = modules
-        self._names = tuple(modules)
         self._planted: dict[str, AgentCli] = {}
-        self._gone: set[str] = set()
 
     def __getitem__(self, name: str) -> AgentCli:
         if name in self._planted:
             return self._planted[name]
-        if name in self._gone or name not in self._names:
-            raise KeyError(name)
         return self._modules[name]().RECORD
 
     def __contains__(self, name: object) -> bool:
-        return name in self._planted or (name in self._names and name not in self._gone)
+        return name in self._planted or name in self._modules
 
     def __iter__(self):
-        yield from (n for n in self._names if n not in self._gone)
-        yield from (n for n in self._planted if n not in self._names)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
+        yield from self._modules
+        yield from (n for n in self._planted if n not in self._modules)
 
     def __setitem__(self, name: str, record: AgentCli) -> None:
-        self._gone.discard(name)
         self._planted[name] = record
+
+    def __delitem__(self, name: str) -> None:
+        del self._planted[name]  # (a shipped CLI's own record is back)
 
     def get(self, name: str, default=None):
         return self[name] if name in self else default
 
-    def keys(self):
+    def keys(self):  # (dict(CLIS) reads it)
         return list(self)
-
-    def values(self):
-        return [self[n] for n in self]
 
     def items(self):
         return [(n, self[n]) for n in self]
@@ -104,14 +97,6 @@ class Registry:
     def update(self, records: dict) -> None:
         for name, record in records.items():
             self[name] = record
-
-    def __delitem__(self, name: str) -> None:
-        if name in self._planted:
-            del self._planted[name]  # (a shipped CLI's own record is back)
-        elif name in self._names and name not in self._gone:
-            self._gone.add(name)
-        else:
-            raise KeyError(name)
 
 
 # The registry. Read it when it is needed, never copied at import time (a test plants a CLI in it).
